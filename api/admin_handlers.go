@@ -1,0 +1,400 @@
+package api
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/clawdbot/task-service/events"
+	"github.com/clawdbot/task-service/store"
+)
+
+type createWorkerRequest struct {
+	Email              string `json:"email"`
+	Password           string `json:"password"`
+	FullName           string `json:"full_name"`
+	MaxConcurrentTasks int    `json:"max_concurrent_tasks,omitempty"`
+	IsAdmin            bool   `json:"is_admin,omitempty"`
+}
+
+func (s *Server) createWorker(c echo.Context) error {
+	var req createWorkerRequest
+	if err := decode(c, &req, false); err != nil {
+		return err
+	}
+	if len(req.Password) < events.MinPasswordLen || len(req.Password) > events.MaxPasswordLen {
+		return events.Invalid("password", "must be %d to %d bytes", events.MinPasswordLen, events.MaxPasswordLen)
+	}
+	hash, err := s.HashPassword(req.Password)
+	if err != nil {
+		return err
+	}
+	u, err := s.db.CreateUser(c.Request().Context(), events.UserRegistered{
+		Email: req.Email, FullName: req.FullName, IsWorker: true, IsAdmin: req.IsAdmin,
+		MaxConcurrentTasks: req.MaxConcurrentTasks,
+	}, req.Password, hash, actor(c, events.ActorAdmin))
+	if err != nil {
+		return err
+	}
+	s.metrics.countEvents("user.registered")
+	return ok(c, http.StatusCreated, u)
+}
+
+func (s *Server) listWorkers(c echo.Context) error {
+	ws, err := s.db.ListWorkers(c.Request().Context())
+	if err != nil {
+		return err
+	}
+	return ok(c, http.StatusOK, ws)
+}
+
+func (s *Server) capacity(c echo.Context) error {
+	cp, err := s.db.Capacity(c.Request().Context())
+	if err != nil {
+		return err
+	}
+	return ok(c, http.StatusOK, cp)
+}
+
+func (s *Server) stats(c echo.Context) error {
+	st, err := s.db.Stats(c.Request().Context())
+	if err != nil {
+		return err
+	}
+	return ok(c, http.StatusOK, st)
+}
+
+type taskTypeRequest struct {
+	Name                string          `json:"name"`
+	Label               string          `json:"label,omitempty"`
+	Description         string          `json:"description,omitempty"`
+	SOP                 string          `json:"sop,omitempty"`
+	ParamSchema         json.RawMessage `json:"param_schema,omitempty"`
+	MaxRetries          *int            `json:"max_retries,omitempty"`
+	TimeoutSeconds      int             `json:"timeout_seconds,omitempty"`
+	RetryBackoffSeconds int             `json:"retry_backoff_seconds,omitempty"`
+}
+
+// spec validates the request into a spec whose schema compiles.
+func (r taskTypeRequest) spec() (events.TaskTypeSpec, error) {
+	spec := events.TaskTypeSpec{
+		Name: r.Name, Label: r.Label, Description: r.Description, SOP: r.SOP, ParamSchema: r.ParamSchema,
+		MaxRetries: events.DefaultMaxRetries, TimeoutSeconds: r.TimeoutSeconds, RetryBackoffSeconds: r.RetryBackoffSeconds,
+	}
+	if r.MaxRetries != nil {
+		spec.MaxRetries = *r.MaxRetries
+	}
+	if err := spec.Validate(); err != nil {
+		return spec, err
+	}
+	_, err := compileSchema(spec.ParamSchema)
+	return spec, err
+}
+
+func (s *Server) createTaskType(c echo.Context) error {
+	var req taskTypeRequest
+	if err := decode(c, &req, false); err != nil {
+		return err
+	}
+	spec, err := req.spec()
+	if err != nil {
+		return err
+	}
+	tt, err := s.db.CreateTaskType(c.Request().Context(), spec, actor(c, events.ActorAdmin))
+	if err != nil {
+		return err
+	}
+	s.metrics.countEvents("task_type.created")
+	return ok(c, http.StatusCreated, tt)
+}
+
+func (s *Server) listTaskTypes(c echo.Context) error {
+	archived, err := boolQuery(c, "archived")
+	if err != nil {
+		return err
+	}
+	tts, err := s.db.ListTaskTypes(c.Request().Context(), archived)
+	if err != nil {
+		return err
+	}
+	return ok(c, http.StatusOK, tts)
+}
+
+func (s *Server) getTaskType(c echo.Context) error {
+	id, err := pathID(c, "id")
+	if err != nil {
+		return err
+	}
+	tt, err := s.db.GetTaskType(c.Request().Context(), s.db.Pool(), id)
+	if err != nil {
+		return err
+	}
+	return ok(c, http.StatusOK, tt)
+}
+
+func (s *Server) updateTaskType(c echo.Context) error {
+	id, err := pathID(c, "id")
+	if err != nil {
+		return err
+	}
+	var req taskTypeRequest
+	if err := decode(c, &req, false); err != nil {
+		return err
+	}
+	spec, err := req.spec()
+	if err != nil {
+		return err
+	}
+	tt, err := s.db.UpdateTaskType(c.Request().Context(), id, actor(c, events.ActorAdmin),
+		func(tt *events.TaskType) ([]events.Payload, error) { return tt.Update(spec) })
+	if err != nil {
+		return err
+	}
+	s.metrics.countEvents("task_type.updated")
+	return ok(c, http.StatusOK, tt)
+}
+
+func (s *Server) archiveTaskType(c echo.Context) error {
+	id, err := pathID(c, "id")
+	if err != nil {
+		return err
+	}
+	tt, err := s.db.UpdateTaskType(c.Request().Context(), id, actor(c, events.ActorAdmin),
+		func(tt *events.TaskType) ([]events.Payload, error) { return tt.Archive() })
+	if err != nil {
+		return err
+	}
+	s.metrics.countEvents("task_type.archived")
+	return ok(c, http.StatusOK, tt)
+}
+
+type createTaskRequest struct {
+	Title       string          `json:"title"`
+	Description string          `json:"description,omitempty"`
+	TaskTypeID  string          `json:"task_type_id"`
+	Params      json.RawMessage `json:"params,omitempty"`
+	Priority    events.Priority `json:"priority,omitempty"`
+	AssignedTo  *string         `json:"assigned_to,omitempty"`
+	Reason      string          `json:"reason,omitempty"`
+}
+
+func (s *Server) createTask(c echo.Context) error {
+	var req createTaskRequest
+	if err := decode(c, &req, false); err != nil {
+		return err
+	}
+	if req.TaskTypeID == "" {
+		return events.Invalid("task_type_id", "is required")
+	}
+	typeID, err := parseUUID("task_type_id", req.TaskTypeID)
+	if err != nil {
+		return err
+	}
+	assignee, err := optionalUUID("assigned_to", req.AssignedTo)
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	tt, err := s.db.GetTaskType(ctx, s.db.Pool(), typeID)
+	if err != nil {
+		if isNotFound(err) {
+			return events.Invalid("task_type_id", "no task type %s", typeID)
+		}
+		return err
+	}
+	if err := s.schemas.validate(tt, req.Params); err != nil {
+		return err
+	}
+	meta := actor(c, events.ActorAdmin)
+	t, err := s.db.CreateTask(ctx, s.db.Pool(), store.NewTaskParams{TaskTypeID: typeID, NewTaskParams: events.NewTaskParams{
+		Title: req.Title, Description: req.Description, Params: req.Params, Priority: req.Priority,
+		AssignedTo: assignee, AssignReason: req.Reason, CreatedBy: meta.Actor.ID,
+	}}, meta)
+	if err != nil {
+		return err
+	}
+	s.metrics.countEvents("task.created")
+	return ok(c, http.StatusCreated, t)
+}
+
+func (s *Server) listTasks(c echo.Context) error {
+	f := store.TaskFilter{After: c.QueryParam("after")}
+	var err error
+	if v := c.QueryParam("status"); v != "" {
+		if f.Status = events.Status(v); !f.Status.Valid() {
+			return events.Invalid("status", "must be pending, in_progress, completed, failed or cancelled")
+		}
+	}
+	if v := c.QueryParam("priority"); v != "" {
+		if f.Priority = events.Priority(v); f.Priority.Rank() < 0 {
+			return events.Invalid("priority", "must be urgent, high, medium or low")
+		}
+	}
+	if v := c.QueryParam("task_type_id"); v != "" {
+		if f.TaskTypeID, err = parseUUID("task_type_id", v); err != nil {
+			return err
+		}
+	}
+	if v := c.QueryParam("assigned_to"); v != "" {
+		if f.AssignedTo, err = parseUUID("assigned_to", v); err != nil {
+			return err
+		}
+	}
+	if f.Unassigned, err = boolQuery(c, "unassigned"); err != nil {
+		return err
+	}
+	if f.Retries, err = boolQuery(c, "retries"); err != nil {
+		return err
+	}
+	if v := c.QueryParam("limit"); v != "" {
+		if f.Limit, err = strconv.Atoi(v); err != nil || f.Limit < 1 || f.Limit > 200 {
+			return events.Invalid("limit", "must be a number from 1 to 200")
+		}
+	}
+	page, err := s.db.ListTasks(c.Request().Context(), f)
+	if err != nil {
+		return err
+	}
+	return ok(c, http.StatusOK, page)
+}
+
+func (s *Server) getTask(c echo.Context) error {
+	id, err := pathID(c, "id")
+	if err != nil {
+		return err
+	}
+	d, err := s.db.GetTaskDetail(c.Request().Context(), id)
+	if err != nil {
+		return err
+	}
+	return ok(c, http.StatusOK, d)
+}
+
+// adminCommand runs decide on task :id as the admin and answers with the task.
+func (s *Server) adminCommand(c echo.Context, decide func(t *events.Task, admin string) ([]events.Payload, error)) error {
+	id, err := pathID(c, "id")
+	if err != nil {
+		return err
+	}
+	meta := actor(c, events.ActorAdmin)
+	t, evs, err := s.db.UpdateTask(c.Request().Context(), s.db.Pool(), id, meta,
+		func(t *events.Task) ([]events.Payload, error) { return decide(t, meta.Actor.ID) })
+	if err != nil {
+		return err
+	}
+	for _, e := range evs {
+		s.metrics.countEvents(e.Type)
+	}
+	return ok(c, http.StatusOK, t)
+}
+
+type editTaskRequest struct {
+	Title       *string          `json:"title,omitempty"`
+	Description *string          `json:"description,omitempty"`
+	Params      json.RawMessage  `json:"params,omitempty"`
+	Priority    *events.Priority `json:"priority,omitempty"`
+}
+
+func (s *Server) editTask(c echo.Context) error {
+	id, err := pathID(c, "id")
+	if err != nil {
+		return err
+	}
+	var req editTaskRequest
+	if err := decode(c, &req, false); err != nil {
+		return err
+	}
+	if req.Params != nil {
+		t, err := s.db.GetTaskWithType(c.Request().Context(), id)
+		if err != nil {
+			return err
+		}
+		if err := s.schemas.validate(t.TaskType, req.Params); err != nil {
+			return err
+		}
+	}
+	return s.adminCommand(c, func(t *events.Task, _ string) ([]events.Payload, error) {
+		return t.Edit(events.TaskEdit{Title: req.Title, Description: req.Description, Params: req.Params, Priority: req.Priority})
+	})
+}
+
+func (s *Server) cancelTask(c echo.Context) error {
+	var req reasonRequest
+	if err := decode(c, &req, true); err != nil {
+		return err
+	}
+	return s.adminCommand(c, func(t *events.Task, admin string) ([]events.Payload, error) {
+		return t.Cancel(admin, req.Reason)
+	})
+}
+
+type assignRequest struct {
+	AssignedTo string `json:"assigned_to"`
+	Reason     string `json:"reason"`
+}
+
+func (s *Server) assignTask(c echo.Context) error {
+	id, err := pathID(c, "id")
+	if err != nil {
+		return err
+	}
+	var req assignRequest
+	if err := decode(c, &req, false); err != nil {
+		return err
+	}
+	if req.AssignedTo == "" {
+		return events.Invalid("assigned_to", "is required")
+	}
+	worker, err := parseUUID("assigned_to", req.AssignedTo)
+	if err != nil {
+		return err
+	}
+	meta := actor(c, events.ActorAdmin)
+	t, err := s.db.AssignTask(c.Request().Context(), s.db.Pool(), id, worker, req.Reason, meta)
+	if err != nil {
+		return err
+	}
+	s.metrics.countEvents("task.assigned")
+	return ok(c, http.StatusOK, t)
+}
+
+// EventView is one event as the API shows it.
+type EventView struct {
+	Seq        int64           `json:"seq"`
+	Position   string          `json:"position"`
+	StreamType string          `json:"stream_type"`
+	StreamID   string          `json:"stream_id"`
+	Version    int             `json:"version"`
+	Type       string          `json:"type"`
+	Data       json.RawMessage `json:"data"`
+	Meta       events.Meta     `json:"meta"`
+	OccurredAt string          `json:"occurred_at"`
+}
+
+func viewEvent(e events.Envelope) EventView {
+	return EventView{Seq: e.Seq, Position: e.Position().String(), StreamType: e.StreamType, StreamID: e.StreamID,
+		Version: e.Version, Type: e.Type, Data: e.Data, Meta: e.Meta, OccurredAt: e.OccurredAt.Format(timeFormat)}
+}
+
+const timeFormat = "2006-01-02T15:04:05.000000Z07:00"
+
+func (s *Server) taskEvents(c echo.Context) error {
+	id, err := pathID(c, "id")
+	if err != nil {
+		return err
+	}
+	evs, err := s.db.Stream(c.Request().Context(), s.db.Pool(), id)
+	if err != nil {
+		return err
+	}
+	if len(evs) == 0 {
+		return events.NotFound("task", id)
+	}
+	out := make([]EventView, len(evs))
+	for i, e := range evs {
+		out[i] = viewEvent(e)
+	}
+	return ok(c, http.StatusOK, out)
+}

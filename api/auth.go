@@ -1,0 +1,147 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/labstack/echo/v4"
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/clawdbot/task-service/events"
+)
+
+// Claims is what a token says about its bearer.
+type Claims struct {
+	Email    string `json:"email"`
+	IsAdmin  bool   `json:"adm,omitempty"`
+	IsWorker bool   `json:"wrk,omitempty"`
+	jwt.RegisteredClaims
+}
+
+const issuer = "task-service"
+
+// issueToken signs a token for u that expires after ttl.
+func (s *Server) issueToken(u *events.User) (string, time.Time, error) {
+	now := s.now()
+	exp := now.Add(s.cfg.TokenTTL)
+	claims := Claims{
+		Email: u.Email, IsAdmin: u.IsAdmin, IsWorker: u.IsWorker,
+		RegisteredClaims: jwt.RegisteredClaims{
+			Issuer: issuer, Subject: u.ID,
+			IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(exp),
+		},
+	}
+	tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString(s.cfg.JWTSecret)
+	return tok, exp, err
+}
+
+// parseToken checks signature, algorithm, issuer and expiry.
+func (s *Server) parseToken(raw string) (*Claims, error) {
+	var claims Claims
+	_, err := jwt.ParseWithClaims(raw, &claims, func(*jwt.Token) (any, error) { return s.cfg.JWTSecret, nil },
+		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}), jwt.WithIssuer(issuer),
+		jwt.WithExpirationRequired(), jwt.WithTimeFunc(s.now))
+	switch {
+	case errors.Is(err, jwt.ErrTokenExpired):
+		return nil, unauthenticated("token expired; log in again (POST /api/v1/auth/login)")
+	case err != nil:
+		return nil, unauthenticated("invalid token; log in again (POST /api/v1/auth/login)")
+	case claims.Subject == "":
+		return nil, unauthenticated("invalid token: no subject")
+	}
+	return &claims, nil
+}
+
+const claimsKey = "claims"
+
+// requireRole authenticates the bearer and checks its role.
+func (s *Server) requireRole(role string) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			raw, found := strings.CutPrefix(c.Request().Header.Get(echo.HeaderAuthorization), "Bearer ")
+			if !found || raw == "" {
+				return unauthenticated("missing bearer token; send Authorization: Bearer <token> from POST /api/v1/auth/login")
+			}
+			claims, err := s.parseToken(raw)
+			if err != nil {
+				return err
+			}
+			if (role == roleAdmin && !claims.IsAdmin) || (role == roleWorker && !claims.IsWorker) {
+				return forbidden("this route needs the " + role + " role")
+			}
+			c.Set(claimsKey, claims)
+			return next(c)
+		}
+	}
+}
+
+const (
+	roleAdmin  = "admin"
+	roleWorker = "worker"
+	rolePublic = ""
+)
+
+func claimsOf(c echo.Context) *Claims {
+	cl, _ := c.Get(claimsKey).(*Claims)
+	return cl
+}
+
+// actor is who the bearer acts as on this route.
+func actor(c echo.Context, kind events.ActorKind) events.Meta {
+	return events.Meta{Actor: events.Actor{Kind: kind, ID: claimsOf(c).Subject}, RequestID: requestID(c)}
+}
+
+type loginRequest struct {
+	Email    string `json:"email"`
+	Password string `json:"password"`
+}
+
+// LoginResponse is data of POST /auth/login.
+type LoginResponse struct {
+	Token     string       `json:"token"`
+	ExpiresAt time.Time    `json:"expires_at"`
+	User      *events.User `json:"user"`
+}
+
+func (s *Server) login(c echo.Context) error {
+	var req loginRequest
+	if err := decode(c, &req, false); err != nil {
+		return err
+	}
+	if req.Email == "" {
+		return events.Invalid("email", "is required")
+	}
+	if req.Password == "" {
+		return events.Invalid("password", "is required")
+	}
+	wrong := unauthenticated("email or password is wrong")
+	u, hash, err := s.db.Credentials(c.Request().Context(), req.Email)
+	if errors.Is(err, events.ErrNotFound) {
+		// Spend the same time as a real check so timing does not reveal emails.
+		_ = bcrypt.CompareHashAndPassword(s.dummyHash, []byte(req.Password))
+		return wrong
+	}
+	if err != nil {
+		return err
+	}
+	if bcrypt.CompareHashAndPassword([]byte(hash), []byte(req.Password)) != nil {
+		return wrong
+	}
+	tok, exp, err := s.issueToken(u)
+	if err != nil {
+		return err
+	}
+	return ok(c, http.StatusOK, LoginResponse{Token: tok, ExpiresAt: exp, User: u})
+}
+
+// HashPassword hashes with the configured bcrypt cost.
+func (s *Server) HashPassword(password string) (string, error) {
+	if len(password) > events.MaxPasswordLen {
+		return "", events.Invalid("password", "is longer than %d bytes", events.MaxPasswordLen)
+	}
+	h, err := bcrypt.GenerateFromPassword([]byte(password), s.cfg.BcryptCost)
+	return string(h), err
+}

@@ -1,0 +1,117 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/google/uuid"
+	"github.com/labstack/echo/v4"
+
+	"github.com/clawdbot/task-service/events"
+)
+
+// MaxBodyBytes bounds every request body.
+const MaxBodyBytes = 1 << 20
+
+// decode reads exactly one JSON object into v, strictly: unknown fields,
+// wrong types, trailing data and oversize bodies are errors naming what is
+// at fault. An empty body is allowed when emptyOK (all fields optional).
+func decode(c echo.Context, v any, emptyOK bool) error {
+	body := http.MaxBytesReader(c.Response(), c.Request().Body, MaxBodyBytes)
+	return decodeJSON(body, v, emptyOK)
+}
+
+// decodeJSON is decode without echo, for the fuzz target.
+func decodeJSON(r io.Reader, v any, emptyOK bool) error {
+	raw, err := io.ReadAll(r)
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return &httpError{status: http.StatusRequestEntityTooLarge,
+				body: ErrorBody{Code: "too_large", Message: fmt.Sprintf("request body is larger than %d bytes", tooBig.Limit)}}
+		}
+		return &httpError{status: http.StatusBadRequest, body: ErrorBody{Code: "bad_request", Message: "could not read the request body"}}
+	}
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		if emptyOK {
+			return nil
+		}
+		return events.Invalid("body", "is empty; send a JSON object")
+	}
+	if raw[0] != '{' {
+		return events.Invalid("body", "must be a JSON object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonError(err)
+	}
+	if dec.More() {
+		return events.Invalid("body", "has data after the JSON object")
+	}
+	return nil
+}
+
+func jsonError(err error) error {
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syntax):
+		return events.Invalid("body", "malformed JSON at byte %d: %s", syntax.Offset, syntax.Error())
+	case errors.As(err, &typ):
+		field := typ.Field
+		if field == "" {
+			field = "body"
+		}
+		return events.Invalid(field, "must be %s, not %s", jsonKind(typ.Type.Kind().String()), typ.Value)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return events.Invalid("body", "malformed JSON: unexpected end")
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		return events.Invalid(name, "unknown field")
+	}
+	return events.Invalid("body", "malformed JSON: %s", err.Error())
+}
+
+func jsonKind(goKind string) string {
+	switch goKind {
+	case "string":
+		return "a string"
+	case "int", "int64", "int32", "float64", "uint":
+		return "a number"
+	case "bool":
+		return "true or false"
+	case "slice", "array":
+		return "an array"
+	case "map", "struct", "ptr":
+		return "an object"
+	}
+	return "a " + goKind
+}
+
+// pathID reads a UUID path parameter.
+func pathID(c echo.Context, name string) (string, error) {
+	return parseUUID(name, c.Param(name))
+}
+
+func parseUUID(field, s string) (string, error) {
+	id, err := uuid.Parse(s)
+	if err != nil || len(s) != 36 {
+		return "", events.Invalid(field, "must be a UUID like 0190c6e2-9bd4-7c8a-b6a1-2f3e4d5c6b7a")
+	}
+	return id.String(), nil
+}
+
+// optionalUUID checks an optional UUID field of a body.
+func optionalUUID(field string, s *string) (string, error) {
+	if s == nil || *s == "" {
+		return "", nil
+	}
+	return parseUUID(field, *s)
+}

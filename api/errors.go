@@ -1,0 +1,128 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+	"github.com/rs/zerolog"
+
+	"github.com/clawdbot/task-service/events"
+)
+
+// ErrorBody is the error half of the envelope.
+type ErrorBody struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Field   string `json:"field,omitempty"`
+}
+
+type envelope struct {
+	Success bool       `json:"success"`
+	Data    any        `json:"data"`
+	Error   *ErrorBody `json:"error,omitempty"`
+}
+
+// ok writes a success envelope.
+func ok(c echo.Context, status int, data any) error {
+	return c.JSON(status, envelope{Success: true, Data: data})
+}
+
+// httpError carries an explicit status and code, for conditions that are not
+// domain errors (a missing token, a malformed body).
+type httpError struct {
+	status int
+	body   ErrorBody
+}
+
+func (e *httpError) Error() string { return e.body.Message }
+
+func unauthenticated(msg string) error {
+	return &httpError{status: http.StatusUnauthorized, body: ErrorBody{Code: "unauthenticated", Message: msg}}
+}
+
+func forbidden(msg string) error {
+	return &httpError{status: http.StatusForbidden, body: ErrorBody{Code: "forbidden", Message: msg}}
+}
+
+// classify maps any error to a status and body: the one place that does.
+func classify(err error) (int, ErrorBody) {
+	var he *httpError
+	if errors.As(err, &he) {
+		return he.status, he.body
+	}
+	var ve *events.ValidationError
+	if errors.As(err, &ve) {
+		return http.StatusBadRequest, ErrorBody{Code: "validation_failed", Message: ve.Error(), Field: ve.Field}
+	}
+	var de *events.DuplicateError
+	if errors.As(err, &de) {
+		return http.StatusConflict, ErrorBody{Code: "duplicate", Message: de.Error(), Field: de.Field}
+	}
+	var ee *echo.HTTPError
+	if errors.As(err, &ee) {
+		return ee.Code, ErrorBody{Code: statusCode(ee.Code), Message: http.StatusText(ee.Code)}
+	}
+	switch {
+	case errors.Is(err, events.ErrNotFound):
+		return http.StatusNotFound, ErrorBody{Code: "not_found", Message: err.Error()}
+	case errors.Is(err, events.ErrInvalid):
+		return http.StatusBadRequest, ErrorBody{Code: "validation_failed", Message: err.Error()}
+	case errors.Is(err, events.ErrInvalidTransition):
+		return http.StatusConflict, ErrorBody{Code: "invalid_transition", Message: err.Error()}
+	case errors.Is(err, events.ErrConflict):
+		return http.StatusConflict, ErrorBody{Code: "conflict", Message: err.Error()}
+	case errors.Is(err, events.ErrForbidden):
+		return http.StatusForbidden, ErrorBody{Code: "forbidden", Message: "this task is not yours"}
+	case errors.Is(err, events.ErrUnauthenticated):
+		return http.StatusUnauthorized, ErrorBody{Code: "unauthenticated", Message: err.Error()}
+	}
+	return http.StatusInternalServerError, ErrorBody{Code: "internal", Message: "internal error; quote the request id to the operators"}
+}
+
+func statusCode(status int) string {
+	switch status {
+	case http.StatusNotFound:
+		return "not_found"
+	case http.StatusMethodNotAllowed:
+		return "method_not_allowed"
+	case http.StatusRequestEntityTooLarge:
+		return "too_large"
+	case http.StatusUnauthorized:
+		return "unauthenticated"
+	case http.StatusForbidden:
+		return "forbidden"
+	case http.StatusServiceUnavailable:
+		return "unavailable"
+	}
+	if status >= 500 {
+		return "internal"
+	}
+	return "bad_request"
+}
+
+// errorHandler is echo's HTTPErrorHandler: it writes the envelope and logs
+// only what the server got wrong, with the request id, never its text to the
+// client.
+func errorHandler(log zerolog.Logger) echo.HTTPErrorHandler {
+	return func(err error, c echo.Context) {
+		if c.Response().Committed {
+			return
+		}
+		status, body := classify(err)
+		if status >= 500 {
+			log.Error().Err(err).Str("request_id", requestID(c)).Str("path", c.Path()).Msg("request failed")
+		}
+		if c.Request().Method == http.MethodHead {
+			_ = c.NoContent(status)
+			return
+		}
+		_ = c.JSON(status, envelope{Success: false, Error: &body})
+	}
+}
+
+func requestID(c echo.Context) string {
+	return c.Response().Header().Get(echo.HeaderXRequestID)
+}
+
+func isNotFound(err error) bool { return errors.Is(err, events.ErrNotFound) }

@@ -1,0 +1,56 @@
+package api
+
+import (
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// metrics are the API's Prometheus series, registered on the server's own
+// registry (no package globals).
+type metrics struct {
+	reg          *prometheus.Registry
+	requests     *prometheus.CounterVec
+	duration     *prometheus.HistogramVec
+	claims       *prometheus.CounterVec
+	claimLatency prometheus.Histogram
+	appended     *prometheus.CounterVec
+}
+
+func newMetrics(reg *prometheus.Registry) *metrics {
+	m := &metrics{
+		reg: reg,
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "taskservice_http_requests_total", Help: "HTTP requests by method, route and status.",
+		}, []string{"method", "route", "status"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "taskservice_http_request_duration_seconds", Help: "HTTP request latency by route.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10, 60},
+		}, []string{"method", "route"}),
+		claims: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "taskservice_claims_total", Help: "Claim attempts by outcome (claimed, empty).",
+		}, []string{"outcome"}),
+		claimLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "taskservice_claim_duration_seconds", Help: "Time to run one claim against the database.",
+			Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, 1},
+		}),
+		appended: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "taskservice_events_appended_total", Help: "Events appended through this instance's API, by type.",
+		}, []string{"type"}),
+	}
+	reg.MustRegister(m.requests, m.duration, m.claims, m.claimLatency, m.appended)
+	_ = reg.Register(collectors.NewGoCollector())
+	_ = reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+func (m *metrics) handler() echo.HandlerFunc {
+	return echo.WrapHandler(promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
+}
+
+func (m *metrics) countEvents(types ...string) {
+	for _, t := range types {
+		m.appended.WithLabelValues(t).Inc()
+	}
+}

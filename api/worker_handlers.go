@@ -1,0 +1,199 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/labstack/echo/v4"
+
+	"github.com/clawdbot/task-service/events"
+	"github.com/clawdbot/task-service/store"
+)
+
+type heartbeatRequest struct {
+	Status        string          `json:"status,omitempty"`
+	CurrentTaskID *string         `json:"current_task_id,omitempty"`
+	Metadata      json.RawMessage `json:"metadata,omitempty"`
+}
+
+const maxMetadataBytes = 16 << 10
+
+func (s *Server) heartbeat(c echo.Context) error {
+	var req heartbeatRequest
+	if err := decode(c, &req, true); err != nil {
+		return err
+	}
+	switch req.Status {
+	case "", "idle", "working", "offline":
+	default:
+		return events.Invalid("status", "must be idle, working or offline")
+	}
+	current, err := optionalUUID("current_task_id", req.CurrentTaskID)
+	if err != nil {
+		return err
+	}
+	meta := bytes.TrimSpace(req.Metadata)
+	if len(meta) > 0 && !bytes.Equal(meta, []byte("null")) && meta[0] != '{' {
+		return events.Invalid("metadata", "must be a JSON object")
+	}
+	if len(meta) > maxMetadataBytes {
+		return events.Invalid("metadata", "is larger than %d bytes", maxMetadataBytes)
+	}
+	p := store.HeartbeatParams{Status: req.Status, Metadata: meta}
+	if current != "" {
+		p.CurrentTaskID = &current
+	}
+	u, err := s.db.Heartbeat(c.Request().Context(), claimsOf(c).Subject, p, actor(c, events.ActorWorker))
+	if err != nil {
+		return err
+	}
+	return ok(c, http.StatusOK, map[string]any{"worker_id": u.ID, "online": u.Online, "server_time": s.now().UTC()})
+}
+
+func (s *Server) claim(c echo.Context) error {
+	start := time.Now()
+	t, err := s.db.Claim(c.Request().Context(), claimsOf(c).Subject, actor(c, events.ActorWorker))
+	s.metrics.claimLatency.Observe(time.Since(start).Seconds())
+	if err != nil {
+		return err
+	}
+	if t == nil {
+		s.metrics.claims.WithLabelValues("empty").Inc()
+		return ok(c, http.StatusOK, nil)
+	}
+	s.metrics.claims.WithLabelValues("claimed").Inc()
+	s.metrics.countEvents("task.claimed")
+	return ok(c, http.StatusOK, t)
+}
+
+func (s *Server) workerTasks(c echo.Context) error {
+	all, err := boolQuery(c, "all")
+	if err != nil {
+		return err
+	}
+	tasks, err := s.db.WorkerTasks(c.Request().Context(), claimsOf(c).Subject, all)
+	if err != nil {
+		return err
+	}
+	return ok(c, http.StatusOK, tasks)
+}
+
+func (s *Server) workerTask(c echo.Context) error {
+	id, err := pathID(c, "id")
+	if err != nil {
+		return err
+	}
+	t, err := s.db.GetTaskWithType(c.Request().Context(), id)
+	if err != nil {
+		return err
+	}
+	if !t.HeldBy(claimsOf(c).Subject) {
+		return events.ErrForbidden
+	}
+	return ok(c, http.StatusOK, t)
+}
+
+// workerCommand runs decide on the worker's task :id and answers with the task.
+func (s *Server) workerCommand(c echo.Context, decide func(t *events.Task, worker string) ([]events.Payload, error)) error {
+	id, err := pathID(c, "id")
+	if err != nil {
+		return err
+	}
+	worker := claimsOf(c).Subject
+	t, evs, err := s.db.UpdateTask(c.Request().Context(), s.db.Pool(), id, actor(c, events.ActorWorker),
+		func(t *events.Task) ([]events.Payload, error) { return decide(t, worker) })
+	if err != nil {
+		return err
+	}
+	for _, e := range evs {
+		s.metrics.countEvents(e.Type)
+	}
+	return ok(c, http.StatusOK, t)
+}
+
+type updateRequest struct {
+	Message *string `json:"message"`
+}
+
+func (s *Server) postUpdate(c echo.Context) error {
+	var req updateRequest
+	if err := decode(c, &req, false); err != nil {
+		return err
+	}
+	if req.Message == nil {
+		return events.Invalid("message", "is required")
+	}
+	updateID := uuid.Must(uuid.NewV7()).String()
+	return s.workerCommand(c, func(t *events.Task, worker string) ([]events.Payload, error) {
+		return t.PostUpdate(updateID, worker, *req.Message, true)
+	})
+}
+
+type resultRequest struct {
+	Result json.RawMessage `json:"result"`
+}
+
+func (s *Server) postResult(c echo.Context) error {
+	var req resultRequest
+	if err := decode(c, &req, false); err != nil {
+		return err
+	}
+	return s.workerCommand(c, func(t *events.Task, worker string) ([]events.Payload, error) {
+		return t.PostResult(worker, req.Result)
+	})
+}
+
+type statusRequest struct {
+	Status *string `json:"status"`
+	Reason string  `json:"reason,omitempty"`
+}
+
+func (s *Server) setStatus(c echo.Context) error {
+	var req statusRequest
+	if err := decode(c, &req, false); err != nil {
+		return err
+	}
+	if req.Status == nil {
+		return events.Invalid("status", "is required: completed or failed")
+	}
+	switch events.Status(*req.Status) {
+	case events.StatusCompleted:
+		return s.workerCommand(c, func(t *events.Task, worker string) ([]events.Payload, error) {
+			return t.Complete(worker)
+		})
+	case events.StatusFailed:
+		return s.workerCommand(c, func(t *events.Task, worker string) ([]events.Payload, error) {
+			return t.Fail(worker, events.FailureError, req.Reason, nil)
+		})
+	}
+	return events.Invalid("status", "must be completed or failed")
+}
+
+type reasonRequest struct {
+	Reason string `json:"reason,omitempty"`
+}
+
+func (s *Server) release(c echo.Context) error {
+	var req reasonRequest
+	if err := decode(c, &req, true); err != nil {
+		return err
+	}
+	return s.workerCommand(c, func(t *events.Task, worker string) ([]events.Payload, error) {
+		return t.Release(worker, req.Reason)
+	})
+}
+
+func boolQuery(c echo.Context, name string) (bool, error) {
+	switch c.QueryParam(name) {
+	case "":
+		return false, nil
+	case "true", "1":
+		return true, nil
+	case "false", "0":
+		return false, nil
+	}
+	return false, events.Invalid(name, "must be true or false")
+}

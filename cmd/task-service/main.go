@@ -1,0 +1,249 @@
+// Command task-service is the server: the REST API, and (with the reactors
+// work) the reactors and the stuck detector.
+//
+//	task-service [serve]          run the server (migrates first)
+//	task-service migrate up       apply migrations
+//	task-service migrate down [N] revert N migrations (all without N)
+//	task-service migrate version  print the applied version
+//
+// Configuration comes from the environment; each variable has a flag twin.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/clawdbot/task-service/api"
+	"github.com/clawdbot/task-service/events"
+	"github.com/clawdbot/task-service/migrations"
+	"github.com/clawdbot/task-service/projections"
+	"github.com/clawdbot/task-service/store"
+)
+
+type config struct {
+	databaseURL   string
+	listenAddr    string
+	jwtSecret     string
+	adminEmail    string
+	adminPassword string
+	logLevel      string
+	logFormat     string
+	tokenTTL      time.Duration
+	bcryptCost    int
+	maxConns      int
+}
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	cmd := "serve"
+	if len(args) > 0 && (args[0] == "serve" || args[0] == "migrate") {
+		cmd, args = args[0], args[1:]
+	}
+	fs := flag.NewFlagSet("task-service "+cmd, flag.ContinueOnError)
+	cfg := config{}
+	fs.StringVar(&cfg.databaseURL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL URL (env DATABASE_URL)")
+	fs.StringVar(&cfg.listenAddr, "listen-addr", envOr("LISTEN_ADDR", ":8001"), "HTTP listen address (env LISTEN_ADDR)")
+	fs.StringVar(&cfg.jwtSecret, "jwt-secret", os.Getenv("JWT_SECRET"), "HS256 secret for tokens, at least 16 bytes (env JWT_SECRET)")
+	fs.StringVar(&cfg.adminEmail, "admin-email", os.Getenv("ADMIN_EMAIL"), "create this admin at start if no admin exists (env ADMIN_EMAIL)")
+	fs.StringVar(&cfg.adminPassword, "admin-password", os.Getenv("ADMIN_PASSWORD"), "password of that admin (env ADMIN_PASSWORD)")
+	fs.StringVar(&cfg.logLevel, "log-level", envOr("LOG_LEVEL", "info"), "debug, info, warn or error (env LOG_LEVEL)")
+	fs.StringVar(&cfg.logFormat, "log-format", envOr("LOG_FORMAT", "auto"), "json, console or auto (console on a terminal) (env LOG_FORMAT)")
+	fs.DurationVar(&cfg.tokenTTL, "token-ttl", envDuration("TOKEN_TTL", 24*time.Hour), "how long a login token lasts (env TOKEN_TTL)")
+	fs.IntVar(&cfg.bcryptCost, "bcrypt-cost", envInt("BCRYPT_COST", 10), "bcrypt cost for new passwords (env BCRYPT_COST)")
+	fs.IntVar(&cfg.maxConns, "max-conns", envInt("DB_MAX_CONNS", 40), "database pool size (env DB_MAX_CONNS)")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: task-service [serve|migrate up|migrate down [N]|migrate version] [flags]\n\nFlags (each has an environment twin):\n")
+		fs.PrintDefaults()
+		fmt.Fprintf(fs.Output(), "\nExample:\n  DATABASE_URL=postgres://localhost/taskservice JWT_SECRET=$(openssl rand -hex 32) \\\n    ADMIN_EMAIL=admin@example.com ADMIN_PASSWORD=change-me task-service serve\n")
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	log := newLogger(cfg.logLevel, cfg.logFormat)
+	if cfg.databaseURL == "" {
+		log.Error().Msg("DATABASE_URL is not set: point it at PostgreSQL, or use `make run`, which starts a private one")
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	var err error
+	if cmd == "migrate" {
+		err = migrate(ctx, cfg, fs.Args())
+	} else {
+		err = serve(ctx, cfg, log)
+	}
+	if err != nil {
+		log.Error().Err(err).Msg(cmd + " failed")
+		return 1
+	}
+	return 0
+}
+
+func migrate(ctx context.Context, cfg config, args []string) error {
+	if len(args) == 0 {
+		return errors.New("say `migrate up`, `migrate down [N]` or `migrate version`")
+	}
+	switch args[0] {
+	case "up":
+		return migrations.Up(ctx, cfg.databaseURL)
+	case "down":
+		steps := 0
+		if len(args) > 1 {
+			n, err := strconv.Atoi(args[1])
+			if err != nil || n < 1 {
+				return fmt.Errorf("migrate down takes a positive number of steps, not %q", args[1])
+			}
+			steps = n
+		}
+		return migrations.Down(ctx, cfg.databaseURL, steps)
+	case "version":
+		v, dirty, err := migrations.Version(ctx, cfg.databaseURL)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("version %d dirty=%v\n", v, dirty)
+		return nil
+	}
+	return fmt.Errorf("unknown migrate command %q: say up, down or version", args[0])
+}
+
+func serve(ctx context.Context, cfg config, log zerolog.Logger) error {
+	if len(cfg.jwtSecret) < 16 {
+		return errors.New("JWT_SECRET must be set to at least 16 bytes (for example: openssl rand -hex 32)")
+	}
+	if err := migrations.Up(ctx, cfg.databaseURL); err != nil {
+		return err
+	}
+	pool, err := store.Connect(ctx, cfg.databaseURL, int32(cfg.maxConns))
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	db, err := store.New(pool, store.Config{Projector: projections.Projector{}})
+	if err != nil {
+		return err
+	}
+	srv, err := api.New(api.Config{DB: db, Logger: log, JWTSecret: []byte(cfg.jwtSecret),
+		TokenTTL: cfg.tokenTTL, BcryptCost: cfg.bcryptCost})
+	if err != nil {
+		return err
+	}
+	if err := bootstrapAdmin(ctx, db, srv, cfg, log); err != nil {
+		return err
+	}
+
+	ln, err := net.Listen("tcp", cfg.listenAddr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w (set LISTEN_ADDR to a free address)", cfg.listenAddr, err)
+	}
+	httpSrv := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	log.Info().Str("addr", ln.Addr().String()).Str("api", "http://"+displayAddr(ln.Addr())+"/api/v1").Msg("task-service listening")
+
+	errc := make(chan error, 1)
+	go func() { errc <- httpSrv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info().Msg("shutting down: finishing requests in flight (30 s at most)")
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := httpSrv.Shutdown(shutdownCtx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	log.Info().Msg("stopped")
+	return nil
+}
+
+// bootstrapAdmin creates the first admin from ADMIN_EMAIL/ADMIN_PASSWORD.
+func bootstrapAdmin(ctx context.Context, db *store.DB, srv *api.Server, cfg config, log zerolog.Logger) error {
+	exists, err := db.AdminExists(ctx)
+	if err != nil || exists {
+		return err
+	}
+	if cfg.adminEmail == "" || cfg.adminPassword == "" {
+		log.Warn().Msg("no admin exists: set ADMIN_EMAIL and ADMIN_PASSWORD and restart to create one")
+		return nil
+	}
+	hash, err := srv.HashPassword(cfg.adminPassword)
+	if err != nil {
+		return err
+	}
+	_, err = db.CreateUser(ctx, events.UserRegistered{Email: cfg.adminEmail, FullName: "Administrator", IsAdmin: true},
+		cfg.adminPassword, hash, events.Meta{Actor: events.System("bootstrap")})
+	if errors.Is(err, events.ErrConflict) {
+		return nil // another instance created it first
+	}
+	if err != nil {
+		return fmt.Errorf("create admin %s: %w", cfg.adminEmail, err)
+	}
+	log.Info().Str("email", cfg.adminEmail).Msg("created the first admin")
+	return nil
+}
+
+func displayAddr(a net.Addr) string {
+	tcp, ok := a.(*net.TCPAddr)
+	if ok && tcp.IP.IsUnspecified() {
+		return fmt.Sprintf("127.0.0.1:%d", tcp.Port)
+	}
+	return a.String()
+}
+
+func newLogger(level, format string) zerolog.Logger {
+	lvl, err := zerolog.ParseLevel(level)
+	if err != nil {
+		lvl = zerolog.InfoLevel
+	}
+	var log zerolog.Logger
+	if format == "console" || (format == "auto" && isTerminal(os.Stderr)) {
+		log = zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.TimeOnly})
+	} else {
+		log = zerolog.New(os.Stderr)
+	}
+	return log.Level(lvl).With().Timestamp().Logger()
+}
+
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func envInt(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil {
+		return n
+	}
+	return def
+}
+
+func envDuration(name string, def time.Duration) time.Duration {
+	if d, err := time.ParseDuration(os.Getenv(name)); err == nil {
+		return d
+	}
+	return def
+}

@@ -1,0 +1,74 @@
+package events
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors. Every error the service returns to a client wraps one of
+// these; the API maps them to HTTP statuses in exactly one place.
+var (
+	ErrNotFound          = errors.New("not found")
+	ErrInvalid           = errors.New("invalid input")
+	ErrInvalidTransition = errors.New("invalid transition")
+	ErrConflict          = errors.New("version conflict")
+	ErrForbidden         = errors.New("forbidden")
+	ErrUnauthenticated   = errors.New("unauthenticated")
+	ErrAtCapacity        = errors.New("worker at capacity")
+)
+
+// ValidationError names the field (or JSON path) at fault.
+type ValidationError struct {
+	Field   string
+	Message string
+}
+
+func (e *ValidationError) Error() string {
+	if e.Field == "" {
+		return e.Message
+	}
+	return e.Field + ": " + e.Message
+}
+
+func (e *ValidationError) Unwrap() error { return ErrInvalid }
+
+// Invalid returns a *ValidationError for field.
+func Invalid(field, format string, args ...any) error {
+	return &ValidationError{Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+// TransitionError says which command the current status forbids.
+type TransitionError struct {
+	Command string
+	Status  Status
+}
+
+func (e *TransitionError) Error() string {
+	return fmt.Sprintf("cannot %s a task that is %s", e.Command, e.Status)
+}
+
+func (e *TransitionError) Unwrap() error { return ErrInvalidTransition }
+
+// NotFoundError names what was not found.
+type NotFoundError struct {
+	Kind string
+	ID   string
+}
+
+func (e *NotFoundError) Error() string { return fmt.Sprintf("%s %s not found", e.Kind, e.ID) }
+func (e *NotFoundError) Unwrap() error { return ErrNotFound }
+
+// NotFound returns a *NotFoundError.
+func NotFound(kind, id string) error { return &NotFoundError{Kind: kind, ID: id} }
+
+// DuplicateError says a unique value (an email, a type name) is taken.
+type DuplicateError struct {
+	Field string
+	Value string
+}
+
+func (e *DuplicateError) Error() string {
+	return fmt.Sprintf("%s %q is already taken", e.Field, e.Value)
+}
+
+func (e *DuplicateError) Unwrap() error { return ErrConflict }

@@ -1,0 +1,464 @@
+package events
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Status is a task's place in its lifecycle.
+type Status string
+
+const (
+	StatusPending    Status = "pending"
+	StatusInProgress Status = "in_progress"
+	StatusCompleted  Status = "completed"
+	StatusFailed     Status = "failed"
+	StatusCancelled  Status = "cancelled"
+)
+
+// Valid reports whether s is a known status.
+func (s Status) Valid() bool {
+	switch s {
+	case StatusPending, StatusInProgress, StatusCompleted, StatusFailed, StatusCancelled:
+		return true
+	}
+	return false
+}
+
+// Terminal reports whether no worker can act on the task any more.
+func (s Status) Terminal() bool {
+	return s == StatusCompleted || s == StatusFailed || s == StatusCancelled
+}
+
+// Priority orders the queue: urgent before high before medium before low.
+type Priority string
+
+const (
+	PriorityUrgent Priority = "urgent"
+	PriorityHigh   Priority = "high"
+	PriorityMedium Priority = "medium"
+	PriorityLow    Priority = "low"
+)
+
+// Rank is the claim order (0 first); -1 for an unknown priority.
+func (p Priority) Rank() int {
+	switch p {
+	case PriorityUrgent:
+		return 0
+	case PriorityHigh:
+		return 1
+	case PriorityMedium:
+		return 2
+	case PriorityLow:
+		return 3
+	}
+	return -1
+}
+
+// Retry outcomes recorded on a failed task.
+const (
+	RetryOutcomeRetried   = "retried"
+	RetryOutcomeSkipped   = "skipped"
+	RetryOutcomeExhausted = "exhausted"
+)
+
+// Task is the fold of a task stream; the worker_tasks row is exactly this.
+type Task struct {
+	ID            string          `json:"id"`
+	Title         string          `json:"title"`
+	Description   string          `json:"description"`
+	TaskTypeID    string          `json:"task_type_id"`
+	Params        json.RawMessage `json:"params"`
+	Priority      Priority        `json:"priority"`
+	Status        Status          `json:"status"`
+	AssignedTo    *string         `json:"assigned_to"`
+	Result        json.RawMessage `json:"result"`
+	RetryCount    int             `json:"retry_count"`
+	ParentTaskID  *string         `json:"parent_task_id"`
+	CreatedBy     *string         `json:"created_by"`
+	CreatedAt     time.Time       `json:"created_at"`
+	StartedAt     *time.Time      `json:"started_at"`
+	CompletedAt   *time.Time      `json:"completed_at"`
+	UpdatedAt     time.Time       `json:"updated_at"`
+	AvailableAt   time.Time       `json:"available_at"`
+	FailureKind   *string         `json:"failure_kind"`
+	FailureReason *string         `json:"failure_reason"`
+	RetryOutcome  *string         `json:"retry_outcome"`
+	RetryTaskID   *string         `json:"retry_task_id"`
+	Version       int             `json:"version"`
+}
+
+// HeldBy reports whether workerID holds (or was assigned) the task.
+func (t *Task) HeldBy(workerID string) bool {
+	return t.AssignedTo != nil && *t.AssignedTo == workerID
+}
+
+// Apply folds one event of the task's stream into t. It never fails: events
+// were validated before they existed.
+func (t *Task) Apply(e Envelope) {
+	at := e.OccurredAt
+	switch p := e.Payload.(type) {
+	case TaskCreated:
+		*t = Task{
+			ID: e.StreamID, Title: p.Title, Description: p.Description, TaskTypeID: p.TaskTypeID,
+			Params: p.Params, Priority: p.Priority, Status: StatusPending, RetryCount: p.RetryCount,
+			ParentTaskID: optional(p.ParentTaskID), CreatedBy: optional(p.CreatedBy),
+			CreatedAt: at, AvailableAt: at,
+		}
+		if p.AvailableAt != nil {
+			t.AvailableAt = p.AvailableAt.UTC()
+		}
+	case TaskAssigned:
+		t.AssignedTo = optional(p.WorkerID)
+	case TaskClaimed:
+		t.Status = StatusInProgress
+		t.AssignedTo = optional(p.WorkerID)
+		t.StartedAt = &at
+	case TaskReleased:
+		t.Status = StatusPending
+		t.AssignedTo = nil
+		t.StartedAt = nil
+	case TaskResultPosted:
+		t.Result = p.Result
+	case TaskCompleted:
+		t.Status = StatusCompleted
+		t.CompletedAt = &at
+	case TaskFailed:
+		t.Status = StatusFailed
+		t.CompletedAt = &at
+		t.FailureKind = optional(p.Kind)
+		t.FailureReason = &p.Reason
+	case TaskCancelled:
+		t.Status = StatusCancelled
+		t.CompletedAt = &at
+	case TaskRetried:
+		t.RetryOutcome = optional(RetryOutcomeRetried)
+		t.RetryTaskID = optional(p.RetryTaskID)
+	case TaskRetrySkipped:
+		t.RetryOutcome = optional(RetryOutcomeSkipped)
+	case TaskRetriesExhausted:
+		t.RetryOutcome = optional(RetryOutcomeExhausted)
+	case TaskEdited:
+		t.Title, t.Description, t.Params, t.Priority = p.Title, p.Description, p.Params, p.Priority
+	case TaskUpdatePosted:
+		// The thread lives in worker_task_updates; the task only moves its clock.
+	}
+	t.Version = e.Version
+	t.UpdatedAt = at
+}
+
+// FoldTask folds a whole stream; nil when it is empty.
+func FoldTask(stream []Envelope) *Task {
+	if len(stream) == 0 {
+		return nil
+	}
+	t := &Task{}
+	for _, e := range stream {
+		t.Apply(e)
+	}
+	return t
+}
+
+func optional(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// Limits on what clients send.
+const (
+	MaxTitleLen       = 500
+	MaxDescriptionLen = 100_000
+	MaxMessageLen     = 20_000
+	MaxReasonLen      = 10_000
+)
+
+// NewTaskParams is what creating a task needs.
+type NewTaskParams struct {
+	Title        string
+	Description  string
+	Params       json.RawMessage
+	Priority     Priority
+	AssignedTo   string
+	AssignReason string
+	CreatedBy    string
+	RetryCount   int
+	ParentTaskID string
+	AvailableAt  *time.Time
+}
+
+// NewTask decides the events that create a task of type tt. Params must
+// already satisfy the type's schema (the caller holds the compiled schema).
+func NewTask(p NewTaskParams, tt *TaskType) ([]Payload, error) {
+	title := strings.TrimSpace(p.Title)
+	if title == "" {
+		return nil, Invalid("title", "is required")
+	}
+	if utf8.RuneCountInString(title) > MaxTitleLen {
+		return nil, Invalid("title", "is longer than %d characters", MaxTitleLen)
+	}
+	if len(p.Description) > MaxDescriptionLen {
+		return nil, Invalid("description", "is longer than %d bytes", MaxDescriptionLen)
+	}
+	if p.Priority == "" {
+		p.Priority = PriorityMedium
+	}
+	if p.Priority.Rank() < 0 {
+		return nil, Invalid("priority", "must be one of urgent, high, medium, low")
+	}
+	if tt == nil {
+		return nil, Invalid("task_type_id", "is required")
+	}
+	if tt.Archived {
+		return nil, Invalid("task_type_id", "task type %s is archived", tt.Name)
+	}
+	params, err := objectParams(p.Params)
+	if err != nil {
+		return nil, err
+	}
+	out := []Payload{TaskCreated{
+		Title: title, Description: p.Description, TaskTypeID: tt.ID, Params: params,
+		Priority: p.Priority, RetryCount: p.RetryCount, ParentTaskID: p.ParentTaskID,
+		CreatedBy: p.CreatedBy, AvailableAt: p.AvailableAt,
+	}}
+	if p.AssignedTo != "" {
+		out = append(out, TaskAssigned{WorkerID: p.AssignedTo, By: p.CreatedBy, Reason: p.AssignReason})
+	}
+	return out, nil
+}
+
+// objectParams defaults empty params to {} and insists on a JSON object.
+func objectParams(raw json.RawMessage) (json.RawMessage, error) {
+	trimmed := bytes.TrimSpace(raw)
+	if len(trimmed) == 0 || bytes.Equal(trimmed, []byte("null")) {
+		return json.RawMessage(`{}`), nil
+	}
+	if trimmed[0] != '{' {
+		return nil, Invalid("params", "must be a JSON object")
+	}
+	return trimmed, nil
+}
+
+// Claim decides a claim by workerID. The store runs the same rule as one SQL
+// statement (SKIP LOCKED); this is the rule it must match.
+func (t *Task) Claim(workerID string) ([]Payload, error) {
+	if t.AssignedTo != nil && *t.AssignedTo != workerID {
+		return nil, ErrForbidden
+	}
+	if t.Status != StatusPending {
+		return nil, &TransitionError{Command: "claim", Status: t.Status}
+	}
+	return []Payload{TaskClaimed{WorkerID: workerID}}, nil
+}
+
+// holder checks that workerID holds the task and that it is in progress.
+func (t *Task) holder(workerID, command string) error {
+	if !t.HeldBy(workerID) {
+		return ErrForbidden
+	}
+	if t.Status != StatusInProgress {
+		return &TransitionError{Command: command, Status: t.Status}
+	}
+	return nil
+}
+
+// Release gives an in-progress task back to the pool.
+func (t *Task) Release(workerID, reason string) ([]Payload, error) {
+	if err := t.holder(workerID, "release"); err != nil {
+		return nil, err
+	}
+	if err := maxLen("reason", reason, MaxReasonLen); err != nil {
+		return nil, err
+	}
+	return []Payload{TaskReleased{WorkerID: workerID, Reason: reason}}, nil
+}
+
+// PostUpdate adds a message to the task's thread. A worker must hold the
+// task; an admin (workerID "") may comment on any task.
+func (t *Task) PostUpdate(updateID, authorID, message string, byWorker bool) ([]Payload, error) {
+	if byWorker && !t.HeldBy(authorID) {
+		return nil, ErrForbidden
+	}
+	if strings.TrimSpace(message) == "" {
+		return nil, Invalid("message", "is required")
+	}
+	if err := maxLen("message", message, MaxMessageLen); err != nil {
+		return nil, err
+	}
+	if byWorker && t.Status != StatusInProgress {
+		return nil, &TransitionError{Command: "post an update to", Status: t.Status}
+	}
+	return []Payload{TaskUpdatePosted{UpdateID: updateID, AuthorID: authorID, Message: message}}, nil
+}
+
+// PostResult stores the worker's structured result (any JSON value).
+func (t *Task) PostResult(workerID string, result json.RawMessage) ([]Payload, error) {
+	if err := t.holder(workerID, "post a result to"); err != nil {
+		return nil, err
+	}
+	result = bytes.TrimSpace(result)
+	if len(result) == 0 || bytes.Equal(result, []byte("null")) {
+		return nil, Invalid("result", "is required")
+	}
+	return []Payload{TaskResultPosted{WorkerID: workerID, Result: result}}, nil
+}
+
+// Complete finishes the task successfully.
+func (t *Task) Complete(workerID string) ([]Payload, error) {
+	if err := t.holder(workerID, "complete"); err != nil {
+		return nil, err
+	}
+	return []Payload{TaskCompleted{WorkerID: workerID}}, nil
+}
+
+// Fail ends the task as failed. workerID is the holder for a worker's own
+// failure, "" for the system (stuck detector, timeouts).
+func (t *Task) Fail(workerID, kind, reason string, evidence json.RawMessage) ([]Payload, error) {
+	if workerID != "" {
+		if err := t.holder(workerID, "fail"); err != nil {
+			return nil, err
+		}
+	} else if t.Status != StatusInProgress {
+		return nil, &TransitionError{Command: "fail", Status: t.Status}
+	}
+	switch kind {
+	case FailureError, FailureWorkerOffline, FailureTimeout:
+	default:
+		return nil, Invalid("kind", "must be one of error, worker_offline, timeout")
+	}
+	if strings.TrimSpace(reason) == "" {
+		reason = "no reason given"
+	}
+	if err := maxLen("reason", reason, MaxReasonLen); err != nil {
+		return nil, err
+	}
+	holder := workerID
+	if holder == "" && t.AssignedTo != nil {
+		holder = *t.AssignedTo
+	}
+	return []Payload{TaskFailed{WorkerID: holder, Kind: kind, Reason: reason, Evidence: evidence}}, nil
+}
+
+// Cancel stops a task that has not ended.
+func (t *Task) Cancel(by, reason string) ([]Payload, error) {
+	if t.Status.Terminal() {
+		return nil, &TransitionError{Command: "cancel", Status: t.Status}
+	}
+	if err := maxLen("reason", reason, MaxReasonLen); err != nil {
+		return nil, err
+	}
+	return []Payload{TaskCancelled{By: by, Reason: reason}}, nil
+}
+
+// Assign gives a pending task to a worker; it stays pending until claimed.
+func (t *Task) Assign(workerID, by, reason string) ([]Payload, error) {
+	if t.Status != StatusPending {
+		return nil, &TransitionError{Command: "assign", Status: t.Status}
+	}
+	if err := maxLen("reason", reason, MaxReasonLen); err != nil {
+		return nil, err
+	}
+	return []Payload{TaskAssigned{WorkerID: workerID, By: by, Reason: reason}}, nil
+}
+
+// TaskEdit holds the fields an admin may change; nil leaves a field as is.
+type TaskEdit struct {
+	Title       *string
+	Description *string
+	Params      json.RawMessage
+	Priority    *Priority
+}
+
+// Edit changes a pending task. Params, when given, must already satisfy the
+// type's schema.
+func (t *Task) Edit(e TaskEdit) ([]Payload, error) {
+	if t.Status != StatusPending {
+		return nil, &TransitionError{Command: "edit", Status: t.Status}
+	}
+	out := TaskEdited{Title: t.Title, Description: t.Description, Params: t.Params, Priority: t.Priority}
+	if e.Title != nil {
+		out.Title = strings.TrimSpace(*e.Title)
+		if out.Title == "" {
+			return nil, Invalid("title", "must not be empty")
+		}
+		if utf8.RuneCountInString(out.Title) > MaxTitleLen {
+			return nil, Invalid("title", "is longer than %d characters", MaxTitleLen)
+		}
+	}
+	if e.Description != nil {
+		if len(*e.Description) > MaxDescriptionLen {
+			return nil, Invalid("description", "is longer than %d bytes", MaxDescriptionLen)
+		}
+		out.Description = *e.Description
+	}
+	if e.Params != nil {
+		params, err := objectParams(e.Params)
+		if err != nil {
+			return nil, err
+		}
+		out.Params = params
+	}
+	if e.Priority != nil {
+		if e.Priority.Rank() < 0 {
+			return nil, Invalid("priority", "must be one of urgent, high, medium, low")
+		}
+		out.Priority = *e.Priority
+	}
+	return []Payload{out}, nil
+}
+
+// RetryDecision is what may follow a failure; only one ever does.
+func (t *Task) canDecideRetry(command string) error {
+	if t.Status != StatusFailed {
+		return &TransitionError{Command: command, Status: t.Status}
+	}
+	if t.RetryOutcome != nil && *t.RetryOutcome == RetryOutcomeRetried {
+		return &TransitionError{Command: command, Status: "already retried"}
+	}
+	return nil
+}
+
+// Retried records the retry created for a failed task. A manual retry by an
+// admin is allowed after the automatic decision skipped or exhausted.
+func (t *Task) Retried(p TaskRetried) ([]Payload, error) {
+	if err := t.canDecideRetry("retry"); err != nil {
+		return nil, err
+	}
+	if !p.Manual && t.RetryOutcome != nil {
+		return nil, &TransitionError{Command: "retry", Status: Status("retry already decided: " + *t.RetryOutcome)}
+	}
+	return []Payload{p}, nil
+}
+
+// RetrySkipped records that the failure looked permanent.
+func (t *Task) RetrySkipped(reason string) ([]Payload, error) {
+	if err := t.canDecideRetry("skip retry of"); err != nil {
+		return nil, err
+	}
+	if t.RetryOutcome != nil {
+		return nil, &TransitionError{Command: "skip retry of", Status: Status("retry already decided: " + *t.RetryOutcome)}
+	}
+	return []Payload{TaskRetrySkipped{Reason: reason}}, nil
+}
+
+// RetriesExhausted records that the type allows no more attempts.
+func (t *Task) RetriesExhausted(maxRetries int) ([]Payload, error) {
+	if err := t.canDecideRetry("exhaust retries of"); err != nil {
+		return nil, err
+	}
+	if t.RetryOutcome != nil {
+		return nil, &TransitionError{Command: "exhaust retries of", Status: Status("retry already decided: " + *t.RetryOutcome)}
+	}
+	return []Payload{TaskRetriesExhausted{Attempts: t.RetryCount + 1, MaxRetries: maxRetries}}, nil
+}
+
+func maxLen(field, s string, n int) error {
+	if len(s) > n {
+		return Invalid(field, "is longer than %d bytes", n)
+	}
+	return nil
+}

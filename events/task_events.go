@@ -1,0 +1,129 @@
+package events
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Task stream payloads. Field names are the stored JSON: never rename, add.
+
+type TaskCreated struct {
+	Title        string          `json:"title"`
+	Description  string          `json:"description"`
+	TaskTypeID   string          `json:"task_type_id"`
+	Params       json.RawMessage `json:"params"`
+	Priority     Priority        `json:"priority"`
+	RetryCount   int             `json:"retry_count"`
+	ParentTaskID string          `json:"parent_task_id,omitempty"`
+	CreatedBy    string          `json:"created_by,omitempty"`
+	AvailableAt  *time.Time      `json:"available_at,omitempty"`
+}
+
+// TaskAssigned: an admin (or the creator) gave the task to a worker; it stays
+// pending until that worker claims it.
+type TaskAssigned struct {
+	WorkerID string `json:"worker_id"`
+	By       string `json:"by"`
+	Reason   string `json:"reason,omitempty"`
+}
+
+type TaskClaimed struct {
+	WorkerID string `json:"worker_id"`
+}
+
+// TaskReleased: the holder gave the task back to the pool.
+type TaskReleased struct {
+	WorkerID string `json:"worker_id"`
+	Reason   string `json:"reason,omitempty"`
+}
+
+type TaskUpdatePosted struct {
+	UpdateID string `json:"update_id"`
+	AuthorID string `json:"author_id,omitempty"`
+	Message  string `json:"message"`
+}
+
+type TaskResultPosted struct {
+	WorkerID string          `json:"worker_id"`
+	Result   json.RawMessage `json:"result"`
+}
+
+type TaskCompleted struct {
+	WorkerID string `json:"worker_id"`
+}
+
+// Failure kinds.
+const (
+	FailureError         = "error"
+	FailureWorkerOffline = "worker_offline"
+	FailureTimeout       = "timeout"
+)
+
+// TaskFailed says why: its kind and, for automatic decisions, the evidence.
+type TaskFailed struct {
+	WorkerID string          `json:"worker_id,omitempty"`
+	Kind     string          `json:"kind"`
+	Reason   string          `json:"reason"`
+	Evidence json.RawMessage `json:"evidence,omitempty"`
+}
+
+type TaskCancelled struct {
+	By     string `json:"by"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// TaskRetried is appended to the failed task when its retry exists.
+type TaskRetried struct {
+	RetryTaskID string `json:"retry_task_id"`
+	RetryNumber int    `json:"retry_number"`
+	MaxRetries  int    `json:"max_retries"`
+	Hint        string `json:"hint,omitempty"`
+	Manual      bool   `json:"manual,omitempty"`
+}
+
+type TaskRetrySkipped struct {
+	Reason string `json:"reason"`
+}
+
+type TaskRetriesExhausted struct {
+	Attempts   int `json:"attempts"`
+	MaxRetries int `json:"max_retries"`
+}
+
+// TaskEdited carries the full editable fields after the edit.
+type TaskEdited struct {
+	Title       string          `json:"title"`
+	Description string          `json:"description"`
+	Params      json.RawMessage `json:"params"`
+	Priority    Priority        `json:"priority"`
+}
+
+func (TaskCreated) EventType() string          { return "task.created" }
+func (TaskAssigned) EventType() string         { return "task.assigned" }
+func (TaskClaimed) EventType() string          { return "task.claimed" }
+func (TaskReleased) EventType() string         { return "task.released" }
+func (TaskUpdatePosted) EventType() string     { return "task.update_posted" }
+func (TaskResultPosted) EventType() string     { return "task.result_posted" }
+func (TaskCompleted) EventType() string        { return "task.completed" }
+func (TaskFailed) EventType() string           { return "task.failed" }
+func (TaskCancelled) EventType() string        { return "task.cancelled" }
+func (TaskRetried) EventType() string          { return "task.retried" }
+func (TaskRetrySkipped) EventType() string     { return "task.retry_skipped" }
+func (TaskRetriesExhausted) EventType() string { return "task.retries_exhausted" }
+func (TaskEdited) EventType() string           { return "task.edited" }
+
+func init() {
+	register[TaskCreated]()
+	register[TaskAssigned]()
+	register[TaskClaimed]()
+	register[TaskReleased]()
+	register[TaskUpdatePosted]()
+	register[TaskResultPosted]()
+	register[TaskCompleted]()
+	register[TaskFailed]()
+	register[TaskCancelled]()
+	register[TaskRetried]()
+	register[TaskRetrySkipped]()
+	register[TaskRetriesExhausted]()
+	register[TaskEdited]()
+}

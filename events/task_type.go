@@ -1,0 +1,115 @@
+package events
+
+import (
+	"bytes"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// TaskType is the fold of a task_type stream.
+type TaskType struct {
+	ID string `json:"id"`
+	TaskTypeSpec
+	Archived  bool      `json:"archived"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+	Version   int       `json:"version"`
+}
+
+// Apply folds one event of the type's stream.
+func (tt *TaskType) Apply(e Envelope) {
+	switch p := e.Payload.(type) {
+	case TaskTypeCreated:
+		*tt = TaskType{ID: e.StreamID, TaskTypeSpec: p.TaskTypeSpec, CreatedAt: e.OccurredAt}
+	case TaskTypeUpdated:
+		tt.TaskTypeSpec = p.TaskTypeSpec
+	case TaskTypeArchived:
+		tt.Archived = true
+	}
+	tt.Version = e.Version
+	tt.UpdatedAt = e.OccurredAt
+}
+
+// Limits of a task type.
+const (
+	MaxRetriesLimit      = 20
+	MaxTimeoutSeconds    = 7 * 24 * 3600
+	MaxBackoffSeconds    = 3600
+	DefaultMaxRetries    = 3
+	MaxSOPLen            = 200_000
+	maxTypeNameLen       = 63
+	maxTypeLabelLen      = 200
+	maxTypeDescLen       = 10_000
+	maxParamSchemaLength = 100_000
+)
+
+var typeName = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
+
+// Validate checks a spec and fills defaults (label from name, empty schema).
+// Whether the schema compiles is checked by the caller that owns the compiler.
+func (s *TaskTypeSpec) Validate() error {
+	s.Name = strings.TrimSpace(s.Name)
+	if s.Name == "" {
+		return Invalid("name", "is required")
+	}
+	if len(s.Name) > maxTypeNameLen || !typeName.MatchString(s.Name) {
+		return Invalid("name", "must be lower_snake_case, start with a letter, at most %d characters", maxTypeNameLen)
+	}
+	s.Label = strings.TrimSpace(s.Label)
+	if s.Label == "" {
+		s.Label = s.Name
+	}
+	if len(s.Label) > maxTypeLabelLen {
+		return Invalid("label", "is longer than %d bytes", maxTypeLabelLen)
+	}
+	if len(s.Description) > maxTypeDescLen {
+		return Invalid("description", "is longer than %d bytes", maxTypeDescLen)
+	}
+	if len(s.SOP) > MaxSOPLen {
+		return Invalid("sop", "is longer than %d bytes", MaxSOPLen)
+	}
+	schema := bytes.TrimSpace(s.ParamSchema)
+	if len(schema) == 0 || bytes.Equal(schema, []byte("null")) {
+		schema = []byte(`{"type":"object"}`)
+	}
+	if schema[0] != '{' {
+		return Invalid("param_schema", "must be a JSON Schema object")
+	}
+	if len(schema) > maxParamSchemaLength {
+		return Invalid("param_schema", "is longer than %d bytes", maxParamSchemaLength)
+	}
+	s.ParamSchema = schema
+	if s.MaxRetries < 0 || s.MaxRetries > MaxRetriesLimit {
+		return Invalid("max_retries", "must be between 0 and %d", MaxRetriesLimit)
+	}
+	if s.TimeoutSeconds < 0 || s.TimeoutSeconds > MaxTimeoutSeconds {
+		return Invalid("timeout_seconds", "must be between 0 (none) and %d", MaxTimeoutSeconds)
+	}
+	if s.RetryBackoffSeconds < 0 || s.RetryBackoffSeconds > MaxBackoffSeconds {
+		return Invalid("retry_backoff_seconds", "must be between 0 and %d", MaxBackoffSeconds)
+	}
+	return nil
+}
+
+// Update decides a change of definition; the name may not change.
+func (tt *TaskType) Update(s TaskTypeSpec) ([]Payload, error) {
+	if tt.Archived {
+		return nil, &TransitionError{Command: "update", Status: "archived"}
+	}
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	if s.Name != tt.Name {
+		return nil, Invalid("name", "cannot change (was %q)", tt.Name)
+	}
+	return []Payload{TaskTypeUpdated{TaskTypeSpec: s}}, nil
+}
+
+// Archive hides the type from new tasks; existing tasks keep it.
+func (tt *TaskType) Archive() ([]Payload, error) {
+	if tt.Archived {
+		return nil, &TransitionError{Command: "archive", Status: "archived"}
+	}
+	return []Payload{TaskTypeArchived{}}, nil
+}

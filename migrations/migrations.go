@@ -1,0 +1,81 @@
+// Package migrations holds the schema as golang-migrate SQL files, embedded,
+// and applies them. The schema lives here and nowhere else.
+package migrations
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+
+	"github.com/golang-migrate/migrate/v4"
+	// The pgx/v5 driver registers the "pgx5" scheme.
+	_ "github.com/golang-migrate/migrate/v4/database/pgx/v5"
+	"github.com/golang-migrate/migrate/v4/source/iofs"
+)
+
+// FS holds the NNN_name.up.sql / .down.sql files.
+//
+//go:embed *.sql
+var FS embed.FS
+
+// Up applies every migration not yet applied.
+func Up(ctx context.Context, databaseURL string) error {
+	return run(ctx, databaseURL, func(m *migrate.Migrate) error { return m.Up() })
+}
+
+// Down reverts the last `steps` migrations (all when steps <= 0).
+func Down(ctx context.Context, databaseURL string, steps int) error {
+	return run(ctx, databaseURL, func(m *migrate.Migrate) error {
+		if steps <= 0 {
+			return m.Down()
+		}
+		return m.Steps(-steps)
+	})
+}
+
+// Version reports the applied version and whether a failed migration left it dirty.
+func Version(ctx context.Context, databaseURL string) (version uint, dirty bool, err error) {
+	err = run(ctx, databaseURL, func(m *migrate.Migrate) error {
+		version, dirty, err = m.Version()
+		return err
+	})
+	return version, dirty, err
+}
+
+func run(ctx context.Context, databaseURL string, op func(*migrate.Migrate) error) error {
+	src, err := iofs.New(FS, ".")
+	if err != nil {
+		return fmt.Errorf("read embedded migrations: %w", err)
+	}
+	m, err := migrate.NewWithSourceInstance("iofs", src, pgx5URL(databaseURL))
+	if err != nil {
+		return fmt.Errorf("connect for migrations: %w", err)
+	}
+	defer m.Close()
+	done := make(chan error, 1)
+	go func() { done <- op(m) }()
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		m.GracefulStop <- true
+		err = <-done
+	}
+	if errors.Is(err, migrate.ErrNoChange) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	return nil
+}
+
+// pgx5URL swaps the postgres:// scheme for the driver's pgx5://.
+func pgx5URL(u string) string {
+	for _, prefix := range []string{"postgres://", "postgresql://"} {
+		if len(u) >= len(prefix) && u[:len(prefix)] == prefix {
+			return "pgx5://" + u[len(prefix):]
+		}
+	}
+	return u
+}

@@ -1,0 +1,29 @@
+package projections
+
+import (
+	"github.com/jackc/pgx/v5"
+
+	"github.com/clawdbot/task-service/events"
+)
+
+// Projector writes every read model; the store calls it inside Append.
+type Projector struct{}
+
+// Task queues the writes for events appended to one task stream.
+func (Projector) Task(b *pgx.Batch, t *events.Task, evs []events.Envelope) {
+	queueTask(b, t)
+	for _, e := range evs {
+		queueTaskUpdate(b, e)
+		queueTaskAssignment(b, e)
+	}
+}
+
+// TaskType queues the write of a task type's row.
+func (Projector) TaskType(b *pgx.Batch, tt *events.TaskType, _ []events.Envelope) {
+	queueTaskType(b, tt)
+}
+
+// User queues the write of a user's row.
+func (Projector) User(b *pgx.Batch, u *events.User, _ []events.Envelope) {
+	queueUser(b, u)
+}

@@ -1,0 +1,103 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/clawdbot/task-service/events"
+)
+
+// TaskWithType is a task with its type embedded: what a worker needs to run it.
+type TaskWithType struct {
+	events.Task
+	TaskType *events.TaskType `json:"task_type"`
+}
+
+// lockWorker serializes one worker's claims so its capacity holds under
+// concurrent claims; it is the batch's first statement, so the claim that
+// follows takes its snapshot after any earlier claim by the same worker
+// committed.
+const lockWorker = `SELECT max_concurrent_tasks FROM users WHERE id = $1 AND is_worker FOR NO KEY UPDATE`
+
+// claimTask is the claim (DESIGN §3): pick the first claimable task with
+// SKIP LOCKED (tasks assigned to the worker first, then the pool, which is
+// only scanned when there is none; priority, then FIFO), unless the worker
+// is at capacity; mark it in progress; append task.claimed and the
+// assignment row, all in one statement. Both gates are one-time filters:
+// a worker at capacity locks nothing.
+const claimTask = `WITH held AS (
+    SELECT count(*) AS n FROM worker_tasks WHERE assigned_to = $1 AND status = 'in_progress'
+), cap AS (
+    SELECT max_concurrent_tasks AS m FROM users WHERE id = $1
+), mine AS (
+    SELECT id FROM worker_tasks
+     WHERE status = 'pending' AND assigned_to = $1 AND available_at <= $2
+       AND (SELECT n FROM held) < (SELECT m FROM cap)
+     ORDER BY priority_rank, created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED
+), pool AS (
+    SELECT id FROM worker_tasks
+     WHERE status = 'pending' AND assigned_to IS NULL AND available_at <= $2
+       AND (SELECT n FROM held) < (SELECT m FROM cap) AND NOT EXISTS (SELECT 1 FROM mine)
+     ORDER BY priority_rank, created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED
+), picked AS (
+    SELECT id FROM mine UNION ALL SELECT id FROM pool
+), t AS (
+    UPDATE worker_tasks w
+       SET status = 'in_progress', assigned_to = $1, started_at = $2, updated_at = $2, version = w.version + 1
+      FROM picked WHERE w.id = picked.id
+    RETURNING w.*
+), ev AS (
+    INSERT INTO task_events (stream_type, stream_id, version, type, data, meta, occurred_at)
+    SELECT 'task', t.id, t.version, 'task.claimed', $3::jsonb, $4::jsonb, $2 FROM t
+), asg AS (
+    INSERT INTO task_assignments (task_id, version, worker_id, assigned_by, kind, reason, at)
+    SELECT t.id, t.version, $1, $1, 'claimed', '', $2 FROM t
+)
+SELECT ` + taskColumns + `, ` + taskTypeColumns + `
+  FROM t JOIN task_types tt ON tt.id = t.task_type_id`
+
+// Claim gives workerID its next task, or nil when nothing is claimable or
+// the worker is at its max_concurrent_tasks.
+func (db *DB) Claim(ctx context.Context, workerID string, meta events.Meta) (*TaskWithType, error) {
+	data, err := json.Marshal(events.TaskClaimed{WorkerID: workerID})
+	if err != nil {
+		return nil, err
+	}
+	metaJSON, err := json.Marshal(meta)
+	if err != nil {
+		return nil, err
+	}
+	b := &pgx.Batch{}
+	b.Queue(lockWorker, workerID)
+	b.Queue(claimTask, workerID, db.Now(), string(data), string(metaJSON))
+	br := db.pool.SendBatch(ctx, b)
+	defer br.Close()
+
+	var limit int
+	if err := br.QueryRow().Scan(&limit); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, fmt.Errorf("%w: %s is not a worker", events.ErrForbidden, workerID)
+		}
+		return nil, mapErr(fmt.Errorf("claim: lock worker: %w", err))
+	}
+	var out TaskWithType
+	out.TaskType = &events.TaskType{}
+	dest := append(taskDest(&out.Task), taskTypeDest(out.TaskType)...)
+	err = br.QueryRow().Scan(dest...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, br.Close()
+	}
+	if err != nil {
+		return nil, mapErr(fmt.Errorf("claim: %w", err))
+	}
+	if err := br.Close(); err != nil {
+		return nil, mapErr(fmt.Errorf("claim: %w", err))
+	}
+	normalizeTask(&out.Task)
+	db.afterCommit()
+	return &out, nil
+}

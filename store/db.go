@@ -1,0 +1,123 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/clawdbot/task-service/events"
+)
+
+// Querier is what both *pgxpool.Pool and pgx.Tx offer. Every write has a
+// variant that takes the caller's transaction through it.
+type Querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// Projector queues the read-model writes for events being appended, given
+// each stream's state after them. Package projections implements it.
+type Projector interface {
+	Task(b *pgx.Batch, t *events.Task, evs []events.Envelope)
+	TaskType(b *pgx.Batch, tt *events.TaskType, evs []events.Envelope)
+	User(b *pgx.Batch, u *events.User, evs []events.Envelope)
+}
+
+// Config configures a DB.
+type Config struct {
+	Projector Projector
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+	// AfterCommit runs after every committed write (wakes reactors in-process).
+	AfterCommit func()
+	// OfflineAfter is how long a silent worker still counts as online in
+	// read models before the stuck detector says so (default 10 minutes).
+	OfflineAfter time.Duration
+}
+
+// DB is the store.
+type DB struct {
+	pool         *pgxpool.Pool
+	projector    Projector
+	now          func() time.Time
+	afterCommit  func()
+	offlineAfter time.Duration
+}
+
+// New wraps an open pool.
+func New(pool *pgxpool.Pool, cfg Config) (*DB, error) {
+	if cfg.Projector == nil {
+		return nil, errors.New("store: Config.Projector is required")
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.AfterCommit == nil {
+		cfg.AfterCommit = func() {}
+	}
+	if cfg.OfflineAfter <= 0 {
+		cfg.OfflineAfter = 10 * time.Minute
+	}
+	return &DB{pool: pool, projector: cfg.Projector, now: cfg.Now, afterCommit: cfg.AfterCommit,
+		offlineAfter: cfg.OfflineAfter}, nil
+}
+
+// Connect opens a pool for url with sizes fit for the service.
+func Connect(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("parse DATABASE_URL: %w", err)
+	}
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to database: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect to database: %w", err)
+	}
+	return pool, nil
+}
+
+// Pool is the underlying pool, for readiness checks and tools.
+func (db *DB) Pool() *pgxpool.Pool { return db.pool }
+
+// Now is the store's clock.
+func (db *DB) Now() time.Time { return db.now().UTC().Truncate(time.Microsecond) }
+
+// WithTx runs fn in one transaction, committing when it returns nil. It
+// always rolls back on the way out, under a context that survives the
+// caller's cancellation, so a cancelled request still cleans up.
+func (db *DB) WithTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	tx, err := db.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return mapErr(fmt.Errorf("commit: %w", err))
+	}
+	db.afterCommit()
+	return nil
+}
+
+// committed wakes listeners after a write made outside WithTx; inside a
+// transaction WithTx does it at commit.
+func (db *DB) committed(q Querier) {
+	if _, inTx := q.(pgx.Tx); !inTx {
+		db.afterCommit()
+	}
+}

@@ -1,0 +1,42 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/clawdbot/task-service/events"
+)
+
+// mapErr turns pgx errors into the domain's: the one place that reads them.
+func mapErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%w: %w", events.ErrNotFound, err)
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "23505": // unique_violation
+			switch pgErr.ConstraintName {
+			case "task_events_stream_id_version_key":
+				return fmt.Errorf("%w: another write to the same stream won", events.ErrConflict)
+			case "users_email_key":
+				return &events.DuplicateError{Field: "email"}
+			case "task_types_name_key":
+				return &events.DuplicateError{Field: "name"}
+			case "worker_tasks_one_retry":
+				return fmt.Errorf("%w: the task already has a retry", events.ErrConflict)
+			}
+		case "22P02": // invalid_text_representation: a malformed id reached SQL
+			return &events.ValidationError{Message: "malformed value: " + pgErr.Message}
+		case "40001", "40P01": // serialization_failure, deadlock_detected
+			return fmt.Errorf("%w: %w", events.ErrConflict, err)
+		}
+	}
+	return err
+}

@@ -1,0 +1,71 @@
+package store
+
+import (
+	"context"
+	"fmt"
+)
+
+// Stats is the admin dashboard's summary.
+type Stats struct {
+	ByStatus      map[string]int `json:"by_status"`
+	QueueDepth    int            `json:"queue_depth"`
+	WorkersOnline int            `json:"workers_online"`
+	WorkersTotal  int            `json:"workers_total"`
+}
+
+// Stats counts tasks per status, the queue and the workers online.
+func (db *DB) Stats(ctx context.Context) (*Stats, error) {
+	s := &Stats{ByStatus: map[string]int{"pending": 0, "in_progress": 0, "completed": 0, "failed": 0, "cancelled": 0}}
+	rows, err := db.pool.Query(ctx, `SELECT status, count(*) FROM worker_tasks GROUP BY status`)
+	if err != nil {
+		return nil, mapErr(fmt.Errorf("stats: %w", err))
+	}
+	for rows.Next() {
+		var status string
+		var n int
+		if err := rows.Scan(&status, &n); err != nil {
+			return nil, mapErr(err)
+		}
+		s.ByStatus[status] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, mapErr(err)
+	}
+	err = db.pool.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM worker_tasks WHERE status = 'pending' AND assigned_to IS NULL),
+		(SELECT count(*) FROM users WHERE is_worker AND online AND last_activity_at > $1),
+		(SELECT count(*) FROM users WHERE is_worker)`, db.Now().Add(-db.offlineAfter)).
+		Scan(&s.QueueDepth, &s.WorkersOnline, &s.WorkersTotal)
+	return s, mapErr(err)
+}
+
+// Capacity is the fleet's room for more work.
+type Capacity struct {
+	Workers        []WorkerView `json:"workers"`
+	TotalSlots     int          `json:"total_slots"`
+	UsedSlots      int          `json:"used_slots"`
+	AvailableSlots int          `json:"available_slots"`
+	OnlineSlots    int          `json:"online_available_slots"`
+	QueueDepth     int          `json:"queue_depth"`
+}
+
+// Capacity sums every worker's slots and what is in use.
+func (db *DB) Capacity(ctx context.Context) (*Capacity, error) {
+	ws, err := db.ListWorkers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c := &Capacity{Workers: ws}
+	for _, w := range ws {
+		c.TotalSlots += w.MaxConcurrentTasks
+		c.UsedSlots += w.InProgressCount
+		c.AvailableSlots += w.AvailableSlots
+		if w.Online {
+			c.OnlineSlots += w.AvailableSlots
+		}
+	}
+	if c.QueueDepth, err = db.QueueDepth(ctx); err != nil {
+		return nil, err
+	}
+	return c, nil
+}

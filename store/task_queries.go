@@ -1,0 +1,215 @@
+package store
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/clawdbot/task-service/events"
+)
+
+// TaskFilter selects tasks for the admin list. Zero values do not filter.
+type TaskFilter struct {
+	Status     events.Status
+	TaskTypeID string
+	Priority   events.Priority
+	AssignedTo string
+	Unassigned bool // pending tasks nobody holds: the queue
+	Retries    bool // retry tasks only (retry_count > 0)
+	After      string
+	Limit      int
+}
+
+// TaskPage is one page of tasks, newest first.
+type TaskPage struct {
+	Tasks      []events.Task `json:"tasks"`
+	NextCursor string        `json:"next_cursor,omitempty"`
+	QueueDepth int           `json:"queue_depth"`
+}
+
+// Cursor is the keyset position after a task in the list order.
+func Cursor(t *events.Task) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(t.CreatedAt.Format(time.RFC3339Nano) + "|" + t.ID))
+}
+
+func parseCursor(s string) (time.Time, string, error) {
+	raw, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return time.Time{}, "", events.Invalid("after", "not a cursor from this list")
+	}
+	at, id, ok := strings.Cut(string(raw), "|")
+	t, err := time.Parse(time.RFC3339Nano, at)
+	if !ok || err != nil || len(id) != 36 {
+		return time.Time{}, "", events.Invalid("after", "not a cursor from this list")
+	}
+	return t, id, nil
+}
+
+// ListTasks pages through tasks, newest first, by keyset.
+func (db *DB) ListTasks(ctx context.Context, f TaskFilter) (*TaskPage, error) {
+	where := []string{"true"}
+	args := []any{}
+	arg := func(v any) string {
+		args = append(args, v)
+		return fmt.Sprintf("$%d", len(args))
+	}
+	if f.Status != "" {
+		where = append(where, "t.status = "+arg(string(f.Status)))
+	}
+	if f.TaskTypeID != "" {
+		where = append(where, "t.task_type_id = "+arg(f.TaskTypeID))
+	}
+	if f.Priority != "" {
+		where = append(where, "t.priority = "+arg(string(f.Priority)))
+	}
+	if f.AssignedTo != "" {
+		where = append(where, "t.assigned_to = "+arg(f.AssignedTo))
+	}
+	if f.Unassigned {
+		where = append(where, "t.status = 'pending' AND t.assigned_to IS NULL")
+	}
+	if f.Retries {
+		where = append(where, "t.retry_count > 0")
+	}
+	if f.After != "" {
+		at, id, err := parseCursor(f.After)
+		if err != nil {
+			return nil, err
+		}
+		where = append(where, fmt.Sprintf("(t.created_at, t.id) < (%s, %s)", arg(at), arg(id)))
+	}
+	if f.Limit <= 0 || f.Limit > 200 {
+		f.Limit = 50
+	}
+	sql := `SELECT ` + taskColumns + ` FROM worker_tasks t WHERE ` + strings.Join(where, " AND ") +
+		` ORDER BY t.created_at DESC, t.id DESC LIMIT ` + arg(f.Limit+1)
+	tasks, err := db.queryTasks(ctx, db.pool, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list tasks: %w", err)
+	}
+	page := &TaskPage{Tasks: tasks}
+	if len(tasks) > f.Limit {
+		page.Tasks = tasks[:f.Limit]
+		page.NextCursor = Cursor(&page.Tasks[f.Limit-1])
+	}
+	if page.QueueDepth, err = db.QueueDepth(ctx); err != nil {
+		return nil, err
+	}
+	return page, nil
+}
+
+// QueueDepth counts pending tasks nobody holds.
+func (db *DB) QueueDepth(ctx context.Context) (int, error) {
+	var n int
+	err := db.pool.QueryRow(ctx, `SELECT count(*) FROM worker_tasks WHERE status = 'pending' AND assigned_to IS NULL`).Scan(&n)
+	return n, mapErr(err)
+}
+
+func (db *DB) queryTasks(ctx context.Context, q Querier, sql string, args ...any) ([]events.Task, error) {
+	rows, err := q.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (events.Task, error) {
+		var t events.Task
+		err := r.Scan(taskDest(&t)...)
+		normalizeTask(&t)
+		return t, err
+	})
+	return out, mapErr(err)
+}
+
+// WorkerTasks lists the tasks assigned to a worker, newest first; active
+// (pending or in progress) only unless all.
+func (db *DB) WorkerTasks(ctx context.Context, workerID string, all bool) ([]events.Task, error) {
+	return db.queryTasks(ctx, db.pool, `SELECT `+taskColumns+` FROM worker_tasks t
+		WHERE t.assigned_to = $1 AND ($2 OR t.status IN ('pending', 'in_progress'))
+		ORDER BY t.created_at DESC, t.id DESC LIMIT 200`, workerID, all)
+}
+
+// TaskUpdate is one message in a task's thread.
+type TaskUpdate struct {
+	ID        string    `json:"id"`
+	AuthorID  *string   `json:"author_id"`
+	Message   string    `json:"message"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// Assignment is one line of a task's assignment history.
+type Assignment struct {
+	WorkerID   string    `json:"worker_id"`
+	AssignedBy *string   `json:"assigned_by"`
+	Kind       string    `json:"kind"`
+	Reason     string    `json:"reason"`
+	At         time.Time `json:"at"`
+}
+
+// TaskDetail is a task with everything around it.
+type TaskDetail struct {
+	events.Task
+	TaskType    *events.TaskType `json:"task_type"`
+	Parent      *events.Task     `json:"parent"`
+	Retries     []events.Task    `json:"retries"`
+	Assignments []Assignment     `json:"assignments"`
+	Updates     []TaskUpdate     `json:"updates"`
+}
+
+// GetTaskWithType reads a task and its type.
+func (db *DB) GetTaskWithType(ctx context.Context, id string) (*TaskWithType, error) {
+	t, err := db.GetTask(ctx, db.pool, id)
+	if err != nil {
+		return nil, err
+	}
+	tt, err := db.GetTaskType(ctx, db.pool, t.TaskTypeID)
+	if err != nil {
+		return nil, err
+	}
+	return &TaskWithType{Task: *t, TaskType: tt}, nil
+}
+
+// GetTaskDetail reads a task with its type, parent, child retries,
+// assignment history and update thread.
+func (db *DB) GetTaskDetail(ctx context.Context, id string) (*TaskDetail, error) {
+	tw, err := db.GetTaskWithType(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	d := &TaskDetail{Task: tw.Task, TaskType: tw.TaskType}
+	if d.ParentTaskID != nil {
+		if d.Parent, err = db.GetTask(ctx, db.pool, *d.ParentTaskID); err != nil {
+			return nil, err
+		}
+	}
+	if d.Retries, err = db.queryTasks(ctx, db.pool, `SELECT `+taskColumns+` FROM worker_tasks t
+		WHERE t.parent_task_id = $1 ORDER BY t.created_at`, id); err != nil {
+		return nil, err
+	}
+	rows, err := db.pool.Query(ctx, `SELECT worker_id, assigned_by, kind, reason, at
+		FROM task_assignments WHERE task_id = $1 ORDER BY version`, id)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	if d.Assignments, err = pgx.CollectRows(rows, pgx.RowToStructByPos[Assignment]); err != nil {
+		return nil, mapErr(err)
+	}
+	if d.Updates, err = db.TaskUpdates(ctx, id, 1000); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// TaskUpdates returns the last limit messages of a task's thread, oldest first.
+func (db *DB) TaskUpdates(ctx context.Context, taskID string, limit int) ([]TaskUpdate, error) {
+	rows, err := db.pool.Query(ctx, `SELECT id, author_id, message, created_at FROM (
+		SELECT * FROM worker_task_updates WHERE task_id = $1 ORDER BY version DESC LIMIT $2
+	) u ORDER BY version`, taskID, limit)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[TaskUpdate])
+	return out, mapErr(err)
+}

@@ -1,0 +1,85 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/clawdbot/task-service/events"
+)
+
+const taskTypeColumns = `tt.id, tt.name, tt.label, tt.description, tt.sop, tt.param_schema, tt.max_retries,
+ tt.timeout_seconds, tt.retry_backoff_seconds, tt.archived, tt.created_at, tt.updated_at, tt.version`
+
+func taskTypeDest(tt *events.TaskType) []any {
+	return []any{&tt.ID, &tt.Name, &tt.Label, &tt.Description, &tt.SOP, &tt.ParamSchema, &tt.MaxRetries,
+		&tt.TimeoutSeconds, &tt.RetryBackoffSeconds, &tt.Archived, &tt.CreatedAt, &tt.UpdatedAt, &tt.Version}
+}
+
+// GetTaskType reads one task type.
+func (db *DB) GetTaskType(ctx context.Context, q Querier, id string) (*events.TaskType, error) {
+	var tt events.TaskType
+	err := q.QueryRow(ctx, `SELECT `+taskTypeColumns+` FROM task_types tt WHERE tt.id = $1`, id).Scan(taskTypeDest(&tt)...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, events.NotFound("task type", id)
+	}
+	if err != nil {
+		return nil, mapErr(fmt.Errorf("get task type: %w", err))
+	}
+	tt.CreatedAt, tt.UpdatedAt = tt.CreatedAt.UTC(), tt.UpdatedAt.UTC()
+	return &tt, nil
+}
+
+// ListTaskTypes lists types by name; archived ones only when asked.
+func (db *DB) ListTaskTypes(ctx context.Context, includeArchived bool) ([]events.TaskType, error) {
+	rows, err := db.pool.Query(ctx, `SELECT `+taskTypeColumns+` FROM task_types tt
+		WHERE $1 OR NOT tt.archived ORDER BY tt.name`, includeArchived)
+	if err != nil {
+		return nil, mapErr(fmt.Errorf("list task types: %w", err))
+	}
+	out := []events.TaskType{}
+	for rows.Next() {
+		var tt events.TaskType
+		if err := rows.Scan(taskTypeDest(&tt)...); err != nil {
+			return nil, mapErr(err)
+		}
+		tt.CreatedAt, tt.UpdatedAt = tt.CreatedAt.UTC(), tt.UpdatedAt.UTC()
+		out = append(out, tt)
+	}
+	return out, mapErr(rows.Err())
+}
+
+// CreateTaskType defines a new type of work. The spec must be validated and
+// its schema compiled by the caller.
+func (db *DB) CreateTaskType(ctx context.Context, spec events.TaskTypeSpec, meta events.Meta) (*events.TaskType, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return nil, err
+	}
+	tt, _, err := appendStream(ctx, db, db.pool, events.StreamTaskType, id.String(), nil,
+		[]events.Payload{events.TaskTypeCreated{TaskTypeSpec: spec}}, meta, db.projector.TaskType, nil)
+	if dup := (*events.DuplicateError)(nil); errors.As(err, &dup) {
+		dup.Value = spec.Name
+	}
+	return tt, err
+}
+
+// UpdateTaskType changes a type through decide (Update or Archive).
+func (db *DB) UpdateTaskType(ctx context.Context, id string, meta events.Meta, decide func(*events.TaskType) ([]events.Payload, error)) (*events.TaskType, error) {
+	tt, err := db.GetTaskType(ctx, db.pool, id)
+	if err != nil {
+		return nil, err
+	}
+	ps, err := decide(tt)
+	if err != nil {
+		return nil, err
+	}
+	after, _, err := appendStream(ctx, db, db.pool, events.StreamTaskType, id, tt, ps, meta, db.projector.TaskType, nil)
+	return after, err
+}

@@ -1,0 +1,135 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/clawdbot/task-service/events"
+)
+
+// taskColumns reads a worker_tasks row in scanTask's order.
+const taskColumns = `t.id, t.title, t.description, t.task_type_id, t.params, t.priority, t.status,
+ t.assigned_to, t.result, t.retry_count, t.parent_task_id, t.created_by, t.created_at,
+ t.started_at, t.completed_at, t.updated_at, t.available_at, t.failure_kind,
+ t.failure_reason, t.retry_outcome, t.retry_task_id, t.version`
+
+func taskDest(t *events.Task) []any {
+	return []any{&t.ID, &t.Title, &t.Description, &t.TaskTypeID, &t.Params, &t.Priority, &t.Status,
+		&t.AssignedTo, &t.Result, &t.RetryCount, &t.ParentTaskID, &t.CreatedBy, &t.CreatedAt,
+		&t.StartedAt, &t.CompletedAt, &t.UpdatedAt, &t.AvailableAt, &t.FailureKind,
+		&t.FailureReason, &t.RetryOutcome, &t.RetryTaskID, &t.Version}
+}
+
+// GetTask reads a task; a *events.NotFoundError when there is none.
+func (db *DB) GetTask(ctx context.Context, q Querier, id string) (*events.Task, error) {
+	var t events.Task
+	err := q.QueryRow(ctx, `SELECT `+taskColumns+` FROM worker_tasks t WHERE t.id = $1`, id).Scan(taskDest(&t)...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, events.NotFound("task", id)
+	}
+	if err != nil {
+		return nil, mapErr(fmt.Errorf("get task: %w", err))
+	}
+	normalizeTask(&t)
+	return &t, nil
+}
+
+// normalizeTask makes timestamps UTC so a read row equals the fold.
+func normalizeTask(t *events.Task) {
+	t.CreatedAt, t.UpdatedAt, t.AvailableAt = t.CreatedAt.UTC(), t.UpdatedAt.UTC(), t.AvailableAt.UTC()
+	if t.StartedAt != nil {
+		u := t.StartedAt.UTC()
+		t.StartedAt = &u
+	}
+	if t.CompletedAt != nil {
+		u := t.CompletedAt.UTC()
+		t.CompletedAt = &u
+	}
+}
+
+// TaskDecision decides a command on the current state of a task.
+type TaskDecision func(t *events.Task) ([]events.Payload, error)
+
+// maxRaces bounds how often a command is re-decided after losing a race.
+const maxRaces = 5
+
+// UpdateTask runs one command on task id: read the row, decide, append the
+// events and the projections in one batch. Outside a transaction a lost race
+// (another write to the same stream) re-reads and decides again; inside one,
+// the conflict aborts the caller's transaction and is returned.
+func (db *DB) UpdateTask(ctx context.Context, q Querier, id string, meta events.Meta, decide TaskDecision) (*events.Task, []events.Envelope, error) {
+	_, inTx := q.(pgx.Tx)
+	for attempt := 1; ; attempt++ {
+		t, err := db.GetTask(ctx, q, id)
+		if err != nil {
+			return nil, nil, err
+		}
+		ps, err := decide(t)
+		if err != nil {
+			return nil, nil, err
+		}
+		after, evs, err := db.appendTask(ctx, q, id, t, ps, meta)
+		if errors.Is(err, events.ErrConflict) && !inTx && attempt < maxRaces {
+			continue
+		}
+		return after, evs, err
+	}
+}
+
+// NewTaskParams creates a task of type TaskTypeID.
+type NewTaskParams struct {
+	events.NewTaskParams
+	TaskTypeID string
+}
+
+// CreateTask creates a task; params must already satisfy the type's schema.
+// A missing type or assignee is a validation error on that field.
+func (db *DB) CreateTask(ctx context.Context, q Querier, p NewTaskParams, meta events.Meta) (*events.Task, error) {
+	tt, err := db.GetTaskType(ctx, q, p.TaskTypeID)
+	if errors.Is(err, events.ErrNotFound) {
+		return nil, events.Invalid("task_type_id", "no task type %s", p.TaskTypeID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if p.AssignedTo != "" {
+		if err := db.checkWorker(ctx, q, p.AssignedTo, "assigned_to"); err != nil {
+			return nil, err
+		}
+	}
+	ps, err := events.NewTask(p.NewTaskParams, tt)
+	if err != nil {
+		return nil, err
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return nil, fmt.Errorf("new task id: %w", err)
+	}
+	t, _, err := db.appendTask(ctx, q, id.String(), nil, ps, meta)
+	return t, err
+}
+
+// AssignTask gives a pending task to a worker, with a reason.
+func (db *DB) AssignTask(ctx context.Context, q Querier, id, workerID, reason string, meta events.Meta) (*events.Task, error) {
+	if err := db.checkWorker(ctx, q, workerID, "assigned_to"); err != nil {
+		return nil, err
+	}
+	t, _, err := db.UpdateTask(ctx, q, id, meta, func(t *events.Task) ([]events.Payload, error) {
+		return t.Assign(workerID, meta.Actor.ID, reason)
+	})
+	return t, err
+}
+
+// checkWorker makes sure id names a worker user; field is blamed if not.
+func (db *DB) checkWorker(ctx context.Context, q Querier, id, field string) error {
+	var isWorker bool
+	err := q.QueryRow(ctx, `SELECT is_worker FROM users WHERE id = $1`, id).Scan(&isWorker)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && !isWorker) {
+		return events.Invalid(field, "no worker %s", id)
+	}
+	return mapErr(err)
+}

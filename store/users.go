@@ -1,0 +1,168 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/clawdbot/task-service/events"
+)
+
+const userColumns = `u.id, u.email, u.full_name, u.is_admin, u.is_worker, u.max_concurrent_tasks, u.online, u.created_at, u.version`
+
+func userDest(u *events.User) []any {
+	return []any{&u.ID, &u.Email, &u.FullName, &u.IsAdmin, &u.IsWorker, &u.MaxConcurrentTasks, &u.Online, &u.CreatedAt, &u.Version}
+}
+
+// CreateUser registers a user; passwordHash is stored outside the event log
+// in the same transaction (ADR 002).
+func (db *DB) CreateUser(ctx context.Context, p events.UserRegistered, password, passwordHash string, meta events.Meta) (*events.User, error) {
+	ps, err := events.RegisterUser(p, password)
+	if err != nil {
+		return nil, err
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return nil, err
+	}
+	credentials := func(b *pgx.Batch) {
+		b.Queue(`INSERT INTO user_credentials (user_id, password_hash) VALUES ($1, $2)`, id.String(), passwordHash)
+	}
+	u, _, err := appendStream(ctx, db, db.pool, events.StreamUser, id.String(), nil, ps, meta, db.projector.User, credentials)
+	if dup := (*events.DuplicateError)(nil); errors.As(err, &dup) {
+		dup.Value = ps[0].(events.UserRegistered).Email
+	}
+	return u, err
+}
+
+// GetUser reads a user.
+func (db *DB) GetUser(ctx context.Context, id string) (*events.User, error) {
+	var u events.User
+	err := db.pool.QueryRow(ctx, `SELECT `+userColumns+` FROM users u WHERE u.id = $1`, id).Scan(userDest(&u)...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, events.NotFound("user", id)
+	}
+	if err != nil {
+		return nil, mapErr(fmt.Errorf("get user: %w", err))
+	}
+	u.CreatedAt = u.CreatedAt.UTC()
+	return &u, nil
+}
+
+// Credentials returns the user with email and its password hash.
+func (db *DB) Credentials(ctx context.Context, email string) (*events.User, string, error) {
+	var u events.User
+	var hash string
+	err := db.pool.QueryRow(ctx, `SELECT `+userColumns+`, c.password_hash
+		FROM users u JOIN user_credentials c ON c.user_id = u.id WHERE u.email = lower($1)`, email).
+		Scan(append(userDest(&u), &hash)...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, "", events.NotFound("user", email)
+	}
+	if err != nil {
+		return nil, "", mapErr(fmt.Errorf("credentials: %w", err))
+	}
+	return &u, hash, nil
+}
+
+// AdminExists reports whether any admin is registered.
+func (db *DB) AdminExists(ctx context.Context) (bool, error) {
+	var ok bool
+	err := db.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM users WHERE is_admin)`).Scan(&ok)
+	return ok, mapErr(err)
+}
+
+// HeartbeatParams is what a worker reports.
+type HeartbeatParams struct {
+	Status        string
+	CurrentTaskID *string
+	Metadata      json.RawMessage
+}
+
+// Heartbeat records that a worker is alive. It is not an event (DESIGN §3);
+// only a worker marked offline coming back appends worker.went_online.
+func (db *DB) Heartbeat(ctx context.Context, workerID string, p HeartbeatParams, meta events.Meta) (*events.User, error) {
+	var u events.User
+	var lastSeen *time.Time
+	var metadata any
+	if len(p.Metadata) > 0 {
+		metadata = string(p.Metadata)
+	}
+	err := db.pool.QueryRow(ctx, `UPDATE users u SET last_activity_at = $2, heartbeat_status = $3,
+		    current_task_id = $4, heartbeat_metadata = $5::jsonb
+		  FROM users old WHERE u.id = $1 AND old.id = u.id AND u.is_worker
+		RETURNING `+userColumns+`, old.last_activity_at`,
+		workerID, db.Now(), nullIfEmpty(p.Status), p.CurrentTaskID, metadata).Scan(append(userDest(&u), &lastSeen)...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("%w: %s is not a worker", events.ErrForbidden, workerID)
+	}
+	if err != nil {
+		return nil, mapErr(fmt.Errorf("heartbeat: %w", err))
+	}
+	if u.Online {
+		return &u, nil
+	}
+	var before string
+	if lastSeen != nil {
+		before = lastSeen.UTC().Format(time.RFC3339Nano)
+	}
+	after, _, err := appendStream(ctx, db, db.pool, events.StreamUser, u.ID, &u,
+		[]events.Payload{events.WorkerWentOnline{LastSeenBefore: before}}, meta, db.projector.User, nil)
+	if errors.Is(err, events.ErrConflict) {
+		return db.GetUser(ctx, workerID) // a concurrent heartbeat already said so
+	}
+	return after, err
+}
+
+// WorkerView is a worker as admins see it.
+type WorkerView struct {
+	events.User
+	LastActivityAt  *time.Time      `json:"last_activity_at"`
+	HeartbeatStatus *string         `json:"heartbeat_status"`
+	CurrentTaskID   *string         `json:"current_task_id"`
+	Metadata        json.RawMessage `json:"metadata"`
+	InProgressCount int             `json:"in_progress_count"`
+	CompletedToday  int             `json:"completed_today"`
+	AvailableSlots  int             `json:"available_slots"`
+}
+
+// ListWorkers lists every worker with its activity. Online means the worker
+// is marked online and was heard from within the offline threshold.
+func (db *DB) ListWorkers(ctx context.Context) ([]WorkerView, error) {
+	now := db.Now()
+	dayStart := now.Truncate(24 * time.Hour)
+	rows, err := db.pool.Query(ctx, `SELECT `+userColumns+`, u.last_activity_at, u.heartbeat_status,
+		    u.current_task_id, u.heartbeat_metadata,
+		    (SELECT count(*) FROM worker_tasks t WHERE t.assigned_to = u.id AND t.status = 'in_progress'),
+		    (SELECT count(*) FROM worker_tasks t WHERE t.assigned_to = u.id AND t.status = 'completed' AND t.completed_at >= $1)
+		  FROM users u WHERE u.is_worker ORDER BY u.full_name, u.id`, dayStart)
+	if err != nil {
+		return nil, mapErr(fmt.Errorf("list workers: %w", err))
+	}
+	defer rows.Close()
+	out := []WorkerView{}
+	for rows.Next() {
+		var w WorkerView
+		dest := append(userDest(&w.User), &w.LastActivityAt, &w.HeartbeatStatus, &w.CurrentTaskID, &w.Metadata,
+			&w.InProgressCount, &w.CompletedToday)
+		if err := rows.Scan(dest...); err != nil {
+			return nil, mapErr(err)
+		}
+		w.Online = w.Online && w.LastActivityAt != nil && now.Sub(*w.LastActivityAt) < db.offlineAfter
+		w.AvailableSlots = max(0, w.MaxConcurrentTasks-w.InProgressCount)
+		out = append(out, w)
+	}
+	return out, mapErr(rows.Err())
+}
+
+func nullIfEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
