@@ -1,0 +1,403 @@
+// Package client is the typed Go client of the task-service API, used by
+// taskctl, task-worker and the tests. It speaks only HTTP and shares the
+// domain types of package events and the read models of package store.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/clawdbot/task-service/events"
+	"github.com/clawdbot/task-service/store"
+)
+
+// Error is an error envelope from the API.
+type Error struct {
+	Status  int    `json:"-"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Field   string `json:"field,omitempty"`
+}
+
+func (e *Error) Error() string {
+	if e.Field != "" && !strings.HasPrefix(e.Message, e.Field) {
+		return fmt.Sprintf("%d %s: %s: %s", e.Status, e.Code, e.Field, e.Message)
+	}
+	return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message)
+}
+
+// IsStatus reports whether err is an API error with that HTTP status.
+func IsStatus(err error, status int) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Status == status
+}
+
+// Client talks to one task-service.
+type Client struct {
+	base string
+	http *http.Client
+	mu   sync.RWMutex
+	tok  string
+}
+
+// New returns a client for base (e.g. http://127.0.0.1:8001). A nil
+// httpClient uses one with a 90 s timeout (long enough for long-poll claims).
+func New(base string, httpClient *http.Client) *Client {
+	if httpClient == nil {
+		httpClient = &http.Client{Timeout: 90 * time.Second}
+	}
+	return &Client{base: strings.TrimRight(base, "/"), http: httpClient}
+}
+
+// Base is the API address.
+func (c *Client) Base() string { return c.base }
+
+// SetToken sets the bearer token used from now on.
+func (c *Client) SetToken(tok string) {
+	c.mu.Lock()
+	c.tok = tok
+	c.mu.Unlock()
+}
+
+// Token is the current bearer token.
+func (c *Client) Token() string {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.tok
+}
+
+// Do sends a request with an optional JSON body and decodes the envelope's
+// data into out (when non-nil). Exported for routes without a typed method.
+func (c *Client) Do(ctx context.Context, method, path string, body, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if tok := c.Token(); tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("%s %s: read response: %w", method, path, err)
+	}
+	var env struct {
+		Success bool            `json:"success"`
+		Data    json.RawMessage `json:"data"`
+		Error   *Error          `json:"error"`
+	}
+	if err := json.Unmarshal(raw, &env); err != nil {
+		return fmt.Errorf("%s %s: %d, not an API envelope: %.200s", method, path, resp.StatusCode, raw)
+	}
+	if !env.Success || resp.StatusCode >= 400 {
+		e := env.Error
+		if e == nil {
+			e = &Error{Code: "unknown", Message: http.StatusText(resp.StatusCode)}
+		}
+		e.Status = resp.StatusCode
+		return e
+	}
+	if out == nil || len(env.Data) == 0 || string(env.Data) == "null" {
+		return nil
+	}
+	return json.Unmarshal(env.Data, out)
+}
+
+// Login authenticates and keeps the token.
+func (c *Client) Login(ctx context.Context, email, password string) (*LoginResponse, error) {
+	var out LoginResponse
+	err := c.Do(ctx, http.MethodPost, "/api/v1/auth/login", map[string]string{"email": email, "password": password}, &out)
+	if err != nil {
+		return nil, err
+	}
+	c.SetToken(out.Token)
+	return &out, nil
+}
+
+// LoginResponse is what login returns.
+type LoginResponse struct {
+	Token     string       `json:"token"`
+	ExpiresAt time.Time    `json:"expires_at"`
+	User      *events.User `json:"user"`
+}
+
+// Heartbeat is a worker's heartbeat.
+type Heartbeat struct {
+	Status        string         `json:"status,omitempty"`
+	CurrentTaskID string         `json:"current_task_id,omitempty"`
+	Metadata      map[string]any `json:"metadata,omitempty"`
+}
+
+// Heartbeat reports that the worker is alive.
+func (c *Client) Heartbeat(ctx context.Context, hb Heartbeat) error {
+	return c.Do(ctx, http.MethodPost, "/api/v1/worker/heartbeat", hb, nil)
+}
+
+// Claim takes the next task; nil when none is claimable.
+func (c *Client) Claim(ctx context.Context) (*store.TaskWithType, error) {
+	return c.claim(ctx, "/api/v1/worker/tasks/claim")
+}
+
+func (c *Client) claim(ctx context.Context, path string) (*store.TaskWithType, error) {
+	var out *store.TaskWithType
+	if err := c.Do(ctx, http.MethodPost, path, nil, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// MyTasks lists the worker's tasks (active only unless all).
+func (c *Client) MyTasks(ctx context.Context, all bool) ([]events.Task, error) {
+	var out []events.Task
+	path := "/api/v1/worker/tasks"
+	if all {
+		path += "?all=true"
+	}
+	return out, c.Do(ctx, http.MethodGet, path, nil, &out)
+}
+
+// MyTask reads one of the worker's tasks.
+func (c *Client) MyTask(ctx context.Context, id string) (*store.TaskWithType, error) {
+	var out store.TaskWithType
+	return &out, c.Do(ctx, http.MethodGet, "/api/v1/worker/tasks/"+url.PathEscape(id), nil, &out)
+}
+
+// PostUpdate adds a progress message.
+func (c *Client) PostUpdate(ctx context.Context, id, message string) error {
+	return c.Do(ctx, http.MethodPost, "/api/v1/worker/tasks/"+url.PathEscape(id)+"/updates", map[string]string{"message": message}, nil)
+}
+
+// PostResult stores the task's result.
+func (c *Client) PostResult(ctx context.Context, id string, result any) error {
+	return c.Do(ctx, http.MethodPost, "/api/v1/worker/tasks/"+url.PathEscape(id)+"/result", map[string]any{"result": result}, nil)
+}
+
+// Complete marks the task completed.
+func (c *Client) Complete(ctx context.Context, id string) (*events.Task, error) {
+	var out events.Task
+	return &out, c.Do(ctx, http.MethodPut, "/api/v1/worker/tasks/"+url.PathEscape(id)+"/status", map[string]string{"status": "completed"}, &out)
+}
+
+// Fail marks the task failed with a reason.
+func (c *Client) Fail(ctx context.Context, id, reason string) (*events.Task, error) {
+	var out events.Task
+	return &out, c.Do(ctx, http.MethodPut, "/api/v1/worker/tasks/"+url.PathEscape(id)+"/status", map[string]string{"status": "failed", "reason": reason}, &out)
+}
+
+// Release gives the task back to the pool.
+func (c *Client) Release(ctx context.Context, id, reason string) (*events.Task, error) {
+	var out events.Task
+	return &out, c.Do(ctx, http.MethodPost, "/api/v1/worker/tasks/"+url.PathEscape(id)+"/release", map[string]string{"reason": reason}, &out)
+}
+
+// Admin routes.
+
+const adminBase = "/api/v1/admin/workers"
+
+// NewWorker is a worker user to create.
+type NewWorker struct {
+	Email              string `json:"email"`
+	Password           string `json:"password"`
+	FullName           string `json:"full_name"`
+	MaxConcurrentTasks int    `json:"max_concurrent_tasks,omitempty"`
+}
+
+// CreateWorker creates a worker user.
+func (c *Client) CreateWorker(ctx context.Context, w NewWorker) (*events.User, error) {
+	var out events.User
+	return &out, c.Do(ctx, http.MethodPost, adminBase, w, &out)
+}
+
+// Workers lists workers with their activity.
+func (c *Client) Workers(ctx context.Context) ([]store.WorkerView, error) {
+	var out []store.WorkerView
+	return out, c.Do(ctx, http.MethodGet, adminBase, nil, &out)
+}
+
+// Capacity reads the fleet's capacity.
+func (c *Client) Capacity(ctx context.Context) (*store.Capacity, error) {
+	var out store.Capacity
+	return &out, c.Do(ctx, http.MethodGet, adminBase+"/capacity", nil, &out)
+}
+
+// Stats reads the dashboard summary. Decoded loosely so newer servers' extra
+// fields pass through.
+func (c *Client) Stats(ctx context.Context) (map[string]any, error) {
+	var out map[string]any
+	return out, c.Do(ctx, http.MethodGet, adminBase+"/stats", nil, &out)
+}
+
+// NewTaskType is a task type to create or replace.
+type NewTaskType struct {
+	Name                string          `json:"name"`
+	Label               string          `json:"label,omitempty"`
+	Description         string          `json:"description,omitempty"`
+	SOP                 string          `json:"sop,omitempty"`
+	ParamSchema         json.RawMessage `json:"param_schema,omitempty"`
+	MaxRetries          *int            `json:"max_retries,omitempty"`
+	TimeoutSeconds      int             `json:"timeout_seconds,omitempty"`
+	RetryBackoffSeconds int             `json:"retry_backoff_seconds,omitempty"`
+}
+
+// CreateTaskType defines a type of work.
+func (c *Client) CreateTaskType(ctx context.Context, t NewTaskType) (*events.TaskType, error) {
+	var out events.TaskType
+	return &out, c.Do(ctx, http.MethodPost, adminBase+"/task-types", t, &out)
+}
+
+// UpdateTaskType replaces a type's definition.
+func (c *Client) UpdateTaskType(ctx context.Context, id string, t NewTaskType) (*events.TaskType, error) {
+	var out events.TaskType
+	return &out, c.Do(ctx, http.MethodPut, adminBase+"/task-types/"+url.PathEscape(id), t, &out)
+}
+
+// TaskTypes lists task types.
+func (c *Client) TaskTypes(ctx context.Context, includeArchived bool) ([]events.TaskType, error) {
+	var out []events.TaskType
+	path := adminBase + "/task-types"
+	if includeArchived {
+		path += "?archived=true"
+	}
+	return out, c.Do(ctx, http.MethodGet, path, nil, &out)
+}
+
+// TaskType reads a task type.
+func (c *Client) TaskType(ctx context.Context, id string) (*events.TaskType, error) {
+	var out events.TaskType
+	return &out, c.Do(ctx, http.MethodGet, adminBase+"/task-types/"+url.PathEscape(id), nil, &out)
+}
+
+// NewTask is a task to create.
+type NewTask struct {
+	Title       string          `json:"title"`
+	Description string          `json:"description,omitempty"`
+	TaskTypeID  string          `json:"task_type_id"`
+	Params      json.RawMessage `json:"params,omitempty"`
+	Priority    events.Priority `json:"priority,omitempty"`
+	AssignedTo  string          `json:"assigned_to,omitempty"`
+	Reason      string          `json:"reason,omitempty"`
+}
+
+// CreateTask creates a task.
+func (c *Client) CreateTask(ctx context.Context, t NewTask) (*events.Task, error) {
+	var out events.Task
+	return &out, c.Do(ctx, http.MethodPost, adminBase+"/tasks", t, &out)
+}
+
+// TaskQuery filters the task list; zero values do not filter.
+type TaskQuery struct {
+	Status     string
+	TaskTypeID string
+	Priority   string
+	AssignedTo string
+	Unassigned bool
+	Retries    bool
+	After      string
+	Limit      int
+}
+
+// Tasks lists one page of tasks.
+func (c *Client) Tasks(ctx context.Context, q TaskQuery) (*store.TaskPage, error) {
+	v := url.Values{}
+	set := func(k, s string) {
+		if s != "" {
+			v.Set(k, s)
+		}
+	}
+	set("status", q.Status)
+	set("task_type_id", q.TaskTypeID)
+	set("priority", q.Priority)
+	set("assigned_to", q.AssignedTo)
+	set("after", q.After)
+	if q.Unassigned {
+		v.Set("unassigned", "true")
+	}
+	if q.Retries {
+		v.Set("retries", "true")
+	}
+	if q.Limit > 0 {
+		v.Set("limit", fmt.Sprint(q.Limit))
+	}
+	var out store.TaskPage
+	path := adminBase + "/tasks"
+	if len(v) > 0 {
+		path += "?" + v.Encode()
+	}
+	return &out, c.Do(ctx, http.MethodGet, path, nil, &out)
+}
+
+// Task reads a task with everything around it.
+func (c *Client) Task(ctx context.Context, id string) (*store.TaskDetail, error) {
+	var out store.TaskDetail
+	return &out, c.Do(ctx, http.MethodGet, adminBase+"/tasks/"+url.PathEscape(id), nil, &out)
+}
+
+// TaskEdit holds the fields to change; nil leaves a field as is.
+type TaskEdit struct {
+	Title       *string          `json:"title,omitempty"`
+	Description *string          `json:"description,omitempty"`
+	Params      json.RawMessage  `json:"params,omitempty"`
+	Priority    *events.Priority `json:"priority,omitempty"`
+}
+
+// EditTask edits a pending task.
+func (c *Client) EditTask(ctx context.Context, id string, e TaskEdit) (*events.Task, error) {
+	var out events.Task
+	return &out, c.Do(ctx, http.MethodPut, adminBase+"/tasks/"+url.PathEscape(id), e, &out)
+}
+
+// CancelTask cancels a task.
+func (c *Client) CancelTask(ctx context.Context, id, reason string) (*events.Task, error) {
+	var out events.Task
+	return &out, c.Do(ctx, http.MethodPost, adminBase+"/tasks/"+url.PathEscape(id)+"/cancel", map[string]string{"reason": reason}, &out)
+}
+
+// AssignTask assigns a pending task to a worker.
+func (c *Client) AssignTask(ctx context.Context, id, workerID, reason string) (*events.Task, error) {
+	var out events.Task
+	return &out, c.Do(ctx, http.MethodPost, adminBase+"/tasks/"+url.PathEscape(id)+"/assign",
+		map[string]string{"assigned_to": workerID, "reason": reason}, &out)
+}
+
+// Event is one event as the API shows it.
+type Event struct {
+	Seq        int64           `json:"seq"`
+	Position   string          `json:"position"`
+	StreamType string          `json:"stream_type"`
+	StreamID   string          `json:"stream_id"`
+	Version    int             `json:"version"`
+	Type       string          `json:"type"`
+	Data       json.RawMessage `json:"data"`
+	Meta       events.Meta     `json:"meta"`
+	OccurredAt time.Time       `json:"occurred_at"`
+}
+
+// TaskEvents reads a task's event stream.
+func (c *Client) TaskEvents(ctx context.Context, id string) ([]Event, error) {
+	var out []Event
+	return out, c.Do(ctx, http.MethodGet, adminBase+"/tasks/"+url.PathEscape(id)+"/events", nil, &out)
+}
