@@ -401,3 +401,10 @@ func (c *Client) TaskEvents(ctx context.Context, id string) ([]Event, error) {
 	var out []Event
 	return out, c.Do(ctx, http.MethodGet, adminBase+"/tasks/"+url.PathEscape(id)+"/events", nil, &out)
 }
+
+// ClaimWait claims, waiting up to wait on the server for a task to become
+// claimable (long-poll); nil when none came. Servers without long-poll
+// answer at once.
+func (c *Client) ClaimWait(ctx context.Context, wait time.Duration) (*store.TaskWithType, error) {
+	return c.claim(ctx, fmt.Sprintf("/api/v1/worker/tasks/claim?wait=%d", int(wait.Seconds())))
+}

@@ -1,0 +1,58 @@
+// Command taskctl is the CLI for admins and ops of task-service.
+//
+// Run `taskctl help` for the commands; `taskctl COMMAND --help` for one.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"sort"
+)
+
+// command is one taskctl subcommand. run gets the arguments after its name
+// and returns the process exit code.
+type command struct {
+	summary string
+	run     func(args []string, stdout, stderr io.Writer) int
+}
+
+// commands is filled by each command's file in an init-free way: add an
+// entry here when adding a command file.
+func commands() map[string]command {
+	return map[string]command{
+		"bench": {summary: "measure claim/complete throughput: bare SQL, store and HTTP side by side", run: runBench},
+	}
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	cmds := commands()
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		usage(stdout, cmds)
+		return 0
+	}
+	c, ok := cmds[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "taskctl: unknown command %q\n\n", args[0])
+		usage(stderr, cmds)
+		return 2
+	}
+	return c.run(args[1:], stdout, stderr)
+}
+
+func usage(w io.Writer, cmds map[string]command) {
+	fmt.Fprintln(w, "taskctl — the command line for task-service admins and ops\n\nUsage: taskctl COMMAND [flags]\n\nCommands:")
+	names := make([]string, 0, len(cmds))
+	for n := range cmds {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-10s %s\n", n, cmds[n].summary)
+	}
+	fmt.Fprintln(w, "\nRun `taskctl COMMAND --help` for a command's flags and an example.")
+}
