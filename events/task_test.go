@@ -189,11 +189,15 @@ func TestTaskStateMachine(t *testing.T) {
 			holderRule(ok(events.TaskUpdatePosted{UpdateID: "u1", AuthorID: me, Message: "half way"}))},
 		{"update by admin", func(t *events.Task) ([]events.Payload, error) { return t.PostUpdate("u2", admin, "note", false) },
 			every(ok(events.TaskUpdatePosted{UpdateID: "u2", AuthorID: admin, Message: "note"}), transition, keys(states)...)},
-		{"result", func(t *events.Task) ([]events.Payload, error) { return t.PostResult(me, json.RawMessage(` {"ok":true} `)) },
+		{"result", func(t *events.Task) ([]events.Payload, error) {
+			return t.PostResult(me, json.RawMessage(` {"ok":true} `))
+		},
 			holderRule(ok(events.TaskResultPosted{WorkerID: me, Result: json.RawMessage(`{"ok":true}`)}))},
 		{"complete", func(t *events.Task) ([]events.Payload, error) { return t.Complete(me) },
 			holderRule(ok(events.TaskCompleted{WorkerID: me}))},
-		{"fail by worker", func(t *events.Task) ([]events.Payload, error) { return t.Fail(me, events.FailureError, "disk full", nil) },
+		{"fail by worker", func(t *events.Task) ([]events.Payload, error) {
+			return t.Fail(me, events.FailureError, "disk full", nil)
+		},
 			holderRule(ok(events.TaskFailed{WorkerID: me, Kind: events.FailureError, Reason: "disk full"}))},
 		{"fail by system", func(t *events.Task) ([]events.Payload, error) {
 			return t.Fail("", events.FailureTimeout, "took too long", json.RawMessage(`{"timeout_seconds":60}`))
@@ -296,7 +300,9 @@ func TestTaskValidation(t *testing.T) {
 			ok(events.TaskFailed{WorkerID: me, Kind: events.FailureError, Reason: "no reason given"})},
 		{"release reason too long", "in_progress/mine", func(t *events.Task) ([]events.Payload, error) { return t.Release(me, long(events.MaxReasonLen+1)) }, invalid("reason")},
 		{"cancel reason too long", "pending", func(t *events.Task) ([]events.Payload, error) { return t.Cancel(admin, long(events.MaxReasonLen+1)) }, invalid("reason")},
-		{"assign reason too long", "pending", func(t *events.Task) ([]events.Payload, error) { return t.Assign(me, admin, long(events.MaxReasonLen+1)) }, invalid("reason")},
+		{"assign reason too long", "pending", func(t *events.Task) ([]events.Payload, error) {
+			return t.Assign(me, admin, long(events.MaxReasonLen+1))
+		}, invalid("reason")},
 		{"edit empty title", "pending", func(t *events.Task) ([]events.Payload, error) { return t.Edit(events.TaskEdit{Title: &empty}) }, invalid("title")},
 		{"edit blank title", "pending", func(t *events.Task) ([]events.Payload, error) { return t.Edit(events.TaskEdit{Title: &blank}) }, invalid("title")},
 		{"edit long title", "pending", func(t *events.Task) ([]events.Payload, error) { return t.Edit(events.TaskEdit{Title: &longTitle}) }, invalid("title")},
