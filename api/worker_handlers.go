@@ -149,6 +149,10 @@ func (s *Server) postResult(c echo.Context) error {
 type statusRequest struct {
 	Status *string `json:"status"`
 	Reason string  `json:"reason,omitempty"`
+	// Kind says why a failure happened: error (default) or timeout (the
+	// worker killed the command at its time limit). worker_offline is the
+	// stuck detector's to say, never a worker's.
+	Kind string `json:"kind,omitempty"`
 }
 
 func (s *Server) setStatus(c echo.Context) error {
@@ -161,12 +165,23 @@ func (s *Server) setStatus(c echo.Context) error {
 	}
 	switch events.Status(*req.Status) {
 	case events.StatusCompleted:
+		if req.Kind != "" {
+			return events.Invalid("kind", "only applies to status failed")
+		}
 		return s.workerCommand(c, func(t *events.Task, worker string) ([]events.Payload, error) {
 			return t.Complete(worker)
 		})
 	case events.StatusFailed:
+		kind := events.FailureError
+		switch req.Kind {
+		case "", events.FailureError:
+		case events.FailureTimeout:
+			kind = events.FailureTimeout
+		default:
+			return events.Invalid("kind", "must be error or timeout")
+		}
 		return s.workerCommand(c, func(t *events.Task, worker string) ([]events.Payload, error) {
-			return t.Fail(worker, events.FailureError, req.Reason, nil)
+			return t.Fail(worker, kind, req.Reason, nil)
 		})
 	}
 	return events.Invalid("status", "must be completed or failed")

@@ -208,6 +208,17 @@ func (c *Client) Fail(ctx context.Context, id, reason string) (*events.Task, err
 	return &out, c.Do(ctx, http.MethodPut, "/api/v1/worker/tasks/"+url.PathEscape(id)+"/status", map[string]string{"status": "failed", "reason": reason}, &out)
 }
 
+// FailKind marks the task failed with a kind (events.FailureError or
+// events.FailureTimeout; "" means error) and a reason.
+func (c *Client) FailKind(ctx context.Context, id, kind, reason string) (*events.Task, error) {
+	var out events.Task
+	body := map[string]string{"status": "failed", "reason": reason}
+	if kind != "" {
+		body["kind"] = kind
+	}
+	return &out, c.Do(ctx, http.MethodPut, "/api/v1/worker/tasks/"+url.PathEscape(id)+"/status", body, &out)
+}
+
 // Release gives the task back to the pool.
 func (c *Client) Release(ctx context.Context, id, reason string) (*events.Task, error) {
 	var out events.Task
