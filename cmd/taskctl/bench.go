@@ -1,0 +1,310 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+)
+
+// The bench modes, in the order they run at each worker count. bare comes
+// first: every other figure is a ratio to it.
+const (
+	modeBare        = "bare"
+	modeStore       = "store"
+	modeStoreCreate = "store+create"
+	modeHTTP        = "http"
+)
+
+var allModes = []string{modeBare, modeStore, modeStoreCreate, modeHTTP}
+
+// benchConfig is what the flags of `taskctl bench` say.
+type benchConfig struct {
+	databaseURL string
+	benchDB     string
+	apiURL      string
+	workers     []int
+	modes       []string
+	tasks       int
+	duration    time.Duration
+	jsonOut     bool
+	cpuProfile  string
+}
+
+// benchResult is one timed run: one mode at one worker count.
+type benchResult struct {
+	Mode        string  `json:"mode"`
+	Workers     int     `json:"workers"`
+	Tasks       int     `json:"tasks"`
+	Seconds     float64 `json:"seconds"`
+	TasksPerSec float64 `json:"tasks_per_sec"`
+	ClaimP50Ms  float64 `json:"claim_p50_ms"`
+	ClaimP99Ms  float64 `json:"claim_p99_ms"`
+	// EmptyClaims counts claims that found nothing (the drain's last ones,
+	// or SKIP LOCKED races in store+create).
+	EmptyClaims int `json:"empty_claims"`
+	// Ratios to bare at the same worker count; absent when bare did not run.
+	TasksPerSecVsBare *float64 `json:"tasks_per_sec_vs_bare,omitempty"`
+	ClaimP50VsBare    *float64 `json:"claim_p50_vs_bare,omitempty"`
+	ClaimP99VsBare    *float64 `json:"claim_p99_vs_bare,omitempty"`
+}
+
+// benchReport is the whole run, as --json prints it.
+type benchReport struct {
+	Started    time.Time     `json:"started"`
+	Database   string        `json:"database"`
+	API        string        `json:"api"`
+	Postgres   string        `json:"postgres"`
+	GoVersion  string        `json:"go_version"`
+	NumCPU     int           `json:"num_cpu"`
+	GOMAXPROCS int           `json:"gomaxprocs"`
+	Command    string        `json:"command"`
+	Runs       []benchResult `json:"runs"`
+}
+
+const benchHelp = `Usage: taskctl bench [flags]
+
+Measures claim + complete throughput side by side, in one run, on one
+scratch database, at each worker count:
+
+  bare          claim + complete on worker_tasks with plain SQL and no events:
+                the limit of this machine; every other line is a ratio to it
+  store         store.DB.Claim then store.DB.UpdateTask(Complete): the real
+                write path with events and projections; tasks pre-created
+  store+create  the same with store.DB.CreateTask inside the timed loop
+                (create -> claim -> complete per task)
+  http          the real API with one api/client per worker (each its own
+                logged-in worker user, max_concurrent_tasks 1): Claim, then
+                Complete. The server runs in this process on 127.0.0.1:0
+                unless --api points at a running one.
+
+The queue is pre-filled before timing starts (bare: COPY; store, http:
+store.CreateTask), and each run drains it, or stops at --duration. Runs with
+fewer than 16 workers use tasks x workers / 16 tasks (at least 1000), so the
+single-worker runs stay short.
+
+The benchmark never touches your data: it drops and recreates its own
+database (--bench-db, default taskservice_bench) on the server of
+--database-url and migrates it. With --api, start that server on the bench
+database (its DATABASE_URL naming --bench-db): the bench then keeps the
+database and only empties the task tables between runs.
+
+Progress goes to stderr; the table (or --json) to stdout.
+
+Flags:
+`
+
+const benchExample = `
+Example:
+  DATABASE_URL=postgres://postgres@127.0.0.1:55432/taskservice?sslmode=disable \
+    taskctl bench --workers 1,16,64 --tasks 20000
+  taskctl bench --modes bare,http --workers 64 --duration 10s --json > bench.json
+`
+
+func runBench(args []string, stdout, stderr io.Writer) int {
+	cfg, code := parseBenchFlags(args, stderr)
+	if code >= 0 {
+		return code
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	report, err := bench(ctx, cfg, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "taskctl bench: %v\n", err)
+		return 1
+	}
+	report.Command = "taskctl bench " + strings.Join(args, " ")
+	if cfg.jsonOut {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(report); err != nil {
+			fmt.Fprintf(stderr, "taskctl bench: %v\n", err)
+			return 1
+		}
+		return 0
+	}
+	printBenchTable(stdout, report)
+	return 0
+}
+
+// parseBenchFlags returns the config, or an exit code >= 0 when the command
+// should stop here (help or a usage error).
+func parseBenchFlags(args []string, stderr io.Writer) (benchConfig, int) {
+	fs := flag.NewFlagSet("taskctl bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cfg benchConfig
+	var workers, modes string
+	fs.StringVar(&cfg.databaseURL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL server to bench on (env DATABASE_URL); only its scratch database --bench-db is written")
+	fs.StringVar(&cfg.benchDB, "bench-db", "taskservice_bench", "scratch database to drop, create and migrate")
+	fs.StringVar(&cfg.apiURL, "api", "", "bench a running task-service at this base URL (it must use --bench-db) instead of an in-process one")
+	fs.StringVar(&workers, "workers", "1,16,64", "comma-separated worker counts")
+	fs.StringVar(&modes, "modes", strings.Join(allModes, ","), "comma-separated modes: "+strings.Join(allModes, ", "))
+	fs.IntVar(&cfg.tasks, "tasks", 20000, "tasks per run at 16 or more workers (fewer workers: tasks x workers / 16, at least 1000)")
+	fs.DurationVar(&cfg.duration, "duration", 0, "stop each run after this long even if its queue is not drained (0: drain)")
+	fs.BoolVar(&cfg.jsonOut, "json", false, "print the results as JSON instead of a table")
+	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of each timed run to PREFIX-MODE-WORKERS.pprof (the in-process server included)")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), benchHelp)
+		fs.PrintDefaults()
+		fmt.Fprint(fs.Output(), benchExample)
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return cfg, 0
+		}
+		return cfg, 2
+	}
+	usageErr := func(format string, a ...any) (benchConfig, int) {
+		fmt.Fprintf(stderr, "taskctl bench: "+format+"\n", a...)
+		return cfg, 2
+	}
+	if fs.NArg() > 0 {
+		return usageErr("unexpected arguments %q", fs.Args())
+	}
+	if cfg.databaseURL == "" {
+		return usageErr("set DATABASE_URL or --database-url (scripts/devdb.sh prints one for a private cluster)")
+	}
+	if !validDBName(cfg.benchDB) {
+		return usageErr("--bench-db %q: use lower-case letters, digits and _", cfg.benchDB)
+	}
+	for _, s := range strings.Split(workers, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 || n > 1000 {
+			return usageErr("--workers: %q is not a count between 1 and 1000", s)
+		}
+		cfg.workers = append(cfg.workers, n)
+	}
+	for _, m := range strings.Split(modes, ",") {
+		m = strings.TrimSpace(m)
+		if !contains(allModes, m) {
+			return usageErr("--modes: unknown mode %q (know %s)", m, strings.Join(allModes, ", "))
+		}
+		if !contains(cfg.modes, m) {
+			cfg.modes = append(cfg.modes, m)
+		}
+	}
+	// Run in the canonical order so bare comes first at each worker count.
+	ordered := cfg.modes[:0:0]
+	for _, m := range allModes {
+		if contains(cfg.modes, m) {
+			ordered = append(ordered, m)
+		}
+	}
+	cfg.modes = ordered
+	if cfg.tasks < 1 {
+		return usageErr("--tasks must be positive")
+	}
+	if cfg.duration < 0 {
+		return usageErr("--duration must not be negative")
+	}
+	return cfg, -1
+}
+
+// tasksFor is the queue size of a run with w workers.
+func (cfg benchConfig) tasksFor(w int) int {
+	if w >= 16 {
+		return cfg.tasks
+	}
+	return min(cfg.tasks, max(1000, cfg.tasks*w/16))
+}
+
+func validDBName(s string) bool {
+	if s == "" || len(s) > 63 || (s[0] >= '0' && s[0] <= '9') {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+func contains(xs []string, s string) bool {
+	for _, x := range xs {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// bench prepares the scratch database and runs every mode at every worker
+// count, bare first at each.
+func bench(ctx context.Context, cfg benchConfig, progress io.Writer) (*benchReport, error) {
+	maxWorkers := 0
+	for _, w := range cfg.workers {
+		maxWorkers = max(maxWorkers, w)
+	}
+	env, err := openBenchEnv(ctx, cfg, maxWorkers, progress)
+	if err != nil {
+		return nil, err
+	}
+	defer env.close()
+	report := &benchReport{
+		Started: time.Now().UTC(), Database: cfg.benchDB, API: env.apiLabel(), Postgres: env.pgVersion,
+		GoVersion: runtime.Version(), NumCPU: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0),
+	}
+	for _, w := range cfg.workers {
+		var bare *benchResult
+		for _, m := range cfg.modes {
+			r, err := env.run(ctx, m, w, cfg.tasksFor(w))
+			if err != nil {
+				return nil, fmt.Errorf("%s at %d workers: %w", m, w, err)
+			}
+			if m == modeBare {
+				bare = r
+			} else if bare != nil {
+				r.TasksPerSecVsBare = ratio(r.TasksPerSec, bare.TasksPerSec)
+				r.ClaimP50VsBare = ratio(r.ClaimP50Ms, bare.ClaimP50Ms)
+				r.ClaimP99VsBare = ratio(r.ClaimP99Ms, bare.ClaimP99Ms)
+			}
+			fmt.Fprintf(progress, "bench: %-12s %3d workers: %6d tasks in %6.2fs = %8.0f tasks/s, claim p50 %.2f ms p99 %.2f ms\n",
+				r.Mode, r.Workers, r.Tasks, r.Seconds, r.TasksPerSec, r.ClaimP50Ms, r.ClaimP99Ms)
+			report.Runs = append(report.Runs, *r)
+		}
+	}
+	return report, nil
+}
+
+func ratio(a, b float64) *float64 {
+	if b == 0 {
+		return nil
+	}
+	r := a / b
+	return &r
+}
+
+func printBenchTable(w io.Writer, rep *benchReport) {
+	fmt.Fprintf(w, "taskctl bench — %s, %s, %d CPUs (GOMAXPROCS %d), api %s\n\n",
+		rep.Postgres, rep.GoVersion, rep.NumCPU, rep.GOMAXPROCS, rep.API)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "mode\tworkers\ttasks\ttasks/s\tx bare\tclaim p50 ms\tx bare\tclaim p99 ms\tx bare\t")
+	for _, r := range rep.Runs {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%s\t%.2f\t%s\t%.2f\t%s\t\n", r.Mode, r.Workers, r.Tasks, r.TasksPerSec,
+			fmtRatio(r, r.TasksPerSecVsBare), r.ClaimP50Ms, fmtRatio(r, r.ClaimP50VsBare), r.ClaimP99Ms, fmtRatio(r, r.ClaimP99VsBare))
+	}
+	_ = tw.Flush()
+	fmt.Fprintln(w, "\nx bare: the figure divided by bare's at the same worker count (tasks/s: higher is better; latency: lower is better).")
+	fmt.Fprintln(w, "store+create times create + claim + complete per task; the other modes time claim + complete on a pre-filled queue.")
+}
+
+func fmtRatio(r benchResult, v *float64) string {
+	if r.Mode == modeBare {
+		return "1.00"
+	}
+	if v == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", *v)
+}

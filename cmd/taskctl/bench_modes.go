@@ -1,0 +1,333 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"runtime/pprof"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/clawdbot/task-service/api/client"
+	"github.com/clawdbot/task-service/events"
+)
+
+// outcome is what one step of a worker's loop did.
+type outcome int
+
+const (
+	claimedOne outcome = iota // claimed and completed a task
+	emptyClaim                // the claim found nothing; try again
+	finished                  // nothing left to do: the worker stops
+)
+
+// step is one iteration of a worker's loop; it reports how long its claim
+// call took (the only latency measured).
+type step func(ctx context.Context) (outcome, time.Duration, error)
+
+// run resets the tables, pre-fills the queue for mode, then times w workers
+// draining n tasks (or until --duration), and checks the result.
+func (env *benchEnv) run(ctx context.Context, mode string, w, n int) (*benchResult, error) {
+	label := fmt.Sprintf("[%s %dw]", mode, w)
+	if err := env.reset(ctx); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(env.progress, "bench: %s pre-filling %d tasks\n", label, n)
+	start := time.Now()
+	steps, cleanup, err := env.prepare(ctx, mode, w, n)
+	if cleanup != nil {
+		defer cleanup()
+	}
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(env.progress, "bench: %s ready in %.1fs; timing %d workers\n", label, time.Since(start).Seconds(), w)
+	r, err := env.drive(ctx, label, mode, steps, n)
+	if err != nil {
+		return nil, err
+	}
+	if err := env.verify(ctx, mode, r.Tasks); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// prepare pre-fills the queue and returns one step per worker.
+func (env *benchEnv) prepare(ctx context.Context, mode string, w, n int) ([]step, func(), error) {
+	steps := make([]step, w)
+	switch mode {
+	case modeBare:
+		if err := env.prefillBare(ctx, n); err != nil {
+			return nil, nil, err
+		}
+		for i := range steps {
+			steps[i] = env.bareStep(env.workers[i].id)
+		}
+	case modeStore:
+		if err := env.prefillStore(ctx, n); err != nil {
+			return nil, nil, err
+		}
+		for i := range steps {
+			steps[i] = env.storeStep(env.workers[i].id)
+		}
+	case modeStoreCreate:
+		var left atomic.Int64
+		left.Store(int64(n))
+		for i := range steps {
+			steps[i] = env.storeCreateStep(env.workers[i].id, &left)
+		}
+	case modeHTTP:
+		if err := env.prefillStore(ctx, n); err != nil {
+			return nil, nil, err
+		}
+		var transports []*http.Transport
+		cleanup := func() {
+			for _, t := range transports {
+				t.CloseIdleConnections()
+			}
+		}
+		for i := range steps {
+			// One client and one connection pool per worker, as separate
+			// worker processes would have.
+			tr := &http.Transport{MaxIdleConns: 4, MaxIdleConnsPerHost: 4, IdleConnTimeout: 90 * time.Second}
+			transports = append(transports, tr)
+			c := client.New(env.apiBase, &http.Client{Transport: tr, Timeout: time.Minute})
+			if _, err := c.Login(ctx, env.workers[i].email, benchPassword); err != nil {
+				return nil, cleanup, fmt.Errorf("log in as %s at %s: %w (with --api, the server must use database %s)",
+					env.workers[i].email, env.apiBase, err, env.cfg.benchDB)
+			}
+			steps[i] = httpStep(c)
+		}
+		return steps, cleanup, nil
+	default:
+		return nil, nil, fmt.Errorf("unknown mode %q", mode)
+	}
+	return steps, nil, nil
+}
+
+const (
+	bareClaim = `UPDATE worker_tasks SET status = 'in_progress', assigned_to = $1, started_at = now()
+ WHERE id = (SELECT id FROM worker_tasks WHERE status = 'pending' AND assigned_to IS NULL
+              ORDER BY priority_rank, created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
+ RETURNING id`
+	bareComplete = `UPDATE worker_tasks SET status = 'completed', completed_at = now() WHERE id = $1`
+)
+
+// bareStep is the machine's limit: the same claim and completion on the
+// same table, autocommitted, with no events, projections or checks.
+func (env *benchEnv) bareStep(worker string) step {
+	return func(ctx context.Context) (outcome, time.Duration, error) {
+		var id string
+		t0 := time.Now()
+		err := env.pool.QueryRow(ctx, bareClaim, worker).Scan(&id)
+		took := time.Since(t0)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return finished, took, nil
+		}
+		if err != nil {
+			return 0, 0, fmt.Errorf("claim: %w", err)
+		}
+		if _, err := env.pool.Exec(ctx, bareComplete, id); err != nil {
+			return 0, 0, fmt.Errorf("complete: %w", err)
+		}
+		return claimedOne, took, nil
+	}
+}
+
+func workerMeta(worker string) events.Meta {
+	return events.Meta{Actor: events.Actor{Kind: events.ActorWorker, ID: worker}}
+}
+
+// storeStep is the store-level lifecycle: Claim, then Complete through
+// UpdateTask, each its own transaction as the API runs them.
+func (env *benchEnv) storeStep(worker string) step {
+	meta := workerMeta(worker)
+	return func(ctx context.Context) (outcome, time.Duration, error) {
+		t0 := time.Now()
+		t, err := env.db.Claim(ctx, worker, meta)
+		took := time.Since(t0)
+		if err != nil {
+			return 0, 0, fmt.Errorf("claim: %w", err)
+		}
+		if t == nil {
+			return finished, took, nil
+		}
+		return claimedOne, took, env.complete(ctx, worker, t.ID, meta)
+	}
+}
+
+func (env *benchEnv) complete(ctx context.Context, worker, id string, meta events.Meta) error {
+	_, _, err := env.db.UpdateTask(ctx, env.pool, id, meta, func(t *events.Task) ([]events.Payload, error) {
+		return t.Complete(worker)
+	})
+	if err != nil {
+		return fmt.Errorf("complete %s: %w", id, err)
+	}
+	return nil
+}
+
+// storeCreateStep adds the creation to the timed loop: create, claim,
+// complete, until left is used up.
+func (env *benchEnv) storeCreateStep(worker string, left *atomic.Int64) step {
+	meta := workerMeta(worker)
+	creator := events.Meta{Actor: events.System("bench")}
+	return func(ctx context.Context) (outcome, time.Duration, error) {
+		i := left.Add(-1)
+		if i < 0 {
+			return finished, 0, nil
+		}
+		if _, err := env.db.CreateTask(ctx, env.pool, env.newTask(int(i)), creator); err != nil {
+			return 0, 0, fmt.Errorf("create: %w", err)
+		}
+		// SKIP LOCKED may, rarely, pass over every pending row while others
+		// are mid-claim; claim again a few times before moving on.
+		var took time.Duration
+		for range 3 {
+			t0 := time.Now()
+			t, err := env.db.Claim(ctx, worker, meta)
+			took += time.Since(t0)
+			if err != nil {
+				return 0, 0, fmt.Errorf("claim: %w", err)
+			}
+			if t != nil {
+				return claimedOne, took, env.complete(ctx, worker, t.ID, meta)
+			}
+		}
+		return emptyClaim, took, nil
+	}
+}
+
+// httpStep is a real client's loop: POST claim, PUT status completed.
+func httpStep(c *client.Client) step {
+	return func(ctx context.Context) (outcome, time.Duration, error) {
+		t0 := time.Now()
+		t, err := c.Claim(ctx)
+		took := time.Since(t0)
+		if err != nil {
+			return 0, 0, fmt.Errorf("claim: %w", err)
+		}
+		if t == nil {
+			return finished, took, nil
+		}
+		if _, err := c.Complete(ctx, t.ID); err != nil {
+			return 0, 0, fmt.Errorf("complete %s: %w", t.ID, err)
+		}
+		return claimedOne, took, nil
+	}
+}
+
+// drive starts every worker at once, times them until each has finished
+// (or --duration passed), and prints progress to stderr meanwhile.
+func (env *benchEnv) drive(ctx context.Context, label, mode string, steps []step, n int) (*benchResult, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var done, empty atomic.Int64
+	lat := make([][]time.Duration, len(steps))
+	var deadline time.Time
+	gate := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, s := range steps {
+		lat[i] = make([]time.Duration, 0, n/len(steps)+16)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-gate
+			for ctx.Err() == nil && (deadline.IsZero() || time.Now().Before(deadline)) {
+				o, took, err := s(ctx)
+				if err != nil {
+					cancel(err)
+					return
+				}
+				switch o {
+				case finished:
+					return
+				case emptyClaim:
+					empty.Add(1)
+					continue
+				}
+				lat[i] = append(lat[i], took)
+				done.Add(1)
+			}
+		}()
+	}
+
+	stopProfile, err := env.startProfile(mode, len(steps))
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	if env.cfg.duration > 0 {
+		deadline = start.Add(env.cfg.duration)
+	}
+	close(gate) // written before the gate opens, read after: no race on deadline
+	finishedAll := make(chan struct{})
+	go func() { wg.Wait(); close(finishedAll) }()
+	tick := time.NewTicker(2 * time.Second)
+	defer tick.Stop()
+wait:
+	for {
+		select {
+		case <-finishedAll:
+			break wait
+		case <-tick.C:
+			d := done.Load()
+			fmt.Fprintf(env.progress, "bench: %s %d/%d tasks, %.0f tasks/s so far\n", label, d, n, float64(d)/time.Since(start).Seconds())
+		}
+	}
+	elapsed := time.Since(start)
+	stopProfile()
+	if err := context.Cause(ctx); err != nil {
+		return nil, err
+	}
+
+	all := make([]time.Duration, 0, done.Load())
+	for _, l := range lat {
+		all = append(all, l...)
+	}
+	slices.Sort(all)
+	r := &benchResult{Mode: mode, Workers: len(steps), Tasks: int(done.Load()), Seconds: elapsed.Seconds(),
+		EmptyClaims: int(empty.Load()), ClaimP50Ms: percentileMs(all, 0.50), ClaimP99Ms: percentileMs(all, 0.99)}
+	r.TasksPerSec = float64(r.Tasks) / r.Seconds
+	return r, nil
+}
+
+// percentileMs is the nearest-rank percentile of sorted durations, in ms.
+func percentileMs(sorted []time.Duration, p float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(p*float64(len(sorted))+0.5) - 1
+	i = max(0, min(len(sorted)-1, i))
+	return float64(sorted[i].Microseconds()) / 1000
+}
+
+// startProfile starts a CPU profile of one timed run when --cpuprofile is
+// set; the returned func stops it.
+func (env *benchEnv) startProfile(mode string, w int) (func(), error) {
+	if env.cfg.cpuProfile == "" {
+		return func() {}, nil
+	}
+	name := fmt.Sprintf("%s-%s-%d.pprof", env.cfg.cpuProfile, mode, w)
+	f, err := os.Create(name)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+		fmt.Fprintf(env.progress, "bench: wrote %s\n", name)
+	}, nil
+}
+
+func newUUID() string { return uuid.Must(uuid.NewV7()).String() }
