@@ -11,6 +11,7 @@ type Stats struct {
 	QueueDepth    int            `json:"queue_depth"`
 	WorkersOnline int            `json:"workers_online"`
 	WorkersTotal  int            `json:"workers_total"`
+	ReactorStats
 }
 
 // Stats counts tasks per status, the queue and the workers online.
@@ -36,7 +37,13 @@ func (db *DB) Stats(ctx context.Context) (*Stats, error) {
 		(SELECT count(*) FROM users WHERE is_worker AND online AND last_activity_at > $1),
 		(SELECT count(*) FROM users WHERE is_worker)`, db.Now().Add(-db.offlineAfter)).
 		Scan(&s.QueueDepth, &s.WorkersOnline, &s.WorkersTotal)
-	return s, mapErr(err)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	if s.ReactorStats, err = db.reactorStats(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // Capacity is the fleet's room for more work.

@@ -1,0 +1,255 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/rs/zerolog"
+)
+
+// Channel is the NOTIFY channel that says "task_events may have news".
+const Channel = "task_events"
+
+// ListenerConfig configures a Listener.
+type ListenerConfig struct {
+	// URL of the database; the listener opens its own connection with it,
+	// never through a pool or a transaction-mode pooler (DESIGN §4).
+	URL string
+	// Hub is woken on every notification and after every (re)connect.
+	Hub *Hub
+	// InstanceID: notifications whose payload equals it were sent by this
+	// instance, whose hub already woke at commit; they are ignored.
+	InstanceID string
+	Logger     zerolog.Logger
+	// MinBackoff and MaxBackoff bound the wait between reconnect attempts
+	// (defaults 100 ms and 10 s).
+	MinBackoff, MaxBackoff time.Duration
+	// PingEvery checks an idle connection, so a silently dead one is noticed
+	// (default 30 s).
+	PingEvery time.Duration
+}
+
+// Listener owns the instance's one LISTEN connection. Run keeps it open:
+// LISTEN, wake the hub (consumers catch up from their checkpoints), wait for
+// notifications; on any error reconnect with exponential backoff and wake
+// the hub again, because notifications sent while it was away are lost.
+type Listener struct {
+	cfg ListenerConfig
+
+	mu        sync.Mutex
+	connected bool
+	lastErr   error
+	received  atomic.Int64
+}
+
+// NewListener checks cfg and fills its defaults; it starts nothing.
+func NewListener(cfg ListenerConfig) (*Listener, error) {
+	if cfg.URL == "" {
+		return nil, errors.New("store: ListenerConfig.URL is required")
+	}
+	if cfg.Hub == nil {
+		return nil, errors.New("store: ListenerConfig.Hub is required")
+	}
+	if cfg.MinBackoff <= 0 {
+		cfg.MinBackoff = 100 * time.Millisecond
+	}
+	if cfg.MaxBackoff < cfg.MinBackoff {
+		cfg.MaxBackoff = max(10*time.Second, cfg.MinBackoff)
+	}
+	if cfg.PingEvery <= 0 {
+		cfg.PingEvery = 30 * time.Second
+	}
+	return &Listener{cfg: cfg, lastErr: errors.New("listener not connected yet")}, nil
+}
+
+// Ready is nil while the LISTEN connection is up; /readyz reports it.
+func (l *Listener) Ready() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.connected {
+		return nil
+	}
+	return fmt.Errorf("listener down: %w", l.lastErr)
+}
+
+// Received counts the notifications that woke the hub (for tests and metrics).
+func (l *Listener) Received() int64 { return l.received.Load() }
+
+func (l *Listener) setState(connected bool, err error) {
+	l.mu.Lock()
+	l.connected = connected
+	if err != nil {
+		l.lastErr = err
+	}
+	l.mu.Unlock()
+}
+
+// Run keeps the connection until ctx ends; it returns nil then.
+func (l *Listener) Run(ctx context.Context) error {
+	backoff := l.cfg.MinBackoff
+	for {
+		wasUp, err := l.session(ctx)
+		if ctx.Err() != nil {
+			l.setState(false, errors.New("listener stopped"))
+			return nil
+		}
+		l.setState(false, err)
+		if wasUp {
+			backoff = l.cfg.MinBackoff
+		}
+		l.cfg.Logger.Warn().Err(err).Dur("retry_in", backoff).Msg("LISTEN connection lost; reconnecting")
+		select {
+		case <-ctx.Done():
+			l.setState(false, errors.New("listener stopped"))
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, l.cfg.MaxBackoff)
+	}
+}
+
+// session is one connection's life; wasUp says whether LISTEN succeeded.
+func (l *Listener) session(ctx context.Context) (wasUp bool, err error) {
+	connectCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	conn, err := pgx.Connect(connectCtx, l.cfg.URL)
+	cancel()
+	if err != nil {
+		return false, fmt.Errorf("connect: %w", err)
+	}
+	defer func() {
+		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		_ = conn.Close(closeCtx)
+		cancel()
+	}()
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{Channel}.Sanitize()); err != nil {
+		return false, fmt.Errorf("listen: %w", err)
+	}
+	l.setState(true, nil)
+	l.cfg.Logger.Debug().Msg("LISTEN connection up")
+	// Anything committed while no connection listened sent its NOTIFY into
+	// the void: every consumer re-reads from its checkpoint.
+	l.cfg.Hub.Wake()
+	for {
+		waitCtx, cancel := context.WithTimeout(ctx, l.cfg.PingEvery)
+		n, err := conn.WaitForNotification(waitCtx)
+		cancel()
+		switch {
+		case err == nil:
+			if n.Payload != "" && n.Payload == l.cfg.InstanceID {
+				continue
+			}
+			l.received.Add(1)
+			l.cfg.Hub.Wake()
+		case ctx.Err() != nil:
+			return true, ctx.Err()
+		case errors.Is(err, context.DeadlineExceeded) && !conn.IsClosed():
+			// Quiet for a while: make sure the connection still works.
+			pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err := conn.Ping(pingCtx)
+			cancel()
+			if err != nil {
+				return true, fmt.Errorf("ping: %w", err)
+			}
+		default:
+			return true, fmt.Errorf("wait for notification: %w", err)
+		}
+	}
+}
+
+// NotifierConfig configures a Notifier.
+type NotifierConfig struct {
+	// Querier sends the NOTIFY; the pool is fine (NOTIFY outside a
+	// transaction is its own short one).
+	Querier Querier
+	// Hub is woken at once after each local commit.
+	Hub *Hub
+	// InstanceID is the payload, so this instance's listener ignores it.
+	InstanceID string
+	// Interval is the least time between two NOTIFYs (default 50 ms).
+	Interval time.Duration
+	Logger   zerolog.Logger
+}
+
+// Notifier turns local commits into wakes: this instance's hub at once,
+// other instances through at most one NOTIFY per Interval while there were
+// commits. A NOTIFY in every write transaction would serialize commits on
+// PostgreSQL's notify queue lock (DESIGN §4); one per interval costs nothing.
+type Notifier struct {
+	cfg   NotifierConfig
+	dirty atomic.Bool
+	kick  chan struct{}
+	sent  atomic.Int64
+}
+
+// NewNotifier checks cfg and fills its defaults; it starts nothing.
+func NewNotifier(cfg NotifierConfig) (*Notifier, error) {
+	if cfg.Querier == nil {
+		return nil, errors.New("store: NotifierConfig.Querier is required")
+	}
+	if cfg.Hub == nil {
+		return nil, errors.New("store: NotifierConfig.Hub is required")
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = 50 * time.Millisecond
+	}
+	return &Notifier{cfg: cfg, kick: make(chan struct{}, 1)}, nil
+}
+
+// Committed is store.Config.AfterCommit: it never blocks.
+func (n *Notifier) Committed() {
+	n.cfg.Hub.Wake()
+	n.dirty.Store(true)
+	select {
+	case n.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Sent counts the NOTIFYs sent.
+func (n *Notifier) Sent() int64 { return n.sent.Load() }
+
+// Run sends NOTIFYs until ctx ends, then one last one if commits are pending,
+// so other instances hear about this instance's final writes.
+func (n *Notifier) Run(ctx context.Context) error {
+	var last time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			if n.dirty.Swap(false) {
+				n.send(context.WithoutCancel(ctx))
+			}
+			return nil
+		case <-n.kick:
+		}
+		// The first commit after a quiet spell notifies at once; later ones
+		// wait out the interval and share one NOTIFY.
+		if wait := n.cfg.Interval - time.Since(last); wait > 0 {
+			select {
+			case <-ctx.Done():
+				continue
+			case <-time.After(wait):
+			}
+		}
+		if n.dirty.Swap(false) {
+			n.send(ctx)
+			last = time.Now()
+		}
+	}
+}
+
+func (n *Notifier) send(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := n.cfg.Querier.Exec(ctx, `SELECT pg_notify($1, $2)`, Channel, n.cfg.InstanceID); err != nil {
+		// A lost NOTIFY costs other instances latency (their catch-up ticker
+		// still runs), never data.
+		n.cfg.Logger.Warn().Err(err).Msg("NOTIFY failed")
+		return
+	}
+	n.sent.Add(1)
+}
