@@ -16,6 +16,7 @@ type metrics struct {
 	claims       *prometheus.CounterVec
 	claimLatency prometheus.Histogram
 	appended     *prometheus.CounterVec
+	claimWaiters prometheus.Gauge
 }
 
 func newMetrics(reg *prometheus.Registry) *metrics {
@@ -39,7 +40,10 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 			Name: "taskservice_events_appended_total", Help: "Events appended through this instance's API, by type.",
 		}, []string{"type"}),
 	}
-	reg.MustRegister(m.requests, m.duration, m.claims, m.claimLatency, m.appended)
+	m.claimWaiters = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "taskservice_claim_waiters", Help: "Long-poll claims waiting for a task on this instance.",
+	})
+	reg.MustRegister(m.requests, m.duration, m.claims, m.claimLatency, m.appended, m.claimWaiters)
 	_ = reg.Register(collectors.NewGoCollector())
 	_ = reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

@@ -9,7 +9,7 @@ func (s *Server) table() []route {
 		{http.MethodPost, "/api/v1/auth/login", "Log in; returns a JWT and the user", rolePublic, s.login, loginRequest{}, nil},
 
 		{http.MethodPost, w + "/heartbeat", "Report that this worker is alive", roleWorker, s.heartbeat, heartbeatRequest{}, nil},
-		{http.MethodPost, w + "/tasks/claim", "Claim the next task (null when none)", roleWorker, s.claim, nil, nil},
+		{http.MethodPost, w + "/tasks/claim", "Claim the next task; with wait=<seconds, up to 60>, wait for one (null when none came)", roleWorker, s.claim, nil, []string{"wait"}},
 		{http.MethodGet, w + "/tasks", "List this worker's tasks (active; all=true for every status)", roleWorker, s.workerTasks, nil, []string{"all"}},
 		{http.MethodGet, w + "/tasks/:id", "Read one of this worker's tasks with its type", roleWorker, s.workerTask, nil, nil},
 		{http.MethodPost, w + "/tasks/:id/updates", "Post a progress message", roleWorker, s.postUpdate, updateRequest{}, nil},
@@ -33,6 +33,7 @@ func (s *Server) table() []route {
 		{http.MethodPut, a + "/tasks/:id", "Edit a pending task", roleAdmin, s.editTask, editTaskRequest{}, nil},
 		{http.MethodPost, a + "/tasks/:id/cancel", "Cancel a task", roleAdmin, s.cancelTask, reasonRequest{}, nil},
 		{http.MethodPost, a + "/tasks/:id/assign", "Assign a pending task to a worker, with a reason", roleAdmin, s.assignTask, assignRequest{}, nil},
+		{http.MethodPost, a + "/tasks/:id/retry", "Retry a failed task now, by hand (also after retries were skipped or exhausted)", roleAdmin, s.retryTask, retryRequest{}, nil},
 		{http.MethodGet, a + "/tasks/:id/events", "The task's full event stream", roleAdmin, s.taskEvents, nil, nil},
 	}
 }

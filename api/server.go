@@ -32,6 +32,9 @@ type Config struct {
 	Ready func(ctx context.Context) error
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+	// Hub wakes long-polling claimers after commits (local, and remote
+	// through the listener); without it they re-check every 1.5 s.
+	Hub *store.Hub
 }
 
 // Server is the HTTP API.
@@ -44,6 +47,7 @@ type Server struct {
 	metrics   *metrics
 	routes    []route
 	dummyHash []byte
+	drain     *drainer
 }
 
 // route is one endpoint: the table registers handlers and documents them.
@@ -81,6 +85,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, db: cfg.DB, log: cfg.Logger, schemas: newSchemas(), dummyHash: dummy}
 	s.metrics = newMetrics(cfg.Registry)
+	s.drain = newDrainer()
 	s.echo = s.newEcho()
 	return s, nil
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
@@ -54,9 +53,7 @@ func (s *Server) heartbeat(c echo.Context) error {
 }
 
 func (s *Server) claim(c echo.Context) error {
-	start := time.Now()
-	t, err := s.db.Claim(c.Request().Context(), claimsOf(c).Subject, actor(c, events.ActorWorker))
-	s.metrics.claimLatency.Observe(time.Since(start).Seconds())
+	t, err := s.claimWaiting(c)
 	if err != nil {
 		return err
 	}

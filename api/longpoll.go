@@ -1,0 +1,108 @@
+package api
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/clawdbot/task-service/events"
+	"github.com/clawdbot/task-service/store"
+)
+
+// Long-poll claims: POST /worker/tasks/claim?wait=<seconds> claims at once
+// when it can, else holds the request until the hub says something was
+// committed (here, or elsewhere through NOTIFY) and claims again, until a
+// task comes or the wait ends. The database sees one claim per wake, never a
+// loop; a slow safety re-check covers a lost wake.
+
+// MaxClaimWait is the longest a claim may wait.
+const MaxClaimWait = 60 * time.Second
+
+// claimRecheck is the safety net between wakes.
+const claimRecheck = 1500 * time.Millisecond
+
+// drainer is the server-level signal that it is shutting down: waiting
+// claimers answer null at once instead of holding Shutdown up.
+type drainer struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+func newDrainer() *drainer {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &drainer{ctx: ctx, cancel: cancel}
+}
+
+// Drain answers every waiting long-poll (claims: data null) and makes new
+// ones answer at once. Call it before http.Server.Shutdown, which waits for
+// requests in flight.
+func (s *Server) Drain() { s.drain.cancel() }
+
+// Draining is closed once Drain was called, for other long-lived handlers.
+func (s *Server) Draining() <-chan struct{} { return s.drain.ctx.Done() }
+
+// waitParam reads ?wait=, a whole number of seconds from 0 to 60.
+func waitParam(c echo.Context) (time.Duration, error) {
+	v := c.QueryParam("wait")
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 || time.Duration(n)*time.Second > MaxClaimWait {
+		return 0, events.Invalid("wait", "must be a whole number of seconds from 0 to %d", int(MaxClaimWait/time.Second))
+	}
+	return time.Duration(n) * time.Second, nil
+}
+
+// claimWaiting claims for the request's worker, waiting up to ?wait= for a
+// task to become claimable; nil when none came.
+func (s *Server) claimWaiting(c echo.Context) (*store.TaskWithType, error) {
+	wait, err := waitParam(c)
+	if err != nil {
+		return nil, err
+	}
+	ctx := c.Request().Context()
+	worker, meta := claimsOf(c).Subject, actor(c, events.ActorWorker)
+	if wait == 0 {
+		return s.claimOnce(ctx, worker, meta)
+	}
+	// Subscribe before the first attempt: a task created between an empty
+	// attempt and the subscription would otherwise wake nobody.
+	var wake <-chan struct{}
+	if s.cfg.Hub != nil {
+		ch, unsubscribe := s.cfg.Hub.Subscribe()
+		defer unsubscribe()
+		wake = ch
+	}
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	recheck := time.NewTicker(claimRecheck)
+	defer recheck.Stop()
+	s.metrics.claimWaiters.Inc()
+	defer s.metrics.claimWaiters.Dec()
+	for {
+		t, err := s.claimOnce(ctx, worker, meta)
+		if err != nil || t != nil {
+			return t, err
+		}
+		select {
+		case <-wake:
+		case <-recheck.C:
+		case <-deadline.C:
+			return nil, nil
+		case <-s.drain.ctx.Done():
+			return nil, nil
+		case <-ctx.Done():
+			return nil, nil // the client left; nobody reads the answer
+		}
+	}
+}
+
+func (s *Server) claimOnce(ctx context.Context, worker string, meta events.Meta) (*store.TaskWithType, error) {
+	start := time.Now()
+	t, err := s.db.Claim(ctx, worker, meta)
+	s.metrics.claimLatency.Observe(time.Since(start).Seconds())
+	return t, err
+}
