@@ -1,0 +1,462 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/clawdbot/task-service/api/client"
+	"github.com/clawdbot/task-service/events"
+)
+
+// Reasons the worker gives when it releases tasks.
+const (
+	reasonRestarted = "worker restarted; released task left from a previous run"
+	reasonLostClaim = "worker lost the answer to its claim (network error or shutdown); released it unstarted"
+	reasonShutdown  = "worker shutting down: the command was stopped after the grace period; released for another worker"
+)
+
+// reportGrace is how long reports may still be retried after running
+// commands were stopped at shutdown, before the worker gives up and exits
+// (an unreported task is released by the next start).
+const reportGrace = 30 * time.Second
+
+// Worker claims tasks into its slots, runs them and reports them.
+type Worker struct {
+	cfg     *Config
+	log     zerolog.Logger
+	api     *apiClient
+	version string
+	limits  updateLimits
+	pid     int
+	host    string
+	started time.Time
+	state   runState
+
+	// claimMu serializes claims across slots: one claim (one long-poll) is
+	// in flight per process, and a sweep never races a claim whose answer
+	// is on its way.
+	claimMu   sync.Mutex
+	needSweep bool // guarded by claimMu: a claim may have succeeded unseen
+
+	mu     sync.Mutex
+	slots  []slotState
+	hbWake chan struct{}
+
+	cancelRun context.CancelCauseFunc
+	kill      context.CancelFunc
+}
+
+// slotState is what one slot is doing.
+type slotState struct {
+	TaskID string
+	Title  string
+	Type   string
+	Since  time.Time
+}
+
+// errFatal marks errors that stop the worker (exit 1) rather than being
+// retried: wrong credentials, an account that is not a worker.
+type errFatal struct{ err error }
+
+func (e errFatal) Error() string { return e.err.Error() }
+func (e errFatal) Unwrap() error { return e.err }
+
+// NewWorker prepares a worker; Run starts it.
+func NewWorker(cfg *Config, log zerolog.Logger, version string) *Worker {
+	host, _ := os.Hostname()
+	return &Worker{cfg: cfg, log: log, api: newAPIClient(cfg, log), version: version,
+		limits: defaultUpdateLimits(), pid: os.Getpid(), host: host, slots: make([]slotState, cfg.Slots),
+		hbWake: make(chan struct{}, 1)}
+}
+
+// Abort skips the rest of the shutdown grace period: running commands are
+// stopped now and their tasks released. Safe to call at any time.
+func (w *Worker) Abort() {
+	w.mu.Lock()
+	kill := w.kill
+	w.mu.Unlock()
+	if kill != nil {
+		kill()
+	}
+}
+
+// Run works until ctx ends (then shuts down gracefully) or a fatal error.
+// Every task it claimed is completed, failed or released before it returns,
+// unless the service stayed unreachable to the end (the next start then
+// releases what is left).
+func (w *Worker) Run(ctx context.Context) error {
+	w.started = time.Now()
+	w.state = loadRunState(w.cfg.WorkDir, w.cfg.Email, w.log)
+	if err := w.startup(ctx); err != nil {
+		return err
+	}
+	runCtx, cancelRun := context.WithCancelCause(ctx)
+	defer cancelRun(nil)
+	killCtx, kill := context.WithCancel(context.WithoutCancel(ctx))
+	defer kill()
+	reportCtx, stopReports := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopReports()
+	w.mu.Lock()
+	w.cancelRun, w.kill = cancelRun, kill
+	w.mu.Unlock()
+
+	slotsDone := make(chan struct{})
+	var bg sync.WaitGroup
+	bg.Add(2)
+	go func() {
+		defer bg.Done()
+		w.shutdownTimers(runCtx, killCtx, slotsDone, kill, stopReports)
+	}()
+	hbCtx, stopHeartbeats := context.WithCancel(context.WithoutCancel(ctx))
+	go func() {
+		defer bg.Done()
+		w.heartbeats(hbCtx)
+	}()
+
+	w.log.Info().Int("slots", w.cfg.Slots).Dur("claim_wait", w.cfg.ClaimWait).Msg("worker started; claiming tasks")
+	var slots sync.WaitGroup
+	for i := range w.cfg.Slots {
+		slots.Add(1)
+		go func() {
+			defer slots.Done()
+			w.slotLoop(runCtx, killCtx, reportCtx, i)
+		}()
+	}
+	slots.Wait()
+	close(slotsDone)
+	stopHeartbeats()
+	bg.Wait()
+
+	final, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+	defer cancel()
+	// A claim cut off by the shutdown may have been granted unseen.
+	if err := w.sweep(final, reasonLostClaim); err != nil {
+		w.log.Error().Err(err).Msg("could not check for tasks left held; the next start releases them")
+	}
+	w.sendHeartbeat(final, "offline")
+	w.state.CleanExit = true
+	w.state.save(w.log)
+
+	if cause := context.Cause(runCtx); errors.As(cause, new(errFatal)) {
+		return cause
+	}
+	w.log.Info().Msg("stopped")
+	return nil
+}
+
+// startup logs in, says it is alive, and releases what a crashed earlier
+// run left held.
+func (w *Worker) startup(ctx context.Context) error {
+	var b backoff
+	for {
+		err := w.api.login(ctx)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("stopped before logging in: %w", err)
+		}
+		if !transient(ctx, err) || client.IsStatus(err, http.StatusUnauthorized) {
+			return errFatal{fmt.Errorf("%w (check --email and the password)", err)}
+		}
+		d := b.next()
+		w.log.Warn().Err(err).Dur("retry_in", d).Msg("cannot reach the service to log in; will retry")
+		if !sleepCtx(ctx, d) {
+			return fmt.Errorf("stopped before logging in: %w", err)
+		}
+	}
+	w.sendHeartbeat(ctx, "idle")
+	if err := w.sweep(ctx, reasonRestarted); err != nil {
+		if ctx.Err() != nil {
+			return err
+		}
+		var f errFatal
+		if errors.As(err, &f) {
+			return err
+		}
+		w.log.Warn().Err(err).Msg("could not check for tasks left from a previous run; will check again before the next claim")
+		w.needSweep = true
+	}
+	return nil
+}
+
+// shutdownTimers runs the shutdown clock: when runCtx ends, running
+// commands get cfg.Grace to finish before kill; reports get KillGrace +
+// reportGrace more before stopReports.
+func (w *Worker) shutdownTimers(runCtx, killCtx context.Context, slotsDone <-chan struct{}, kill, stopReports context.CancelFunc) {
+	select {
+	case <-runCtx.Done():
+	case <-slotsDone:
+		return
+	}
+	if w.busy() > 0 {
+		w.log.Info().Int("running", w.busy()).Dur("grace", w.cfg.Grace).
+			Msg("shutting down: no new claims; running tasks may finish within the grace period (signal again to stop them now)")
+	} else {
+		w.log.Info().Msg("shutting down")
+	}
+	grace := time.NewTimer(w.cfg.Grace)
+	defer grace.Stop()
+	select {
+	case <-grace.C:
+		if w.busy() > 0 {
+			w.log.Warn().Int("running", w.busy()).Msg("grace period over: stopping running commands and releasing their tasks")
+		}
+		kill()
+	case <-slotsDone:
+		return
+	case <-killCtx.Done(): // Abort: a second signal
+	}
+	last := time.NewTimer(w.cfg.KillGrace + reportGrace)
+	defer last.Stop()
+	select {
+	case <-last.C:
+		w.log.Error().Msg("gave up reporting: the service is unreachable; unreported tasks are released at the next start")
+		stopReports()
+	case <-slotsDone:
+	}
+}
+
+func (w *Worker) slotLoop(runCtx, killCtx, reportCtx context.Context, slot int) {
+	for {
+		t, claimedAt := w.claimNext(runCtx, slot)
+		if t == nil {
+			return
+		}
+		w.runTask(killCtx, reportCtx, slot, t, claimedAt)
+	}
+}
+
+// claimNext claims the next task for slot; nil when ctx ends first.
+func (w *Worker) claimNext(ctx context.Context, slot int) (*claimedTask, time.Time) {
+	w.claimMu.Lock()
+	defer w.claimMu.Unlock()
+	var b backoff
+	for ctx.Err() == nil {
+		if w.needSweep {
+			if err := w.sweepLocked(ctx, reasonLostClaim); err != nil {
+				if ctx.Err() == nil {
+					d := b.next()
+					w.log.Warn().Err(err).Dur("retry_in", d).Msg("could not check held tasks after a failed claim; will retry")
+					sleepCtx(ctx, d)
+				}
+				continue
+			}
+			w.needSweep = false
+		}
+		start := time.Now()
+		var raw json.RawMessage
+		path := "/api/v1/worker/tasks/claim"
+		if w.cfg.ClaimWait > 0 {
+			path += fmt.Sprintf("?wait=%d", int(w.cfg.ClaimWait.Seconds()))
+		}
+		err := w.api.call(ctx, w.cfg.ClaimWait+callTimeout, func(ctx context.Context) error {
+			raw = nil
+			return w.api.c.Do(ctx, http.MethodPost, path, nil, &raw)
+		})
+		if err != nil {
+			switch {
+			case ctx.Err() != nil:
+				// Cut off by shutdown: the service may have granted it.
+				w.needSweep = true
+				return nil, time.Time{}
+			case client.IsStatus(err, http.StatusForbidden):
+				w.cancelRun(errFatal{fmt.Errorf("claim refused (403): is %s a worker account? %w", w.cfg.Email, err)})
+				return nil, time.Time{}
+			case transient(ctx, err):
+				w.needSweep = true
+				d := b.next()
+				w.log.Warn().Err(err).Dur("retry_in", d).Msg("claim failed; backing off")
+				sleepCtx(ctx, d)
+			default:
+				// The service rejected the request itself: retrying at
+				// once would only repeat it. Wait long, then try again.
+				w.log.Error().Err(err).Dur("retry_in", maxBackoff).Msg("claim rejected by the service")
+				sleepCtx(ctx, maxBackoff)
+			}
+			continue
+		}
+		claimedAt := time.Now()
+		b.reset()
+		t, err := decodeClaim(raw)
+		if err != nil {
+			// Something was claimed that we cannot read: the sweep
+			// releases it.
+			w.log.Error().Err(err).Msg("could not read the claimed task; releasing it")
+			w.needSweep = true
+			continue
+		}
+		if t == nil {
+			elapsed := time.Since(start)
+			if w.cfg.ClaimWait == 0 || elapsed < w.cfg.ClaimWait/2 {
+				// An immediate empty answer: this server does not
+				// long-poll. Poll, with jitter so a fleet spreads out.
+				sleepCtx(ctx, w.cfg.PollInterval-elapsed+jitter(w.cfg.PollJitter))
+			}
+			continue
+		}
+		w.setSlot(slot, slotState{TaskID: t.ID, Title: t.Title, Type: t.typeName(), Since: claimedAt})
+		return t, claimedAt
+	}
+	return nil, time.Time{}
+}
+
+// sweep releases tasks this worker holds in progress that no slot is
+// running: left by a crashed run, or claimed by a request whose answer was
+// lost.
+func (w *Worker) sweep(ctx context.Context, reason string) error {
+	w.claimMu.Lock()
+	defer w.claimMu.Unlock()
+	return w.sweepLocked(ctx, reason)
+}
+
+func (w *Worker) sweepLocked(ctx context.Context, reason string) error {
+	var held []events.Task
+	err := w.api.call(ctx, callTimeout, func(ctx context.Context) error {
+		var err error
+		held, err = w.api.c.MyTasks(ctx, false)
+		return err
+	})
+	if err != nil {
+		if client.IsStatus(err, http.StatusForbidden) {
+			return errFatal{fmt.Errorf("listing held tasks refused (403): is %s a worker account? %w", w.cfg.Email, err)}
+		}
+		return fmt.Errorf("list held tasks: %w", err)
+	}
+	for _, t := range held {
+		if t.Status != events.StatusInProgress || w.running(t.ID) {
+			continue
+		}
+		_, err := retryRelease(ctx, w.api, t.ID, reason)
+		switch {
+		case err == nil:
+			w.log.Warn().Str("task_id", t.ID).Str("reason", reason).Msg("released a task this worker held but was not running")
+		case gone(err):
+		default:
+			return fmt.Errorf("release %s: %w", t.ID, err)
+		}
+	}
+	return nil
+}
+
+func retryRelease(ctx context.Context, a *apiClient, id, reason string) (*events.Task, error) {
+	var out *events.Task
+	err := a.retry(ctx, "release", func(ctx context.Context) error {
+		var err error
+		out, err = a.c.Release(ctx, id, reason)
+		return err
+	})
+	return out, err
+}
+
+func (w *Worker) setSlot(slot int, s slotState) {
+	w.mu.Lock()
+	w.slots[slot] = s
+	w.mu.Unlock()
+	select {
+	case w.hbWake <- struct{}{}:
+	default:
+	}
+}
+
+func (w *Worker) running(taskID string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, s := range w.slots {
+		if s.TaskID == taskID {
+			return true
+		}
+	}
+	return false
+}
+
+func (w *Worker) busy() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, s := range w.slots {
+		if s.TaskID != "" {
+			n++
+		}
+	}
+	return n
+}
+
+// heartbeats reports liveness every 30 s idle, 15 s working, and soon after
+// a slot changes (at most once a second).
+func (w *Worker) heartbeats(ctx context.Context) {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-w.hbWake:
+			if !sleepCtx(ctx, time.Second) {
+				return
+			}
+		}
+		w.sendHeartbeat(ctx, "")
+		interval := heartbeatIdle
+		if w.busy() > 0 {
+			interval = heartbeatBusy
+		}
+		if !t.Stop() {
+			select {
+			case <-t.C:
+			default:
+			}
+		}
+		t.Reset(interval)
+	}
+}
+
+// sendHeartbeat sends one heartbeat; status "" means idle or working from
+// the slots.
+func (w *Worker) sendHeartbeat(ctx context.Context, status string) {
+	w.mu.Lock()
+	var current string
+	slots := make([]map[string]any, len(w.slots))
+	for i, s := range w.slots {
+		st := map[string]any{"slot": i + 1, "status": "idle"}
+		if s.TaskID != "" {
+			st["status"], st["task_id"], st["task_title"], st["task_type"] = "working", s.TaskID, capText(s.Title, 200), s.Type
+			st["task_started_at"] = s.Since.UTC().Format(time.RFC3339)
+			if current == "" {
+				current = s.TaskID
+			}
+		}
+		slots[i] = st
+	}
+	w.mu.Unlock()
+	if status == "" {
+		status = "idle"
+		if current != "" {
+			status = "working"
+		}
+	}
+	meta := map[string]any{
+		"pid": w.pid, "version": w.version, "restart_count": w.state.Runs - 1, "slots": len(slots),
+		"slot_status": slots, "host": w.host, "started_at": w.started.UTC().Format(time.RFC3339),
+	}
+	if status == "offline" {
+		current, meta["offline_reason"] = "", "graceful-shutdown"
+		meta["slot_status"] = []any{}
+	}
+	hb := client.Heartbeat{Status: status, CurrentTaskID: current, Metadata: meta}
+	err := w.api.call(ctx, callTimeout, func(ctx context.Context) error { return w.api.c.Heartbeat(ctx, hb) })
+	if err != nil && ctx.Err() == nil {
+		w.log.Warn().Err(err).Str("status", status).Msg("heartbeat failed")
+		return
+	}
+	w.log.Debug().Str("status", status).Str("current_task_id", current).Msg("heartbeat")
+}

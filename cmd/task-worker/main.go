@@ -1,0 +1,117 @@
+// Command task-worker is the reference ClawdBot worker: it claims tasks
+// from a task-service, runs a command per task (Claude Code headless, a
+// shell script, any program), streams the command's output as task
+// updates and reports the outcome. Run `task-worker --help` for the
+// whole story.
+//
+// Files by job: config.go (flags, env, config file), loop.go (slots,
+// claims, heartbeats, shutdown, crash recovery), task.go (one task: files,
+// env, outcome, report), run.go (the process group), updates.go (output
+// batching), prompt.go (the prompt), api.go (error policy, backoff),
+// state.go (restart counter).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// version is set at build time with -ldflags "-X main.version=v1.2.3";
+// otherwise the VCS revision is used.
+var version = ""
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	cfg, err := loadConfig(args, os.Getenv, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "task-worker: %v\n(run task-worker --help for every setting)\n", err)
+		return 2
+	}
+	log := newLogger(cfg.LogLevel, cfg.LogFormat)
+	w := NewWorker(cfg, log, buildVersion())
+
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	go func() {
+		s := <-sigs
+		log.Info().Str("signal", s.String()).Msg("signal received")
+		stop()
+		s = <-sigs
+		log.Warn().Str("signal", s.String()).Msg("second signal: stopping running commands now")
+		w.Abort()
+	}()
+
+	log.Info().Str("version", buildVersion()).Str("api", cfg.API).Str("email", cfg.Email).Int("slots", cfg.Slots).
+		Int("pid", os.Getpid()).Msg("task-worker starting")
+	if err := w.Run(ctx); err != nil {
+		log.Error().Err(err).Msg("task-worker stopped with an error")
+		return 1
+	}
+	return 0
+}
+
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "dev"
+	}
+	rev, dirty := "", false
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if rev == "" {
+		return "dev"
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	if dirty {
+		rev += "-dirty"
+	}
+	return rev
+}
+
+func newLogger(level, format string) zerolog.Logger {
+	lvl, err := zerolog.ParseLevel(level)
+	if err != nil || level == "" {
+		lvl = zerolog.InfoLevel
+	}
+	var log zerolog.Logger
+	if format == "console" || (format == "auto" && isTerminal(os.Stderr)) {
+		log = zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.TimeOnly})
+	} else {
+		log = zerolog.New(os.Stderr)
+	}
+	return log.Level(lvl).With().Timestamp().Logger()
+}
+
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

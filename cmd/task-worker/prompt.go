@@ -1,0 +1,183 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/clawdbot/task-service/store"
+)
+
+// claimedTask is a claimed task as the service sent it. The typed part
+// comes from store.TaskWithType; previous attempts are decoded loosely
+// from the raw JSON, because servers may or may not send them and their
+// shape may grow.
+type claimedTask struct {
+	store.TaskWithType
+	PreviousAttempts []json.RawMessage
+}
+
+func decodeClaim(raw json.RawMessage) (*claimedTask, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return nil, nil
+	}
+	var t claimedTask
+	if err := json.Unmarshal(raw, &t.TaskWithType); err != nil {
+		return nil, fmt.Errorf("decode claimed task: %w", err)
+	}
+	if t.ID == "" {
+		return nil, fmt.Errorf("decode claimed task: no id in %.200s", raw)
+	}
+	var loose struct {
+		PreviousAttempts json.RawMessage `json:"previous_attempts"`
+	}
+	if json.Unmarshal(raw, &loose) == nil {
+		var list []json.RawMessage
+		if json.Unmarshal(loose.PreviousAttempts, &list) == nil {
+			t.PreviousAttempts = list
+		}
+	}
+	return &t, nil
+}
+
+// typeName is the task's type name ("" when the service sent no type).
+func (t *claimedTask) typeName() string {
+	if t.TaskType == nil {
+		return ""
+	}
+	return t.TaskType.Name
+}
+
+// paramsJSON is the params, indented; {} when there are none.
+func (t *claimedTask) paramsJSON() []byte {
+	p := bytes.TrimSpace(t.Params)
+	if len(p) == 0 || bytes.Equal(p, []byte("null")) {
+		return []byte("{}\n")
+	}
+	var out bytes.Buffer
+	if json.Indent(&out, p, "", "  ") != nil {
+		return append(bytes.Clone(p), '\n')
+	}
+	out.WriteByte('\n')
+	return out.Bytes()
+}
+
+// buildPrompt is the Markdown the command gets on stdin and in
+// TASK_PROMPT_FILE: everything needed to do the task and how to report.
+func buildPrompt(t *claimedTask) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Task: %s\n\n", t.Title)
+	fmt.Fprintf(&b, "- Task ID: %s\n", t.ID)
+	if tt := t.TaskType; tt != nil {
+		label := tt.Name
+		if tt.Label != "" && tt.Label != tt.Name {
+			label += " (" + tt.Label + ")"
+		}
+		fmt.Fprintf(&b, "- Type: %s\n", label)
+	}
+	fmt.Fprintf(&b, "- Priority: %s\n", t.Priority)
+	fmt.Fprintf(&b, "- Attempt: %d\n", t.RetryCount+1)
+	if t.ParentTaskID != nil {
+		fmt.Fprintf(&b, "- Retry of task: %s\n", *t.ParentTaskID)
+	}
+	if d := strings.TrimSpace(t.Description); d != "" {
+		fmt.Fprintf(&b, "\n## Description\n\n%s\n", d)
+	}
+	if tt := t.TaskType; tt != nil {
+		if d := strings.TrimSpace(tt.Description); d != "" {
+			fmt.Fprintf(&b, "\n## About this type of task\n\n%s\n", d)
+		}
+		if sop := strings.TrimSpace(tt.SOP); sop != "" {
+			fmt.Fprintf(&b, "\n## Standard operating procedure\n\n%s\n", sop)
+		}
+	}
+	fmt.Fprintf(&b, "\n## Parameters\n\n```json\n%s```\n", t.paramsJSON())
+	if len(t.PreviousAttempts) > 0 {
+		b.WriteString("\n## Previous attempts\n\nThis task was tried before. Learn from what happened:\n\n")
+		for i, a := range t.PreviousAttempts {
+			writeAttempt(&b, i+1, a)
+		}
+	}
+	b.WriteString(`
+## How to report
+
+- Print short progress notes on stdout, one per line; they are posted to the task as updates.
+- When done, print the result as a single line of JSON (an object) as the last JSON line
+  on stdout, or write it to the file named in $TASK_RESULT_FILE.
+- Exit with status 0 when the task is done. If it cannot be done, explain why on stderr
+  and exit with a non-zero status: the end of stderr becomes the failure reason.
+`)
+	return b.String()
+}
+
+// attemptKeys are shown first, in this order, when an attempt has them.
+var attemptKeys = []string{"attempt", "task_id", "id", "status", "failure_kind", "kind",
+	"failure_reason", "reason", "worker_id", "started_at", "completed_at", "ended_at"}
+
+// writeAttempt renders one previous attempt whatever its shape: known
+// keys first, the rest as compact JSON, every value capped.
+func writeAttempt(b *strings.Builder, n int, raw json.RawMessage) {
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(raw, &obj) != nil || obj == nil {
+		fmt.Fprintf(b, "%d. %s\n", n, capText(compactJSON(raw), 2000))
+		return
+	}
+	fmt.Fprintf(b, "### Attempt %d\n\n", n)
+	seen := map[string]bool{}
+	for _, k := range attemptKeys {
+		if v, ok := obj[k]; ok {
+			writeField(b, k, v)
+			seen[k] = true
+		}
+	}
+	rest := make([]string, 0, len(obj))
+	for k := range obj {
+		if !seen[k] {
+			rest = append(rest, k)
+		}
+	}
+	sort.Strings(rest)
+	for _, k := range rest {
+		writeField(b, k, obj[k])
+	}
+	b.WriteByte('\n')
+}
+
+func writeField(b *strings.Builder, k string, v json.RawMessage) {
+	var s string
+	if json.Unmarshal(v, &s) == nil {
+		if strings.TrimSpace(s) == "" {
+			return
+		}
+		if strings.Contains(s, "\n") {
+			fmt.Fprintf(b, "- %s:\n\n  ```\n  %s\n  ```\n", k, strings.ReplaceAll(capText(s, 4000), "\n", "\n  "))
+			return
+		}
+		fmt.Fprintf(b, "- %s: %s\n", k, capText(s, 2000))
+		return
+	}
+	if c := compactJSON(v); c != "null" {
+		fmt.Fprintf(b, "- %s: %s\n", k, capText(c, 2000))
+	}
+}
+
+func compactJSON(raw json.RawMessage) string {
+	var out bytes.Buffer
+	if json.Compact(&out, raw) != nil {
+		return string(raw)
+	}
+	return out.String()
+}
+
+// capText keeps the first n bytes (at a rune boundary) and says how much
+// was cut.
+func capText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := splitMax(s, n)[0]
+	return fmt.Sprintf("%s … (%d more bytes)", cut, len(s)-len(cut))
+}
