@@ -22,6 +22,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/clawdbot/task-service/api"
@@ -42,6 +43,7 @@ type config struct {
 	tokenTTL      time.Duration
 	bcryptCost    int
 	maxConns      int
+	bg            backgroundConfig
 }
 
 func main() {
@@ -65,6 +67,7 @@ func run(args []string) int {
 	fs.DurationVar(&cfg.tokenTTL, "token-ttl", envDuration("TOKEN_TTL", 24*time.Hour), "how long a login token lasts (env TOKEN_TTL)")
 	fs.IntVar(&cfg.bcryptCost, "bcrypt-cost", envInt("BCRYPT_COST", 10), "bcrypt cost for new passwords (env BCRYPT_COST)")
 	fs.IntVar(&cfg.maxConns, "max-conns", envInt("DB_MAX_CONNS", 40), "database pool size (env DB_MAX_CONNS)")
+	cfg.bg.register(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: task-service [serve|migrate up|migrate down [N]|migrate version] [flags]\n\nFlags (each has an environment twin):\n")
 		fs.PrintDefaults()
@@ -137,15 +140,27 @@ func serve(ctx context.Context, cfg config, log zerolog.Logger) error {
 		return err
 	}
 	defer pool.Close()
-	db, err := store.New(pool, store.Config{Projector: projections.Projector{}})
+	bg, err := newBackground(cfg, pool, log)
 	if err != nil {
 		return err
 	}
+	db, err := store.New(pool, store.Config{Projector: projections.Projector{},
+		AfterCommit: bg.notifier.Committed, OfflineAfter: cfg.bg.offlineAfter})
+	if err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
 	srv, err := api.New(api.Config{DB: db, Logger: log, JWTSecret: []byte(cfg.jwtSecret),
-		TokenTTL: cfg.tokenTTL, BcryptCost: cfg.bcryptCost})
+		TokenTTL: cfg.tokenTTL, BcryptCost: cfg.bcryptCost, Registry: reg, Hub: bg.hub,
+		Ready: func(context.Context) error { return bg.listener.Ready() }})
 	if err != nil {
 		return err
 	}
+	if err := bg.addWorkers(cfg, db, reg, log); err != nil {
+		return err
+	}
+	bg.start(ctx, log)
+	defer bg.stop()
 	if err := bootstrapAdmin(ctx, db, srv, cfg, log); err != nil {
 		return err
 	}
@@ -167,9 +182,14 @@ func serve(ctx context.Context, cfg config, log zerolog.Logger) error {
 	log.Info().Msg("shutting down: finishing requests in flight (30 s at most)")
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	// Order: answer waiting long-polls and stop taking requests; then the
+	// reactors and the stuck detector finish their batch; then the NOTIFY
+	// sender and the listener (bg.stop).
+	srv.Drain()
 	if err := httpSrv.Shutdown(shutdownCtx); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}
+	bg.stop()
 	log.Info().Msg("stopped")
 	return nil
 }

@@ -1,0 +1,178 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/clawdbot/task-service/reactors"
+	"github.com/clawdbot/task-service/store"
+)
+
+// backgroundConfig configures what runs beside the API: the listener and
+// NOTIFY sender, the reactors and the stuck detector.
+type backgroundConfig struct {
+	reactors      bool
+	stuckDetector bool
+	catchUp       time.Duration
+	notifyEvery   time.Duration
+	stuckTick     time.Duration
+	offlineAfter  time.Duration
+	stuckAfter    time.Duration
+
+	anthropicKey     string
+	anthropicBaseURL string
+	anthropicModel   string
+	anthropicTimeout time.Duration
+}
+
+func (c *backgroundConfig) register(fs *flag.FlagSet) {
+	fs.BoolVar(&c.reactors, "reactors", envBool("REACTORS", true), "run the reactors (retry, telegram) on this instance (env REACTORS)")
+	fs.BoolVar(&c.stuckDetector, "stuck-detector", envBool("STUCK_DETECTOR", true), "run the stuck detector on this instance (env STUCK_DETECTOR)")
+	fs.DurationVar(&c.catchUp, "reactor-catch-up", envDuration("REACTOR_CATCH_UP", 5*time.Second), "reactors re-read the log this often even without a wake (env REACTOR_CATCH_UP)")
+	fs.DurationVar(&c.notifyEvery, "notify-interval", envDuration("NOTIFY_INTERVAL", 50*time.Millisecond), "least time between two NOTIFYs to other instances (env NOTIFY_INTERVAL)")
+	fs.DurationVar(&c.stuckTick, "stuck-tick", envDuration("STUCK_TICK", 60*time.Second), "how often the stuck detector looks (env STUCK_TICK)")
+	fs.DurationVar(&c.offlineAfter, "worker-offline-after", envDuration("WORKER_OFFLINE_AFTER", 10*time.Minute), "a worker silent this long is offline (env WORKER_OFFLINE_AFTER)")
+	fs.DurationVar(&c.stuckAfter, "task-stuck-after", envDuration("TASK_STUCK_AFTER", 15*time.Minute), "a task in progress this long with an offline worker is failed for retry (env TASK_STUCK_AFTER)")
+	// The key has no flag twin: command lines show up in ps.
+	c.anthropicKey = os.Getenv("ANTHROPIC_API_KEY")
+	fs.StringVar(&c.anthropicBaseURL, "anthropic-base-url", envOr("ANTHROPIC_BASE_URL", "https://api.anthropic.com"), "Anthropic API address; retry advice is on when ANTHROPIC_API_KEY is set (env ANTHROPIC_BASE_URL)")
+	fs.StringVar(&c.anthropicModel, "anthropic-model", envOr("ANTHROPIC_MODEL", "claude-sonnet-4-5"), "model for retry advice (env ANTHROPIC_MODEL)")
+	fs.DurationVar(&c.anthropicTimeout, "anthropic-timeout", envDuration("ANTHROPIC_TIMEOUT", 10*time.Second), "timeout of one retry-advice call (env ANTHROPIC_TIMEOUT)")
+}
+
+// background owns the instance's long-running goroutines and stops them in
+// order: first the workers of the log (reactors, stuck detector, after the
+// batch or tick they are in), then the NOTIFY sender (one last NOTIFY) and
+// the listener.
+type background struct {
+	instanceID string
+	hub        *store.Hub
+	notifier   *store.Notifier
+	listener   *store.Listener
+
+	workers []func(context.Context) error // stopped first
+	infra   []func(context.Context) error // stopped last
+
+	stopWorkers, stopInfra context.CancelFunc
+	workersDone, infraDone sync.WaitGroup
+}
+
+// newBackground builds the hub, the NOTIFY sender and the listener: the
+// store needs the sender's Committed as its AfterCommit before anything else.
+func newBackground(cfg config, pool store.Querier, log zerolog.Logger) (*background, error) {
+	id, err := instanceID()
+	if err != nil {
+		return nil, err
+	}
+	b := &background{instanceID: id, hub: store.NewHub()}
+	b.notifier, err = store.NewNotifier(store.NotifierConfig{Querier: pool, Hub: b.hub, InstanceID: id,
+		Interval: cfg.bg.notifyEvery, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	b.listener, err = store.NewListener(store.ListenerConfig{URL: cfg.databaseURL, Hub: b.hub, InstanceID: id, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	b.infra = append(b.infra, b.notifier.Run, b.listener.Run)
+	return b, nil
+}
+
+// addWorkers builds the reactors and the stuck detector the flags ask for.
+func (b *background) addWorkers(cfg config, db *store.DB, reg prometheus.Registerer, log zerolog.Logger) error {
+	bg := cfg.bg
+	if bg.reactors {
+		var advisor reactors.Advisor
+		if bg.anthropicKey != "" {
+			claude, err := reactors.NewClaude(reactors.ClaudeConfig{APIKey: bg.anthropicKey, BaseURL: bg.anthropicBaseURL,
+				Model: bg.anthropicModel, Timeout: bg.anthropicTimeout})
+			if err != nil {
+				return err
+			}
+			advisor = claude
+			log.Info().Str("model", bg.anthropicModel).Msg("retry advice from Claude is on")
+		}
+		retry, err := reactors.NewRetry(reactors.RetryConfig{DB: db, Advisor: advisor, Registerer: reg, Logger: log})
+		if err != nil {
+			return err
+		}
+		rs := []reactors.Reactor{retry.Reactor()}
+
+		// ==== TELEGRAM (telegram helper) ====================================
+		// Append the telegram reactor to rs here, and add its sender's Run to
+		// b.workers (it stops with the reactors, before the listener).
+		// =====================================================================
+
+		runner, err := reactors.NewRunner(reactors.RunnerConfig{DB: db, Hub: b.hub, InstanceID: b.instanceID,
+			Reactors: rs, CatchUp: bg.catchUp, Registerer: reg, Logger: log})
+		if err != nil {
+			return err
+		}
+		b.workers = append(b.workers, runner.Run)
+	}
+	if bg.stuckDetector {
+		stuck, err := reactors.NewStuck(reactors.StuckConfig{DB: db, InstanceID: b.instanceID, Tick: bg.stuckTick,
+			OfflineAfter: bg.offlineAfter, StuckAfter: bg.stuckAfter, Registerer: reg, Logger: log})
+		if err != nil {
+			return err
+		}
+		b.workers = append(b.workers, stuck.Run)
+	}
+	return nil
+}
+
+// start runs everything; ctx is only the parent, stop ends them.
+func (b *background) start(ctx context.Context, log zerolog.Logger) {
+	run := func(ctx context.Context, wg *sync.WaitGroup, fns []func(context.Context) error) {
+		for _, fn := range fns {
+			wg.Go(func() {
+				if err := fn(ctx); err != nil {
+					log.Error().Err(err).Msg("background task ended with an error")
+				}
+			})
+		}
+	}
+	infraCtx, stopInfra := context.WithCancel(context.WithoutCancel(ctx))
+	workersCtx, stopWorkers := context.WithCancel(context.WithoutCancel(ctx))
+	b.stopInfra, b.stopWorkers = stopInfra, stopWorkers
+	run(infraCtx, &b.infraDone, b.infra)
+	run(workersCtx, &b.workersDone, b.workers)
+}
+
+// stop ends the workers (each after its current batch or tick), then the
+// NOTIFY sender and the listener.
+func (b *background) stop() {
+	b.stopWorkers()
+	b.workersDone.Wait()
+	b.stopInfra()
+	b.infraDone.Wait()
+}
+
+// instanceID names this process in leases and NOTIFY payloads.
+func instanceID() (string, error) {
+	host, _ := os.Hostname()
+	var r [4]byte
+	if _, err := rand.Read(r[:]); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(r[:])), nil
+}
+
+func envBool(name string, def bool) bool {
+	switch os.Getenv(name) {
+	case "1", "true", "TRUE", "yes", "on":
+		return true
+	case "0", "false", "FALSE", "no", "off":
+		return false
+	}
+	return def
+}
