@@ -265,6 +265,9 @@ func (s *Server) getTask(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	if c.QueryParam("at") != "" {
+		return s.taskAt(c, id)
+	}
 	d, err := s.db.GetTaskDetail(c.Request().Context(), id)
 	if err != nil {
 		return err
@@ -358,43 +361,4 @@ func (s *Server) assignTask(c echo.Context) error {
 	}
 	s.metrics.countEvents("task.assigned")
 	return ok(c, http.StatusOK, t)
-}
-
-// EventView is one event as the API shows it.
-type EventView struct {
-	Seq        int64           `json:"seq"`
-	Position   string          `json:"position"`
-	StreamType string          `json:"stream_type"`
-	StreamID   string          `json:"stream_id"`
-	Version    int             `json:"version"`
-	Type       string          `json:"type"`
-	Data       json.RawMessage `json:"data"`
-	Meta       events.Meta     `json:"meta"`
-	OccurredAt string          `json:"occurred_at"`
-}
-
-func viewEvent(e events.Envelope) EventView {
-	return EventView{Seq: e.Seq, Position: e.Position().String(), StreamType: e.StreamType, StreamID: e.StreamID,
-		Version: e.Version, Type: e.Type, Data: e.Data, Meta: e.Meta, OccurredAt: e.OccurredAt.Format(timeFormat)}
-}
-
-const timeFormat = "2006-01-02T15:04:05.000000Z07:00"
-
-func (s *Server) taskEvents(c echo.Context) error {
-	id, err := pathID(c, "id")
-	if err != nil {
-		return err
-	}
-	evs, err := s.db.Stream(c.Request().Context(), s.db.Pool(), id)
-	if err != nil {
-		return err
-	}
-	if len(evs) == 0 {
-		return events.NotFound("task", id)
-	}
-	out := make([]EventView, len(evs))
-	for i, e := range evs {
-		out[i] = viewEvent(e)
-	}
-	return ok(c, http.StatusOK, out)
 }

@@ -51,6 +51,9 @@ func (s *Server) parseToken(raw string) (*Claims, error) {
 		return nil, unauthenticated("invalid token; log in again (POST /api/v1/auth/login)")
 	case claims.Subject == "":
 		return nil, unauthenticated("invalid token: no subject")
+	case len(claims.Audience) > 0:
+		// A stream token (sse audience) opens the event stream and nothing else.
+		return nil, unauthenticated("this token only opens the event stream (?token=); send a login token")
 	}
 	return &claims, nil
 }
@@ -62,6 +65,9 @@ func (s *Server) requireRole(role string) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			raw, found := strings.CutPrefix(c.Request().Header.Get(echo.HeaderAuthorization), "Bearer ")
+			if (!found || raw == "") && c.Path() == streamPath && c.QueryParam("token") != "" {
+				return s.streamTokenAuth(c, next)
+			}
 			if !found || raw == "" {
 				return unauthenticated("missing bearer token; send Authorization: Bearer <token> from POST /api/v1/auth/login")
 			}

@@ -41,6 +41,10 @@ func unauthenticated(msg string) error {
 	return &httpError{status: http.StatusUnauthorized, body: ErrorBody{Code: "unauthenticated", Message: msg}}
 }
 
+func unavailable(msg string) error {
+	return &httpError{status: http.StatusServiceUnavailable, body: ErrorBody{Code: "unavailable", Message: msg}}
+}
+
 func forbidden(msg string) error {
 	return &httpError{status: http.StatusForbidden, body: ErrorBody{Code: "forbidden", Message: msg}}
 }

@@ -29,11 +29,15 @@ func (s *Server) table() []route {
 		{http.MethodPost, a + "/tasks", "Create a task", roleAdmin, s.createTask, createTaskRequest{}, nil},
 		{http.MethodGet, a + "/tasks", "List tasks, newest first, with the queue depth", roleAdmin, s.listTasks, nil,
 			[]string{"status", "task_type_id", "priority", "assigned_to", "unassigned", "retries", "after", "limit"}},
-		{http.MethodGet, a + "/tasks/:id", "Read a task with parent, retries, assignments and updates", roleAdmin, s.getTask, nil, nil},
+		{http.MethodGet, a + "/tasks/:id", "Read a task with parent, retries, assignments and updates; with at=<RFC 3339>, the task as it was then", roleAdmin, s.getTask, nil, []string{"at"}},
 		{http.MethodPut, a + "/tasks/:id", "Edit a pending task", roleAdmin, s.editTask, editTaskRequest{}, nil},
 		{http.MethodPost, a + "/tasks/:id/cancel", "Cancel a task", roleAdmin, s.cancelTask, reasonRequest{}, nil},
 		{http.MethodPost, a + "/tasks/:id/assign", "Assign a pending task to a worker, with a reason", roleAdmin, s.assignTask, assignRequest{}, nil},
 		{http.MethodPost, a + "/tasks/:id/retry", "Retry a failed task now, by hand (also after retries were skipped or exhausted)", roleAdmin, s.retryTask, retryRequest{}, nil},
-		{http.MethodGet, a + "/tasks/:id/events", "The task's full event stream", roleAdmin, s.taskEvents, nil, nil},
+		{http.MethodGet, a + "/tasks/:id/events", "The task's history: its events with actor, causation and a one-line summary", roleAdmin, s.taskEvents, nil, nil},
+		{http.MethodGet, a + "/tasks/:id/chain", "The task's retry lineage, original to latest", roleAdmin, s.taskChain, nil, nil},
+		{http.MethodGet, "/api/v1/admin/events", "Page through the event log in consumer order", roleAdmin, s.listEvents, nil, eventQuery},
+		{http.MethodGet, streamPath, "Live tail of the event log (Server-Sent Events; id is the position)", roleAdmin, s.streamEvents, nil, append([]string{"token"}, eventQuery...)},
+		{http.MethodPost, streamPath + "-token", "A short-lived token that opens the event stream (?token=), for browsers", roleAdmin, s.streamToken, nil, nil},
 	}
 }

@@ -32,9 +32,11 @@ type Config struct {
 	Ready func(ctx context.Context) error
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
-	// Hub wakes long-polling claimers after commits (local, and remote
-	// through the listener); without it they re-check every 1.5 s.
+	// Hub wakes the live tail after commits (local, and remote through the
+	// listener); without it the tail polls (TailConfig.Poll).
 	Hub *store.Hub
+	// Tail configures the live event stream (zero values: defaults).
+	Tail TailConfig
 }
 
 // Server is the HTTP API.
@@ -48,6 +50,8 @@ type Server struct {
 	routes    []route
 	dummyHash []byte
 	drain     *drainer
+	names     *nameCache
+	tail      *broadcaster
 }
 
 // route is one endpoint: the table registers handlers and documents them.
@@ -86,6 +90,8 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, db: cfg.DB, log: cfg.Logger, schemas: newSchemas(), dummyHash: dummy}
 	s.metrics = newMetrics(cfg.Registry)
 	s.drain = newDrainer()
+	s.names = newNameCache(cfg.DB, cfg.Now)
+	s.tail = newBroadcaster(s, cfg.Hub, cfg.Tail)
 	s.echo = s.newEcho()
 	return s, nil
 }

@@ -63,6 +63,7 @@ func (s *Server) claim(c echo.Context) error {
 	}
 	s.metrics.claims.WithLabelValues("claimed").Inc()
 	s.metrics.countEvents("task.claimed")
+	s.attachPreviousAttempts(c, t)
 	return ok(c, http.StatusOK, t)
 }
 
@@ -90,6 +91,7 @@ func (s *Server) workerTask(c echo.Context) error {
 	if !t.HeldBy(claimsOf(c).Subject) {
 		return events.ErrForbidden
 	}
+	s.attachPreviousAttempts(c, t)
 	return ok(c, http.StatusOK, t)
 }
 

@@ -15,6 +15,9 @@ import (
 type TaskWithType struct {
 	events.Task
 	TaskType *events.TaskType `json:"task_type"`
+	// PreviousAttempts is, for a retry, what happened before (see
+	// DB.PreviousAttempts); the API fills it, the claim never reads it.
+	PreviousAttempts []Attempt `json:"previous_attempts,omitempty"`
 }
 
 // lockWorker serializes one worker's claims so its capacity holds under

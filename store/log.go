@@ -37,6 +37,31 @@ func (db *DB) Stream(ctx context.Context, q Querier, streamID string) ([]events.
 type LogFilter struct {
 	Types    []string
 	StreamID string
+	// WorkerID keeps the events about one user: those whose data names it as
+	// worker_id, those it caused (meta actor id) and those of its own stream
+	// (registered, went online/offline).
+	WorkerID string
+}
+
+// where renders the filter as SQL conditions, appending its arguments. Only
+// the conditions in use are rendered, so each combination gets its own plan.
+func (f LogFilter) where(args *[]any) string {
+	arg := func(v any) string {
+		*args = append(*args, v)
+		return fmt.Sprintf("$%d", len(*args))
+	}
+	var sql string
+	if len(f.Types) > 0 {
+		sql += ` AND type = ANY (` + arg(f.Types) + `::text[])`
+	}
+	if f.StreamID != "" {
+		sql += ` AND stream_id = ` + arg(f.StreamID) + `::uuid`
+	}
+	if f.WorkerID != "" {
+		w := arg(f.WorkerID)
+		sql += ` AND (data->>'worker_id' = ` + w + `::text OR meta->'actor'->>'id' = ` + w + `::text OR stream_id = ` + w + `::uuid)`
+	}
+	return sql
 }
 
 // ReadLog returns up to limit events after pos in consumer order (DESIGN §2):
@@ -44,23 +69,20 @@ type LogFilter struct {
 // reader that follows the returned positions never skips a row that commits
 // late.
 func (db *DB) ReadLog(ctx context.Context, q Querier, after events.Position, limit int, f LogFilter) ([]events.Envelope, error) {
-	var types []string
-	if len(f.Types) > 0 {
-		types = f.Types
-	}
-	var stream *string
-	if f.StreamID != "" {
-		stream = &f.StreamID
-	}
-	rows, err := q.Query(ctx, `SELECT `+eventColumns+` FROM task_events
-		WHERE (tx_id, seq) > ($1::text::xid8, $2)
-		  AND tx_id < pg_snapshot_xmin(pg_current_snapshot())
-		  AND ($3::text[] IS NULL OR type = ANY ($3))
-		  AND ($4::uuid IS NULL OR stream_id = $4)
-		ORDER BY tx_id, seq LIMIT $5`, fmt.Sprint(after.TxID), after.Seq, types, stream, limit)
+	sql, args := readLogSQL(after, limit, f)
+	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, mapErr(fmt.Errorf("read log: %w", err))
 	}
 	out, err := pgx.CollectRows(rows, scanEvent)
 	return out, mapErr(err)
+}
+
+func readLogSQL(after events.Position, limit int, f LogFilter) (string, []any) {
+	args := []any{fmt.Sprint(after.TxID), after.Seq, limit}
+	where := f.where(&args)
+	return `SELECT ` + eventColumns + ` FROM task_events
+		WHERE (tx_id, seq) > ($1::text::xid8, $2)
+		  AND tx_id < pg_snapshot_xmin(pg_current_snapshot())` + where + `
+		ORDER BY tx_id, seq LIMIT $3`, args
 }

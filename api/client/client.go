@@ -405,6 +405,12 @@ type Event struct {
 	Data       json.RawMessage `json:"data"`
 	Meta       events.Meta     `json:"meta"`
 	OccurredAt time.Time       `json:"occurred_at"`
+	// Actor is who caused the event, with a display name for people.
+	Actor         Actor  `json:"actor"`
+	CausationSeq  int64  `json:"causation_seq,omitempty"`
+	CorrelationID string `json:"correlation_id,omitempty"`
+	// Summary is one line for humans: "claimed by Genesis".
+	Summary string `json:"summary"`
 }
 
 // TaskEvents reads a task's event stream.

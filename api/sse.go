@@ -1,0 +1,566 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/clawdbot/task-service/events"
+	"github.com/clawdbot/task-service/store"
+)
+
+// The live tail (GET /api/v1/admin/events/stream) is Server-Sent Events over
+// one broadcaster per instance: a single goroutine, woken by the hub (local
+// commits; other instances' through the listener) or a safety ticker, reads
+// the log after its own position (one read per wake, however many clients)
+// and pushes each event, encoded once, to every client's bounded buffer.
+// A client whose position is older than the broadcaster's window catches up
+// from the table on its own, then joins. Positions make the hand-over exact:
+// a client only ever sends events after the last position it sent.
+
+const (
+	streamPath     = "/api/v1/admin/events/stream"
+	streamAudience = "sse"
+	streamTokenTTL = 60 * time.Second
+	// tooSlow is what a client that fell behind is told before the server hangs up.
+	tooSlow = "too slow: disconnected; reconnect with Last-Event-ID"
+)
+
+// TailConfig configures the live tail. Zero values take the defaults.
+type TailConfig struct {
+	// MaxClients caps concurrent streams per instance; beyond it, 503 (500).
+	MaxClients int
+	// Buffer is each client's queue of events not yet written (1024). A
+	// client whose queue is full is told it is too slow and disconnected.
+	Buffer int
+	// Window is how many recent events the broadcaster keeps so that a
+	// client close behind can join without reading the table (4096).
+	Window int
+	// Heartbeat is the interval of ": ping" comments (15 s).
+	Heartbeat time.Duration
+	// WriteTimeout bounds each write to a client (10 s); the server itself
+	// has no WriteTimeout, which would cut every stream.
+	WriteTimeout time.Duration
+	// Poll is the safety ticker: the broadcaster reads at least this often
+	// even without a wake (1 s).
+	Poll time.Duration
+	// MinInterval spaces the broadcaster's reads so that wakes arriving
+	// together become one read and one write per client (20 ms).
+	MinInterval time.Duration
+	// PageSize is the most events read at once (1000).
+	PageSize int
+}
+
+func (c *TailConfig) defaults() {
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	defDur := func(v *time.Duration, d time.Duration) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&c.MaxClients, 500)
+	def(&c.Buffer, 1024)
+	def(&c.Window, 4096)
+	def(&c.PageSize, 1000)
+	defDur(&c.Heartbeat, 15*time.Second)
+	defDur(&c.WriteTimeout, 10*time.Second)
+	defDur(&c.Poll, time.Second)
+	defDur(&c.MinInterval, 20*time.Millisecond)
+}
+
+// frame is one event encoded once for every client, with what filters need.
+type frame struct {
+	pos      events.Position
+	typ      string
+	streamID string
+	workerID string // data.worker_id
+	actorID  string
+	sse      []byte // "id: <position>\ndata: <EventView JSON>\n\n"
+}
+
+// matches is LogFilter's SQL, in memory, for events fanned out live.
+func (f eventFilter) matches(fr *frame) bool {
+	if f.types != nil && !f.types[fr.typ] {
+		return false
+	}
+	if f.streamID != "" && fr.streamID != f.streamID {
+		return false
+	}
+	if f.workerID != "" && fr.workerID != f.workerID && fr.actorID != f.workerID && fr.streamID != f.workerID {
+		return false
+	}
+	return true
+}
+
+// frames encodes events for the stream.
+func (s *Server) frames(ctx context.Context, evs []events.Envelope) ([]*frame, error) {
+	views, err := s.views(ctx, evs)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*frame, len(evs))
+	for i, e := range evs {
+		data, err := json.Marshal(views[i])
+		if err != nil {
+			return nil, fmt.Errorf("encode event %d: %w", e.Seq, err)
+		}
+		var about struct {
+			WorkerID string `json:"worker_id"`
+		}
+		_ = json.Unmarshal(e.Data, &about) // a payload without a string worker_id names none
+		pos := e.Position().String()
+		buf := make([]byte, 0, len(pos)+len(data)+12)
+		buf = append(append(append(append(buf, "id: "...), pos...), "\ndata: "...), data...)
+		out[i] = &frame{pos: e.Position(), typ: e.Type, streamID: e.StreamID, workerID: about.WorkerID,
+			actorID: e.Meta.Actor.ID, sse: append(buf, "\n\n"...)}
+	}
+	return out, nil
+}
+
+// tailClient is one stream as the broadcaster sees it.
+type tailClient struct {
+	filter eventFilter
+	ch     chan *frame
+	// dropped is closed by the broadcaster when ch was full: the client
+	// fell behind and must reconnect.
+	dropped chan struct{}
+}
+
+// broadcaster reads the log once per wake and fans it out.
+type broadcaster struct {
+	s       *Server
+	hub     *store.Hub
+	cfg     TailConfig
+	stopped chan struct{} // closed when Run returns: every stream ends
+	streams atomic.Int64  // open streams, for the cap
+	m       tailMetrics
+
+	mu      sync.Mutex
+	started bool
+	running bool
+	pos     events.Position // last position read
+	floor   events.Position // window holds every event in (floor, pos]
+	window  []*frame
+	live    map[*tailClient]struct{}
+}
+
+type tailMetrics struct {
+	streams prometheus.Gauge
+	dropped prometheus.Counter
+	reads   prometheus.Counter
+	lag     prometheus.Histogram
+	drops   atomic.Int64 // dropped, readable by tests
+}
+
+func newBroadcaster(s *Server, hub *store.Hub, cfg TailConfig) *broadcaster {
+	cfg.defaults()
+	b := &broadcaster{s: s, hub: hub, cfg: cfg, stopped: make(chan struct{}), live: map[*tailClient]struct{}{}}
+	b.m.streams = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "taskservice_tail_streams", Help: "Open event streams (SSE) on this instance."})
+	b.m.dropped = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "taskservice_tail_dropped_total", Help: "Event streams disconnected because the client fell behind."})
+	b.m.reads = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "taskservice_tail_reads_total", Help: "Log reads by the tail broadcaster (one per wake, however many streams)."})
+	b.m.lag = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "taskservice_tail_lag_seconds", Help: "Time from an event's occurred_at to its fan-out to streams.",
+		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10}})
+	s.metrics.reg.MustRegister(b.m.streams, b.m.dropped, b.m.reads, b.m.lag)
+	return b
+}
+
+// Run runs the live tail's broadcaster until ctx ends, then closes every
+// stream (each ends cleanly with a comment). Call it once per Server; until
+// it runs, the stream route answers 503.
+func (s *Server) Run(ctx context.Context) error { return s.tail.run(ctx) }
+
+func (b *broadcaster) run(ctx context.Context) error {
+	b.mu.Lock()
+	if b.started {
+		b.mu.Unlock()
+		return errors.New("api: Run called twice")
+	}
+	b.started = true
+	b.mu.Unlock()
+	defer b.stop()
+
+	head, err := b.s.db.LogHead(ctx, b.s.db.Pool())
+	for err != nil {
+		b.s.log.Warn().Err(err).Msg("tail: cannot read the log head; retrying")
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(b.cfg.Poll):
+		}
+		head, err = b.s.db.LogHead(ctx, b.s.db.Pool())
+	}
+	b.mu.Lock()
+	b.pos, b.floor, b.running = head, head, true
+	b.mu.Unlock()
+
+	var wake <-chan struct{}
+	if b.hub != nil {
+		w, unsubscribe := b.hub.Subscribe()
+		defer unsubscribe()
+		wake = w
+	}
+	tick := time.NewTicker(b.cfg.Poll)
+	defer tick.Stop()
+	space := time.NewTimer(0)
+	defer space.Stop()
+	for {
+		b.poll(ctx)
+		space.Reset(b.cfg.MinInterval)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-space.C:
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-wake:
+		case <-tick.C:
+		}
+	}
+}
+
+// poll reads everything visible after the broadcaster's position, a page at
+// a time, and publishes it. An error leaves the position where it was: the
+// next wake or tick reads again.
+func (b *broadcaster) poll(ctx context.Context) {
+	for ctx.Err() == nil {
+		b.m.reads.Inc()
+		evs, err := b.s.db.ReadLog(ctx, b.s.db.Pool(), b.pos, b.cfg.PageSize, store.LogFilter{})
+		if err == nil && len(evs) > 0 {
+			var frames []*frame
+			if frames, err = b.s.frames(ctx, evs); err == nil {
+				b.publish(frames)
+				now := time.Now()
+				for _, e := range evs {
+					b.m.lag.Observe(now.Sub(e.OccurredAt).Seconds())
+				}
+			}
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				b.s.log.Warn().Err(err).Msg("tail: reading the log failed; retrying on the next wake")
+			}
+			return
+		}
+		if len(evs) < b.cfg.PageSize {
+			return
+		}
+	}
+}
+
+// publish appends frames to the window and queues them for every live
+// client, never blocking: a client with a full queue is dropped.
+func (b *broadcaster) publish(frames []*frame) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.pos = frames[len(frames)-1].pos
+	b.window = append(b.window, frames...)
+	if over := len(b.window) - b.cfg.Window; over > 0 {
+		b.floor = b.window[over-1].pos
+		b.window = b.window[over:] // append copies the live part when it grows
+	}
+	for c := range b.live {
+		for _, fr := range frames {
+			if !c.filter.matches(fr) {
+				continue
+			}
+			select {
+			case c.ch <- fr:
+				continue
+			default:
+			}
+			close(c.dropped)
+			delete(b.live, c)
+			b.m.dropped.Inc()
+			b.m.drops.Add(1)
+			break
+		}
+	}
+}
+
+var errTailStopped = errors.New("tail stopped")
+
+// join makes c live if cursor is within the window; it returns the window's
+// events after cursor that c wants. joined is false when c must first catch
+// up from the table.
+func (b *broadcaster) join(c *tailClient, cursor events.Position) (pending []*frame, joined bool, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.running {
+		return nil, false, errTailStopped
+	}
+	if cursor.Less(b.floor) {
+		return nil, false, nil
+	}
+	i := sort.Search(len(b.window), func(i int) bool { return cursor.Less(b.window[i].pos) })
+	for _, fr := range b.window[i:] {
+		if c.filter.matches(fr) {
+			pending = append(pending, fr)
+		}
+	}
+	b.live[c] = struct{}{}
+	return pending, true, nil
+}
+
+func (b *broadcaster) leave(c *tailClient) {
+	b.mu.Lock()
+	delete(b.live, c)
+	b.mu.Unlock()
+}
+
+// position is the last position read: a client starting "now" joins there.
+func (b *broadcaster) position() (events.Position, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.pos, b.running
+}
+
+func (b *broadcaster) stop() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.running = false
+	b.live = map[*tailClient]struct{}{}
+	close(b.stopped)
+}
+
+// streamStart reads where a stream starts: Last-Event-ID (a reconnecting
+// EventSource) wins over ?after=; with neither, it starts at the live end.
+func streamStart(c echo.Context) (pos events.Position, fromNow bool, err error) {
+	if v := c.Request().Header.Get("Last-Event-ID"); v != "" {
+		pos, err = events.ParsePosition(v)
+		if err != nil {
+			return pos, false, events.Invalid("Last-Event-ID", "not a position from this stream: %q", v)
+		}
+		return pos, false, nil
+	}
+	if v := c.QueryParam("after"); v != "" {
+		pos, err = events.ParsePosition(v)
+		return pos, false, err
+	}
+	return pos, true, nil
+}
+
+// sseWriter writes to one stream, each write under its own deadline.
+type sseWriter struct {
+	w       *echo.Response
+	rc      *http.ResponseController
+	timeout time.Duration
+	buf     bytes.Buffer
+	lastID  events.Position
+}
+
+func (w *sseWriter) flush() error {
+	if err := w.rc.SetWriteDeadline(time.Now().Add(w.timeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return err
+	}
+	_, err := w.w.Write(w.buf.Bytes())
+	w.buf.Reset()
+	if err != nil {
+		return err
+	}
+	return w.rc.Flush()
+}
+
+func (w *sseWriter) write(s string) error {
+	w.buf.WriteString(s)
+	return w.flush()
+}
+
+// send writes the frames after cursor in one write and returns the new cursor.
+func (w *sseWriter) send(frames []*frame, cursor events.Position) (events.Position, error) {
+	for _, fr := range frames {
+		if cursor.Less(fr.pos) {
+			w.buf.Write(fr.sse)
+			cursor = fr.pos
+		}
+	}
+	if w.buf.Len() == 0 {
+		return cursor, nil
+	}
+	w.lastID = cursor
+	return cursor, w.flush()
+}
+
+// maxBatch bounds how many queued events go out in one write.
+const maxBatch = 512
+
+func (s *Server) streamEvents(c echo.Context) error {
+	f, err := parseEventFilter(c)
+	if err != nil {
+		return err
+	}
+	cursor, fromNow, err := streamStart(c)
+	if err != nil {
+		return err
+	}
+	b := s.tail
+	head, running := b.position()
+	if !running {
+		return unavailable("the event stream is not running on this instance; retry shortly")
+	}
+	if n := b.streams.Add(1); n > int64(b.cfg.MaxClients) {
+		b.streams.Add(-1)
+		return unavailable(fmt.Sprintf("too many event streams (%d); retry later", b.cfg.MaxClients))
+	}
+	defer b.streams.Add(-1)
+	b.m.streams.Inc()
+	defer b.m.streams.Dec()
+	if fromNow {
+		cursor = head
+	}
+
+	resp := c.Response()
+	h := resp.Header()
+	h.Set(echo.HeaderContentType, "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no") // proxies must not buffer the stream
+	resp.WriteHeader(http.StatusOK)
+	w := &sseWriter{w: resp, rc: http.NewResponseController(resp), timeout: b.cfg.WriteTimeout, lastID: cursor}
+	// The deadline outlives the handler on a kept-alive connection; clear it.
+	defer func() { _ = w.rc.SetWriteDeadline(time.Time{}) }()
+	// An id with no data moves the client's Last-Event-ID without an event,
+	// so even a stream that started "now" resumes where it started.
+	if err := w.write("retry: 2000\nid: " + cursor.String() + "\n\n"); err != nil {
+		return nil
+	}
+
+	ctx := c.Request().Context()
+	client := &tailClient{filter: f, ch: make(chan *frame, b.cfg.Buffer), dropped: make(chan struct{})}
+	for {
+		pending, joined, err := b.join(client, cursor)
+		if err != nil {
+			_ = w.write(": server shutting down\n\n")
+			return nil
+		}
+		if joined {
+			defer b.leave(client)
+			if cursor, err = w.send(pending, cursor); err != nil {
+				return nil
+			}
+			break
+		}
+		// Behind the broadcaster's window: catch up from the table.
+		evs, next, err := s.db.ReadLogPage(ctx, s.db.Pool(), cursor, b.cfg.PageSize, f.store())
+		if err == nil && len(evs) > 0 {
+			var frames []*frame
+			if frames, err = s.frames(ctx, evs); err == nil {
+				cursor, err = w.send(frames, cursor)
+				if err != nil {
+					return nil
+				}
+			}
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn().Err(err).Str("request_id", requestID(c)).Msg("tail: catching up failed")
+				_ = w.write("event: error\ndata: catching up failed; reconnect with Last-Event-ID\n\n")
+			}
+			return nil
+		}
+		if cursor.Less(next) {
+			cursor = next
+		}
+	}
+	if w.lastID != cursor {
+		// The catch-up passed events the filter left out: resume after them.
+		if err := w.write("id: " + cursor.String() + "\n\n"); err != nil {
+			return nil
+		}
+	}
+
+	heartbeat := time.NewTicker(b.cfg.Heartbeat)
+	defer heartbeat.Stop()
+	batch := make([]*frame, 0, maxBatch)
+	for {
+		select {
+		case fr := <-client.ch:
+			batch = append(batch[:0], fr)
+		drain:
+			for len(batch) < maxBatch {
+				select {
+				case fr := <-client.ch:
+					batch = append(batch, fr)
+				default:
+					break drain
+				}
+			}
+			if cursor, err = w.send(batch, cursor); err != nil {
+				return nil
+			}
+		case <-client.dropped:
+			_ = w.write("event: error\ndata: " + tooSlow + "\n\n")
+			return nil
+		case <-heartbeat.C:
+			if err := w.write(": ping\n\n"); err != nil {
+				return nil
+			}
+		case <-b.stopped:
+			_ = w.write(": server shutting down\n\n")
+			return nil
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// StreamToken is data of POST /admin/events/stream-token.
+type StreamToken struct {
+	Token     string    `json:"token"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// streamToken issues a token that opens the event stream as ?token=, for
+// browsers (EventSource cannot send headers). It lasts a minute and is
+// refused everywhere else; an open stream outlives it.
+func (s *Server) streamToken(c echo.Context) error {
+	cl := claimsOf(c)
+	now := s.now()
+	exp := now.Add(streamTokenTTL)
+	claims := Claims{Email: cl.Email, IsAdmin: true, RegisteredClaims: jwt.RegisteredClaims{
+		Issuer: issuer, Subject: cl.Subject, Audience: jwt.ClaimStrings{streamAudience},
+		IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(exp),
+	}}
+	tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString(s.cfg.JWTSecret)
+	if err != nil {
+		return err
+	}
+	return ok(c, http.StatusOK, StreamToken{Token: tok, ExpiresAt: exp.UTC()})
+}
+
+// streamTokenAuth authenticates the stream route by ?token=.
+func (s *Server) streamTokenAuth(c echo.Context, next echo.HandlerFunc) error {
+	var claims Claims
+	_, err := jwt.ParseWithClaims(c.QueryParam("token"), &claims, func(*jwt.Token) (any, error) { return s.cfg.JWTSecret, nil },
+		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}), jwt.WithIssuer(issuer), jwt.WithAudience(streamAudience),
+		jwt.WithExpirationRequired(), jwt.WithTimeFunc(s.now))
+	switch {
+	case errors.Is(err, jwt.ErrTokenExpired):
+		return unauthenticated("stream token expired; get a new one (POST " + streamPath + "-token)")
+	case err != nil || claims.Subject == "":
+		return unauthenticated("invalid stream token; get one with POST " + streamPath + "-token")
+	case !claims.IsAdmin:
+		return forbidden("this route needs the admin role")
+	}
+	c.Set(claimsKey, &claims)
+	return next(c)
+}

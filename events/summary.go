@@ -1,0 +1,131 @@
+package events
+
+import (
+	"fmt"
+	"strings"
+	"unicode/utf8"
+)
+
+// summaryTextLen bounds user text (reasons, messages) quoted in a summary.
+const summaryTextLen = 120
+
+// Summary is a one-line, human description of an event for timelines and
+// tails: "claimed by Genesis", "failed (worker_offline): Worker Genesis went
+// offline", "retry #1 created: <id>". names turns a user id into a display
+// name ("" when unknown, then a short id is shown); it may be nil. The
+// payload must be decoded; an unknown type is summarized by its name.
+func Summary(e Envelope, names func(userID string) string) string {
+	who := func(id string) string { return displayName(id, names) }
+	switch p := e.Payload.(type) {
+	case TaskCreated:
+		s := fmt.Sprintf("created %q (%s)", oneLine(p.Title, summaryTextLen), p.Priority)
+		if p.ParentTaskID != "" {
+			s += fmt.Sprintf(" as retry #%d of %s", p.RetryCount, shortID(p.ParentTaskID))
+		}
+		if p.AvailableAt != nil && p.AvailableAt.After(e.OccurredAt) {
+			s += ", claimable from " + p.AvailableAt.UTC().Format("2006-01-02T15:04:05Z")
+		}
+		return s
+	case TaskAssigned:
+		return withText(fmt.Sprintf("assigned to %s by %s", who(p.WorkerID), who(p.By)), p.Reason)
+	case TaskClaimed:
+		return "claimed by " + who(p.WorkerID)
+	case TaskReleased:
+		return withText("released by "+who(p.WorkerID), p.Reason)
+	case TaskUpdatePosted:
+		return withText("update from "+who(p.AuthorID), p.Message)
+	case TaskResultPosted:
+		return fmt.Sprintf("result posted by %s (%d bytes)", who(p.WorkerID), len(p.Result))
+	case TaskCompleted:
+		return "completed by " + who(p.WorkerID)
+	case TaskFailed:
+		s := fmt.Sprintf("failed (%s): %s", p.Kind, oneLine(p.Reason, summaryTextLen))
+		if p.WorkerID != "" && e.Meta.Actor.Kind == ActorSystem {
+			s += " [held by " + who(p.WorkerID) + "]"
+		}
+		return s
+	case TaskCancelled:
+		return withText("cancelled by "+who(p.By), p.Reason)
+	case TaskRetried:
+		s := fmt.Sprintf("retry #%d created: %s", p.RetryNumber, p.RetryTaskID)
+		if p.Manual {
+			s += " (manual)"
+		}
+		if p.Hint != "" {
+			s += ", hint: " + oneLine(p.Hint, summaryTextLen)
+		}
+		return s
+	case TaskRetrySkipped:
+		return withText("retry skipped", p.Reason)
+	case TaskRetriesExhausted:
+		return fmt.Sprintf("retries exhausted after %d attempts (max retries %d)", p.Attempts, p.MaxRetries)
+	case TaskEdited:
+		return fmt.Sprintf("edited: %q (%s)", oneLine(p.Title, summaryTextLen), p.Priority)
+	case TaskTypeCreated:
+		return fmt.Sprintf("task type %q created (max retries %d)", p.Name, p.MaxRetries)
+	case TaskTypeUpdated:
+		return fmt.Sprintf("task type %q updated", p.Name)
+	case TaskTypeArchived:
+		return "task type archived"
+	case UserRegistered:
+		role := "worker"
+		switch {
+		case p.IsAdmin && p.IsWorker:
+			role = "admin and worker"
+		case p.IsAdmin:
+			role = "admin"
+		}
+		return fmt.Sprintf("%s %s <%s> registered", role, oneLine(p.FullName, summaryTextLen), p.Email)
+	case WorkerWentOnline:
+		return who(e.StreamID) + " came online"
+	case WorkerWentOffline:
+		s := fmt.Sprintf("%s went offline (silent for more than %ds", who(e.StreamID), p.ThresholdSeconds)
+		if p.LastHeartbeat != "" {
+			s += ", last heartbeat " + p.LastHeartbeat
+		}
+		return s + fmt.Sprintf(", %d in progress)", p.InProgress)
+	}
+	return e.Type
+}
+
+// displayName is a user's name, or a short form of the id when unknown;
+// system components (not UUIDs) are shown as they are.
+func displayName(id string, names func(string) string) string {
+	if id == "" {
+		return "someone"
+	}
+	if names != nil {
+		if n := names(id); n != "" {
+			return n
+		}
+	}
+	return shortID(id)
+}
+
+// shortID keeps the first block of a UUID, enough to tell ids apart in a
+// timeline; anything else is returned whole.
+func shortID(id string) string {
+	if len(id) == 36 && id[8] == '-' {
+		return id[:8]
+	}
+	return id
+}
+
+// withText appends ": text" when there is text, on one line.
+func withText(s, text string) string {
+	if t := oneLine(text, summaryTextLen); t != "" {
+		return s + ": " + t
+	}
+	return s
+}
+
+// oneLine folds whitespace (newlines included) and cuts to n runes with an
+// ellipsis.
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:n-1]) + "…"
+}

@@ -1,0 +1,426 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/clawdbot/task-service/events"
+)
+
+// TaskAt is task id as it was at `at`: the fold of the longest prefix of its
+// stream whose events occurred at or before at. A prefix, not a filter on
+// occurred_at, so clocks that disagree across instances can never produce a
+// state the task never had. Not found when the task did not exist yet.
+func (db *DB) TaskAt(ctx context.Context, q Querier, id string, at time.Time) (*events.Task, error) {
+	evs, err := db.Stream(ctx, q, id)
+	if err != nil {
+		return nil, err
+	}
+	if len(evs) == 0 || evs[0].StreamType != events.StreamTask {
+		return nil, events.NotFound("task", id)
+	}
+	n := 0
+	for n < len(evs) && !evs[n].OccurredAt.After(at) {
+		n++
+	}
+	if n == 0 {
+		return nil, fmt.Errorf("%w: task %s did not exist yet at %s (created %s)", events.ErrNotFound, id,
+			at.UTC().Format(time.RFC3339Nano), evs[0].OccurredAt.Format(time.RFC3339Nano))
+	}
+	return events.FoldTask(evs[:n]), nil
+}
+
+// WorkerRef names a user (the worker of an attempt, the author of an update).
+type WorkerRef struct {
+	ID   string `json:"id"`
+	Name string `json:"name"`
+}
+
+func workerRef(id, name *string) *WorkerRef {
+	if id == nil {
+		return nil
+	}
+	r := &WorkerRef{ID: *id}
+	if name != nil {
+		r.Name = *name
+	}
+	return r
+}
+
+// ChainAttempt is one task of a retry lineage.
+type ChainAttempt struct {
+	TaskID     string        `json:"task_id"`
+	Attempt    int           `json:"attempt"` // 1 is the original
+	RetryCount int           `json:"retry_count"`
+	Title      string        `json:"title"`
+	Status     events.Status `json:"status"`
+	// Worker is the last one to hold the task.
+	Worker          *WorkerRef `json:"worker"`
+	CreatedAt       time.Time  `json:"created_at"`
+	StartedAt       *time.Time `json:"started_at"`
+	CompletedAt     *time.Time `json:"completed_at"`
+	DurationSeconds *float64   `json:"duration_seconds"`
+	FailureKind     *string    `json:"failure_kind"`
+	FailureReason   *string    `json:"failure_reason"`
+	// Hint is what this attempt was told (task.retried on its parent).
+	Hint         *string `json:"hint"`
+	RetryOutcome *string `json:"retry_outcome"`
+}
+
+// Chain is a task's whole retry lineage, original to latest.
+type Chain struct {
+	TaskID   string         `json:"task_id"`
+	Attempts []ChainAttempt `json:"attempts"`
+}
+
+// maxChainDepth guards the recursive walks against a corrupt cycle; retries
+// are bounded by the type's max_retries long before.
+const maxChainDepth = 1000
+
+// taskChain walks parent_task_id up to the root, then down through the
+// children (one per parent: worker_tasks_one_retry), in one statement.
+const taskChain = `WITH RECURSIVE up AS (
+    SELECT id, parent_task_id, 0 AS depth FROM worker_tasks WHERE id = $1
+    UNION ALL
+    SELECT p.id, p.parent_task_id, up.depth + 1 FROM worker_tasks p JOIN up ON p.id = up.parent_task_id
+     WHERE up.depth < $2
+), root AS (
+    SELECT id FROM up ORDER BY depth DESC LIMIT 1
+), down AS (
+    SELECT id, 0 AS n FROM root
+    UNION ALL
+    SELECT c.id, down.n + 1 FROM worker_tasks c JOIN down ON c.parent_task_id = down.id WHERE down.n < $2
+)
+SELECT t.id, t.retry_count, t.title, t.status, t.assigned_to, u.full_name, t.created_at, t.started_at,
+       t.completed_at, t.failure_kind, t.failure_reason, h.hint, t.retry_outcome
+  FROM down JOIN worker_tasks t ON t.id = down.id
+  LEFT JOIN users u ON u.id = t.assigned_to
+  LEFT JOIN LATERAL (
+    SELECT e.data->>'hint' AS hint FROM task_events e
+     WHERE e.stream_id = t.parent_task_id AND e.type = 'task.retried'
+     ORDER BY e.version DESC LIMIT 1
+  ) h ON true
+ ORDER BY down.n`
+
+// TaskChain returns the retry lineage that task id belongs to.
+func (db *DB) TaskChain(ctx context.Context, q Querier, id string) (*Chain, error) {
+	rows, err := q.Query(ctx, taskChain, id, maxChainDepth)
+	if err != nil {
+		return nil, mapErr(fmt.Errorf("task chain: %w", err))
+	}
+	attempts, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ChainAttempt, error) {
+		var a ChainAttempt
+		var workerID, workerName *string
+		err := r.Scan(&a.TaskID, &a.RetryCount, &a.Title, &a.Status, &workerID, &workerName, &a.CreatedAt,
+			&a.StartedAt, &a.CompletedAt, &a.FailureKind, &a.FailureReason, &a.Hint, &a.RetryOutcome)
+		a.Attempt = a.RetryCount + 1
+		a.Worker = workerRef(workerID, workerName)
+		a.CreatedAt = a.CreatedAt.UTC()
+		a.StartedAt, a.CompletedAt = utcPtr(a.StartedAt), utcPtr(a.CompletedAt)
+		a.DurationSeconds = duration(a.StartedAt, a.CompletedAt)
+		return a, err
+	})
+	if err != nil {
+		return nil, mapErr(fmt.Errorf("task chain: %w", err))
+	}
+	if len(attempts) == 0 {
+		return nil, events.NotFound("task", id)
+	}
+	return &Chain{TaskID: id, Attempts: attempts}, nil
+}
+
+// Bounds of previous_attempts, the context a retry's worker receives. They
+// keep a claim response small (16 KiB of context at most) however long the
+// lineage and however verbose the earlier attempts were.
+const (
+	// MaxPreviousAttempts is how many earlier attempts are listed, nearest first kept.
+	MaxPreviousAttempts = 10
+	// AttemptUpdates is how many of an attempt's last thread messages are kept.
+	AttemptUpdates = 5
+	// AttemptMessageChars cuts each message (runes).
+	AttemptMessageChars = 500
+	// AttemptReasonChars cuts the failure reason and the hint (runes).
+	AttemptReasonChars = 1000
+	// AttemptResultBytes cuts the result; a cut result is sent as a JSON string.
+	AttemptResultBytes = 2048
+	// AttemptEvidenceBytes cuts the failure evidence; cut evidence is dropped.
+	AttemptEvidenceBytes = 1024
+	// PreviousAttemptsBudget bounds the JSON of all attempts together: past it
+	// the oldest attempts lose their updates, result and evidence, then are
+	// left out.
+	PreviousAttemptsBudget = 16 << 10
+)
+
+// Attempt is one earlier attempt at a task, as the worker of a retry sees it.
+type Attempt struct {
+	TaskID  string        `json:"task_id"`
+	Attempt int           `json:"attempt"` // 1 is the original
+	Title   string        `json:"title"`
+	Status  events.Status `json:"status"`
+	// Worker is the last one to hold the attempt.
+	Worker          *WorkerRef      `json:"worker"`
+	StartedAt       *time.Time      `json:"started_at"`
+	CompletedAt     *time.Time      `json:"completed_at"`
+	DurationSeconds *float64        `json:"duration_seconds"`
+	FailureKind     *string         `json:"failure_kind"`
+	FailureReason   *string         `json:"failure_reason"`
+	FailureEvidence json.RawMessage `json:"failure_evidence,omitempty"`
+	// HintForNext is the advice the retry reactor gave the attempt after this one.
+	HintForNext *string `json:"hint_for_next_attempt"`
+	// LastUpdates are the attempt's last messages, oldest first, each cut to
+	// AttemptMessageChars; UpdatesTotal counts them all.
+	LastUpdates  []AttemptUpdate `json:"last_updates"`
+	UpdatesTotal int             `json:"updates_total"`
+	// Result is the posted result; when longer than AttemptResultBytes it is
+	// a JSON string holding its beginning and ResultTruncated is set.
+	Result          json.RawMessage `json:"result"`
+	ResultBytes     int             `json:"result_bytes,omitempty"`
+	ResultTruncated bool            `json:"result_truncated,omitempty"`
+	// DetailsOmitted: updates, result and evidence were dropped to keep all
+	// attempts within PreviousAttemptsBudget.
+	DetailsOmitted bool `json:"details_omitted,omitempty"`
+}
+
+// AttemptUpdate is one message of an earlier attempt's thread.
+type AttemptUpdate struct {
+	At        time.Time `json:"at"`
+	Author    string    `json:"author"`
+	Message   string    `json:"message"`
+	Truncated bool      `json:"truncated,omitempty"`
+}
+
+// previousAttempts reads the ancestors of a retry in one statement: a
+// recursive walk up parent_task_id from the parent, each ancestor with its
+// worker's name, the hint and failure evidence from its events, and its last
+// messages, all cut to size in SQL so nothing large crosses the wire.
+const previousAttempts = `WITH RECURSIVE up AS (
+    SELECT id, parent_task_id, 1 AS depth FROM worker_tasks WHERE id = $1
+    UNION ALL
+    SELECT p.id, p.parent_task_id, up.depth + 1 FROM worker_tasks p JOIN up ON p.id = up.parent_task_id
+     WHERE up.depth < $2
+)
+SELECT t.id, t.retry_count, t.title, t.status, t.assigned_to, u.full_name, t.started_at, t.completed_at,
+       t.failure_kind, left(t.failure_reason, $3 + 1), ev.hint, ev.evidence,
+       left(t.result::text, $4 + 1), octet_length(t.result::text),
+       (SELECT count(*) FROM worker_task_updates w WHERE w.task_id = t.id),
+       (SELECT coalesce(json_agg(json_build_object('at', l.created_at, 'author', coalesce(a.full_name, l.author_id::text, ''),
+                  'message', left(l.message, $5), 'truncated', length(l.message) > $5) ORDER BY l.version), '[]')
+          FROM (SELECT * FROM worker_task_updates w WHERE w.task_id = t.id ORDER BY w.version DESC LIMIT $6) l
+          LEFT JOIN users a ON a.id = l.author_id)
+  FROM up JOIN worker_tasks t ON t.id = up.id
+  LEFT JOIN users u ON u.id = t.assigned_to
+  LEFT JOIN LATERAL (
+    SELECT left((array_agg(e.data->>'hint' ORDER BY e.version DESC) FILTER (WHERE e.type = 'task.retried'))[1], $3 + 1) AS hint,
+           (array_agg(e.data->'evidence' ORDER BY e.version DESC) FILTER (WHERE e.type = 'task.failed'))[1]::text AS evidence
+      FROM task_events e WHERE e.stream_id = t.id AND e.type IN ('task.retried', 'task.failed')
+  ) ev ON true
+ ORDER BY up.depth`
+
+// PreviousAttempts returns the earlier attempts of a retry whose parent is
+// parentID, oldest first, within the bounds above (nearest attempts are kept
+// whole first). Call it only for retries: originals have no parent.
+func (db *DB) PreviousAttempts(ctx context.Context, q Querier, parentID string) ([]Attempt, error) {
+	rows, err := q.Query(ctx, previousAttempts, parentID, MaxPreviousAttempts, AttemptReasonChars,
+		AttemptResultBytes, AttemptMessageChars, AttemptUpdates)
+	if err != nil {
+		return nil, mapErr(fmt.Errorf("previous attempts: %w", err))
+	}
+	nearestFirst, err := pgx.CollectRows(rows, scanAttempt)
+	if err != nil {
+		return nil, mapErr(fmt.Errorf("previous attempts: %w", err))
+	}
+	return fitAttempts(nearestFirst, PreviousAttemptsBudget), nil
+}
+
+func scanAttempt(r pgx.CollectableRow) (Attempt, error) {
+	var a Attempt
+	var workerID, workerName, evidence, result *string
+	var resultBytes *int
+	var updates []byte
+	if err := r.Scan(&a.TaskID, &a.Attempt, &a.Title, &a.Status, &workerID, &workerName, &a.StartedAt,
+		&a.CompletedAt, &a.FailureKind, &a.FailureReason, &a.HintForNext, &evidence, &result, &resultBytes,
+		&a.UpdatesTotal, &updates); err != nil {
+		return a, err
+	}
+	a.Attempt++ // from retry_count
+	a.Worker = workerRef(workerID, workerName)
+	a.StartedAt, a.CompletedAt = utcPtr(a.StartedAt), utcPtr(a.CompletedAt)
+	a.DurationSeconds = duration(a.StartedAt, a.CompletedAt)
+	a.FailureReason, a.HintForNext = cutRunes(a.FailureReason, AttemptReasonChars), cutRunes(a.HintForNext, AttemptReasonChars)
+	if evidence != nil && *evidence != "null" && len(*evidence) <= AttemptEvidenceBytes {
+		a.FailureEvidence = json.RawMessage(*evidence)
+	}
+	if result != nil {
+		a.Result, a.ResultTruncated = cutJSON(*result, AttemptResultBytes)
+		if a.ResultTruncated && resultBytes != nil {
+			a.ResultBytes = *resultBytes
+		}
+	}
+	if err := json.Unmarshal(updates, &a.LastUpdates); err != nil {
+		return a, fmt.Errorf("decode updates of %s: %w", a.TaskID, err)
+	}
+	for i := range a.LastUpdates {
+		a.LastUpdates[i].At = a.LastUpdates[i].At.UTC()
+	}
+	return a, nil
+}
+
+// cutRunes cuts s to n runes, marking a cut with an ellipsis; SQL already
+// sent at most n+1.
+func cutRunes(s *string, n int) *string {
+	if s == nil || utf8.RuneCountInString(*s) <= n {
+		return s
+	}
+	cut := string([]rune(*s)[:n]) + "…"
+	return &cut
+}
+
+// cutJSON keeps a JSON text of at most n bytes as it is; a longer one becomes
+// a JSON string of its first n bytes (cut on a rune boundary).
+func cutJSON(s string, n int) (json.RawMessage, bool) {
+	if len(s) <= n {
+		return json.RawMessage(s), false
+	}
+	cut := s[:n]
+	for !utf8.ValidString(cut) {
+		cut = cut[:len(cut)-1]
+	}
+	b, _ := json.Marshal(cut + "…")
+	return b, true
+}
+
+// fitAttempts keeps the nearest attempts whole while the JSON of all stays
+// within budget, strips the details of the next ones, and leaves out the
+// rest. It returns them oldest first.
+func fitAttempts(nearestFirst []Attempt, budget int) []Attempt {
+	used := 0
+	var kept []Attempt
+	for _, a := range nearestFirst {
+		size := jsonSize(a)
+		if used+size > budget {
+			a.LastUpdates, a.Result, a.FailureEvidence, a.DetailsOmitted = nil, nil, nil, true
+			a.ResultTruncated, a.ResultBytes = false, 0
+			size = jsonSize(a)
+			if used+size > budget {
+				break
+			}
+		}
+		used += size
+		kept = append(kept, a)
+	}
+	for i, j := 0, len(kept)-1; i < j; i, j = i+1, j-1 {
+		kept[i], kept[j] = kept[j], kept[i]
+	}
+	return kept
+}
+
+func jsonSize(v any) int {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return 0
+	}
+	return len(b) + 1 // the comma between elements
+}
+
+func utcPtr(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+func duration(start, end *time.Time) *float64 {
+	if start == nil || end == nil || end.Before(*start) {
+		return nil
+	}
+	d := end.Sub(*start).Seconds()
+	return &d
+}
+
+// UserNames returns the full names of the users among ids; ids that name no
+// user are absent from the map.
+func (db *DB) UserNames(ctx context.Context, ids []string) (map[string]string, error) {
+	rows, err := db.pool.Query(ctx, `SELECT id::text, full_name FROM users WHERE id = ANY ($1::uuid[])`, ids)
+	if err != nil {
+		return nil, mapErr(fmt.Errorf("user names: %w", err))
+	}
+	out := make(map[string]string, len(ids))
+	var id, name string
+	_, err = pgx.ForEachRow(rows, []any{&id, &name}, func() error {
+		out[id] = name
+		return nil
+	})
+	return out, mapErr(err)
+}
+
+// logHead is the position of the last event visible to consumers: every
+// event at or before it has committed, and none can appear there later.
+const logHead = `SELECT tx_id::text::bigint, seq FROM task_events
+  WHERE tx_id < pg_snapshot_xmin(pg_current_snapshot()) ORDER BY tx_id DESC, seq DESC LIMIT 1`
+
+// LogHead returns the position of the last event consumers can see (the zero
+// position for an empty log). Reading from it misses nothing that follows.
+func (db *DB) LogHead(ctx context.Context, q Querier) (events.Position, error) {
+	var p events.Position
+	var tx int64
+	err := q.QueryRow(ctx, logHead).Scan(&tx, &p.Seq)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return events.Position{}, nil
+	}
+	if err != nil {
+		return p, mapErr(fmt.Errorf("log head: %w", err))
+	}
+	p.TxID = uint64(tx)
+	return p, nil
+}
+
+// ReadLogPage is ReadLog for a reader that pages with a filter: it also
+// returns where the next page starts. When the page is not full that is the
+// log's head, read before the page in the same round trip, so a filter that
+// matches little does not make the next call scan the same rows again.
+// (Every event up to that head was visible to the page's read, which came
+// after.)
+func (db *DB) ReadLogPage(ctx context.Context, q Querier, after events.Position, limit int, f LogFilter) ([]events.Envelope, events.Position, error) {
+	sql, args := readLogSQL(after, limit, f)
+	b := &pgx.Batch{}
+	b.Queue(logHead)
+	b.Queue(sql, args...)
+	br := q.SendBatch(ctx, b)
+	defer br.Close()
+	head := events.Position{}
+	var tx int64
+	err := br.QueryRow().Scan(&tx, &head.Seq)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
+		return nil, after, mapErr(fmt.Errorf("read log page: head: %w", err))
+	default:
+		head.TxID = uint64(tx)
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, after, mapErr(fmt.Errorf("read log page: %w", err))
+	}
+	evs, err := pgx.CollectRows(rows, scanEvent)
+	if err != nil {
+		return nil, after, mapErr(fmt.Errorf("read log page: %w", err))
+	}
+	if err := br.Close(); err != nil {
+		return nil, after, mapErr(fmt.Errorf("read log page: %w", err))
+	}
+	next := after
+	if len(evs) > 0 {
+		next = evs[len(evs)-1].Position()
+	}
+	if len(evs) < limit && next.Less(head) {
+		next = head
+	}
+	return evs, next, nil
+}
