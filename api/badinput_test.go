@@ -1,0 +1,331 @@
+package api_test
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/clawdbot/task-service/api"
+	"github.com/clawdbot/task-service/events"
+)
+
+// dbSnapshot is everything a rejected request must leave untouched.
+type dbSnapshot struct {
+	Events, MaxSeq                  int64
+	Tasks, Users, Types, Creds      string
+	Updates, Assignments, Heartbeat string
+}
+
+func (b *bundle) snapshot(t *testing.T) dbSnapshot {
+	t.Helper()
+	var s dbSnapshot
+	err := b.pool.QueryRow(b.ctx, `SELECT
+		(SELECT count(*) FROM task_events), (SELECT coalesce(max(seq), 0) FROM task_events),
+		(SELECT coalesce(md5(string_agg(t::text, '|' ORDER BY t.id)), '') FROM worker_tasks t),
+		(SELECT coalesce(md5(string_agg(u::text, '|' ORDER BY u.id)), '') FROM users u),
+		(SELECT coalesce(md5(string_agg(x::text, '|' ORDER BY x.id)), '') FROM task_types x),
+		(SELECT coalesce(md5(string_agg(c::text, '|' ORDER BY c.user_id)), '') FROM user_credentials c),
+		(SELECT coalesce(md5(string_agg(w::text, '|' ORDER BY w.id)), '') FROM worker_task_updates w),
+		(SELECT coalesce(md5(string_agg(a::text, '|' ORDER BY a.task_id, a.version)), '') FROM task_assignments a),
+		(SELECT coalesce(md5(string_agg(u.last_activity_at::text, '|' ORDER BY u.id)), '') FROM users u)`).
+		Scan(&s.Events, &s.MaxSeq, &s.Tasks, &s.Users, &s.Types, &s.Creds, &s.Updates, &s.Assignments, &s.Heartbeat)
+	require.NoError(t, err)
+	return s
+}
+
+// token signs claims shaped like api.Claims.
+func token(t *testing.T, secret []byte, method jwt.SigningMethod, c api.Claims) string {
+	t.Helper()
+	s, err := jwt.NewWithClaims(method, c).SignedString(secret)
+	require.NoError(t, err)
+	return s
+}
+
+func claimsFor(w *worker, issued, expires time.Time) api.Claims {
+	return api.Claims{Email: w.Email, IsWorker: true, RegisteredClaims: jwt.RegisteredClaims{
+		Issuer: "task-service", Subject: w.ID, IssuedAt: jwt.NewNumericDate(issued), ExpiresAt: jwt.NewNumericDate(expires)}}
+}
+
+// TestBadInput sends what clients get wrong. Every answer must be a 4xx with
+// an error code (and the field at fault where there is one), and nothing in
+// the database may change.
+func TestBadInput(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := b.ctx
+	tt := b.newType(t, "report")
+	w1 := b.newWorker(t, "Una", 2)
+	w2 := b.newWorker(t, "Duo", 1)
+
+	pending := b.newTask(t, tt, "pending", events.PriorityLow, "")
+	held := b.newTask(t, tt, "held by Una", events.PriorityUrgent, "")
+	got, err := w1.Claim(ctx)
+	require.NoError(t, err)
+	require.Equal(t, held.ID, got.ID)
+	doneTask := b.newTask(t, tt, "done by Una", events.PriorityUrgent, "")
+	got, err = w1.Claim(ctx)
+	require.NoError(t, err)
+	require.Equal(t, doneTask.ID, got.ID)
+	_, err = w1.Complete(ctx, doneTask.ID)
+	require.NoError(t, err)
+	cancelled := b.newTask(t, tt, "cancelled", events.PriorityLow, "")
+	_, err = b.admin.CancelTask(ctx, cancelled.ID, "not needed")
+	require.NoError(t, err)
+	forW2 := b.newTask(t, tt, "reserved for Duo", events.PriorityLow, w2.ID)
+
+	admin, una, duo := b.admin.Token(), w1.Token(), w2.Token()
+	now := time.Now()
+	expired := token(t, b.secret, jwt.SigningMethodHS256, claimsFor(w1, now.Add(-48*time.Hour), now.Add(-24*time.Hour)))
+	forged := token(t, []byte("some-other-secret-0123456789abc"), jwt.SigningMethodHS256, claimsFor(w1, now, now.Add(time.Hour)))
+	hs512 := token(t, b.secret, jwt.SigningMethodHS512, claimsFor(w1, now, now.Add(time.Hour)))
+	noExpiry := func() string {
+		c := claimsFor(w1, now, now)
+		c.ExpiresAt = nil
+		return token(t, b.secret, jwt.SigningMethodHS256, c)
+	}()
+	wrongIssuer := func() string {
+		c := claimsFor(w1, now, now.Add(time.Hour))
+		c.Issuer = "someone-else"
+		return token(t, b.secret, jwt.SigningMethodHS256, c)
+	}()
+	noSubject := func() string {
+		c := claimsFor(w1, now, now.Add(time.Hour))
+		c.Subject = ""
+		return token(t, b.secret, jwt.SigningMethodHS256, c)
+	}()
+	// A real token with the admin flag flipped in its payload: the signature
+	// no longer matches.
+	tampered := func() string {
+		parts := strings.Split(una, ".")
+		payload, err := jwtDecode(parts[1])
+		require.NoError(t, err)
+		var m map[string]any
+		require.NoError(t, json.Unmarshal(payload, &m))
+		m["adm"] = true
+		raw, _ := json.Marshal(m)
+		parts[1] = jwtEncode(raw)
+		return strings.Join(parts, ".")
+	}()
+	algNone := func() string {
+		s, err := jwt.NewWithClaims(jwt.SigningMethodNone, claimsFor(w1, now, now.Add(time.Hour))).SignedString(jwt.UnsafeAllowNoneSignatureType)
+		require.NoError(t, err)
+		return s
+	}()
+
+	const (
+		A = "/api/v1/admin/workers"
+		W = "/api/v1/worker"
+	)
+	unknown := uuid.NewString()
+	big := `{"title":"` + strings.Repeat("a", api.MaxBodyBytes) + `"}`
+	task := func(fields string) string {
+		return fmt.Sprintf(`{"title":"t","task_type_id":%q,%s}`, tt.ID, fields)
+	}
+
+	cases := []struct {
+		name, method, path, auth, body string
+		status                         int
+		code, field                    string
+	}{
+		// Malformed bodies.
+		{"malformed JSON", "POST", A + "/tasks", admin, `{"title":`, 400, "validation_failed", "body"},
+		{"malformed JSON in the middle", "POST", A + "/tasks", admin, `{"title":"x",,}`, 400, "validation_failed", "body"},
+		{"not an object", "POST", A + "/tasks", admin, `["title"]`, 400, "validation_failed", "body"},
+		{"empty body", "POST", A + "/tasks", admin, ``, 400, "validation_failed", "body"},
+		{"null body", "POST", A + "/tasks", admin, `null`, 400, "validation_failed", "body"},
+		{"two objects", "POST", A + "/tasks", admin, task(`"priority":"low"`) + `{}`, 400, "validation_failed", "body"},
+		{"unknown field", "POST", A + "/tasks", admin, task(`"colour":"red"`), 400, "validation_failed", "colour"},
+		{"unknown field on login", "POST", "/api/v1/auth/login", "", `{"email":"a@b.c","password":"x","remember":true}`, 400, "validation_failed", "remember"},
+		{"unknown field on status", "PUT", W + "/tasks/" + held.ID + "/status", una, `{"status":"completed","note":"x"}`, 400, "validation_failed", "note"},
+		{"wrong type: title", "POST", A + "/tasks", admin, fmt.Sprintf(`{"title":5,"task_type_id":%q}`, tt.ID), 400, "validation_failed", "title"},
+		{"wrong type: priority", "POST", A + "/tasks", admin, task(`"priority":{"level":1}`), 400, "validation_failed", "priority"},
+		{"wrong type: max_retries", "POST", A + "/task-types", admin, `{"name":"x","max_retries":"3"}`, 400, "validation_failed", "max_retries"},
+		{"wrong type: status", "PUT", W + "/tasks/" + held.ID + "/status", una, `{"status":true}`, 400, "validation_failed", "status"},
+		{"wrong type: message", "POST", W + "/tasks/" + held.ID + "/updates", una, `{"message":["hi"]}`, 400, "validation_failed", "message"},
+		{"wrong type: max_concurrent_tasks", "POST", A, admin, `{"email":"x@y.z","password":"long-enough","full_name":"X","max_concurrent_tasks":1.5}`, 400, "validation_failed", "max_concurrent_tasks"},
+
+		// Values the domain refuses.
+		{"bad priority", "POST", A + "/tasks", admin, task(`"params":{"days":1},"priority":"asap"`), 400, "validation_failed", "priority"},
+		{"blank title", "POST", A + "/tasks", admin, fmt.Sprintf(`{"title":"  ","task_type_id":%q,"params":{"days":1}}`, tt.ID), 400, "validation_failed", "title"},
+		{"missing task type", "POST", A + "/tasks", admin, `{"title":"t"}`, 400, "validation_failed", "task_type_id"},
+		{"unknown task type", "POST", A + "/tasks", admin, fmt.Sprintf(`{"title":"t","task_type_id":%q}`, unknown), 400, "validation_failed", "task_type_id"},
+		{"assigned to nobody", "POST", A + "/tasks", admin, task(`"params":{"days":1},"assigned_to":"`+unknown+`"`), 400, "validation_failed", "assigned_to"},
+		{"assigned to a non-worker", "POST", A + "/tasks", admin, task(`"params":{"days":1},"assigned_to":"`+b.adminID+`"`), 400, "validation_failed", "assigned_to"},
+		{"bad status value", "PUT", W + "/tasks/" + held.ID + "/status", una, `{"status":"done"}`, 400, "validation_failed", "status"},
+		{"missing status", "PUT", W + "/tasks/" + held.ID + "/status", una, `{"reason":"x"}`, 400, "validation_failed", "status"},
+		{"bad failure kind", "PUT", W + "/tasks/" + held.ID + "/status", una, `{"status":"failed","kind":"worker_offline"}`, 400, "validation_failed", "kind"},
+		{"empty update", "POST", W + "/tasks/" + held.ID + "/updates", una, `{"message":"   "}`, 400, "validation_failed", "message"},
+		{"missing result", "POST", W + "/tasks/" + held.ID + "/result", una, `{}`, 400, "validation_failed", "result"},
+		{"null result", "POST", W + "/tasks/" + held.ID + "/result", una, `{"result":null}`, 400, "validation_failed", "result"},
+		{"bad heartbeat status", "POST", W + "/heartbeat", una, `{"status":"sleepy"}`, 400, "validation_failed", "status"},
+		{"heartbeat metadata not an object", "POST", W + "/heartbeat", una, `{"metadata":[1,2]}`, 400, "validation_failed", "metadata"},
+		{"task type with a bad name", "POST", A + "/task-types", admin, `{"name":"Not Snake"}`, 400, "validation_failed", "name"},
+		{"task type with a broken schema", "POST", A + "/task-types", admin, `{"name":"broken","param_schema":{"type":"nonsense"}}`, 400, "validation_failed", "param_schema"},
+		{"task type with a schema that is not an object", "POST", A + "/task-types", admin, `{"name":"broken","param_schema":[1]}`, 400, "validation_failed", "param_schema"},
+		{"task type with a remote $ref", "POST", A + "/task-types", admin, `{"name":"remote","param_schema":{"$ref":"https://example.com/s.json"}}`, 400, "validation_failed", "param_schema"},
+		{"too many retries", "POST", A + "/task-types", admin, `{"name":"many","max_retries":1000}`, 400, "validation_failed", "max_retries"},
+		{"duplicate task type", "POST", A + "/task-types", admin, `{"name":"report"}`, 409, "duplicate", "name"},
+		{"duplicate worker email", "POST", A, admin, fmt.Sprintf(`{"email":%q,"password":"long-enough","full_name":"Again"}`, w1.Email), 409, "duplicate", "email"},
+		{"short password", "POST", A, admin, `{"email":"new@example.com","password":"short","full_name":"New"}`, 400, "validation_failed", "password"},
+		{"bad email", "POST", A, admin, `{"email":"not an email","password":"long-enough","full_name":"New"}`, 400, "validation_failed", "email"},
+		{"limit too high", "POST", A, admin, `{"email":"new@example.com","password":"long-enough","full_name":"New","max_concurrent_tasks":1000}`, 400, "validation_failed", "max_concurrent_tasks"},
+		{"bad list limit", "GET", A + "/tasks?limit=0", admin, "", 400, "validation_failed", "limit"},
+		{"bad list status", "GET", A + "/tasks?status=sleeping", admin, "", 400, "validation_failed", "status"},
+		{"bad list cursor", "GET", A + "/tasks?after=garbage", admin, "", 400, "validation_failed", "after"},
+		{"bad list bool", "GET", A + "/tasks?unassigned=maybe", admin, "", 400, "validation_failed", "unassigned"},
+		{"bad list type id", "GET", A + "/tasks?task_type_id=42", admin, "", 400, "validation_failed", "task_type_id"},
+
+		// Params against the type's JSON Schema: the field is the JSON path.
+		{"params: missing required", "POST", A + "/tasks", admin, task(`"params":{}`), 400, "validation_failed", "params"},
+		{"params: wrong type", "POST", A + "/tasks", admin, task(`"params":{"days":"three"}`), 400, "validation_failed", "params.days"},
+		{"params: below minimum", "POST", A + "/tasks", admin, task(`"params":{"days":0}`), 400, "validation_failed", "params.days"},
+		{"params: array item", "POST", A + "/tasks", admin, task(`"params":{"days":1,"tags":["ok",7]}`), 400, "validation_failed", "params.tags.1"},
+		{"params: nested object", "POST", A + "/tasks", admin, task(`"params":{"days":1,"owner":{"email":5}}`), 400, "validation_failed", "params.owner.email"},
+		{"params: not an object", "POST", A + "/tasks", admin, task(`"params":[1]`), 400, "validation_failed", "params"},
+		{"params: edit breaks the schema", "PUT", A + "/tasks/" + pending.ID, admin, `{"params":{"days":-1}}`, 400, "validation_failed", "params.days"},
+
+		// Oversize bodies.
+		{"oversize task", "POST", A + "/tasks", admin, big, 413, "too_large", ""},
+		{"oversize login", "POST", "/api/v1/auth/login", "", big, 413, "too_large", ""},
+		{"oversize heartbeat", "POST", W + "/heartbeat", una, big, 413, "too_large", ""},
+		{"oversize update", "POST", W + "/tasks/" + held.ID + "/updates", una, `{"message":"` + strings.Repeat("x", api.MaxBodyBytes+10) + `"}`, 413, "too_large", ""},
+
+		// Bad UUIDs.
+		{"bad id in admin path", "GET", A + "/tasks/not-a-uuid", admin, "", 400, "validation_failed", "id"},
+		{"bad id in worker path", "PUT", W + "/tasks/1234/status", una, `{"status":"completed"}`, 400, "validation_failed", "id"},
+		{"uuid with extra chars", "GET", A + "/tasks/" + held.ID + "0", admin, "", 400, "validation_failed", "id"},
+		{"bad id in task type path", "PUT", A + "/task-types/xyz", admin, `{"name":"report"}`, 400, "validation_failed", "id"},
+		{"bad id in body", "POST", A + "/tasks", admin, `{"title":"t","task_type_id":"not-a-uuid"}`, 400, "validation_failed", "task_type_id"},
+		{"bad assignee in body", "POST", A + "/tasks/" + pending.ID + "/assign", admin, `{"assigned_to":"nope","reason":"r"}`, 400, "validation_failed", "assigned_to"},
+		{"bad current task in heartbeat", "POST", W + "/heartbeat", una, `{"current_task_id":"nope"}`, 400, "validation_failed", "current_task_id"},
+
+		// Unknown ids.
+		{"unknown task", "GET", A + "/tasks/" + unknown, admin, "", 404, "not_found", ""},
+		{"unknown task events", "GET", A + "/tasks/" + unknown + "/events", admin, "", 404, "not_found", ""},
+		{"unknown task type", "GET", A + "/task-types/" + unknown, admin, "", 404, "not_found", ""},
+		{"update unknown task type", "PUT", A + "/task-types/" + unknown, admin, `{"name":"report"}`, 404, "not_found", ""},
+		{"cancel unknown task", "POST", A + "/tasks/" + unknown + "/cancel", admin, `{}`, 404, "not_found", ""},
+		{"edit unknown task", "PUT", A + "/tasks/" + unknown, admin, `{"title":"x"}`, 404, "not_found", ""},
+		{"edit unknown task's params", "PUT", A + "/tasks/" + unknown, admin, `{"params":{"days":1}}`, 404, "not_found", ""},
+		{"assign unknown task", "POST", A + "/tasks/" + unknown + "/assign", admin, fmt.Sprintf(`{"assigned_to":%q,"reason":"r"}`, w1.ID), 404, "not_found", ""},
+		{"assign to unknown worker", "POST", A + "/tasks/" + pending.ID + "/assign", admin, fmt.Sprintf(`{"assigned_to":%q,"reason":"r"}`, unknown), 400, "validation_failed", "assigned_to"},
+		{"complete unknown task", "PUT", W + "/tasks/" + unknown + "/status", una, `{"status":"completed"}`, 404, "not_found", ""},
+		{"read unknown task as worker", "GET", W + "/tasks/" + unknown, una, "", 404, "not_found", ""},
+		{"login unknown email", "POST", "/api/v1/auth/login", "", `{"email":"ghost@example.com","password":"whatever1"}`, 401, "unauthenticated", ""},
+		{"login wrong password", "POST", "/api/v1/auth/login", "", fmt.Sprintf(`{"email":%q,"password":"wrong-password"}`, w1.Email), 401, "unauthenticated", ""},
+		{"login without password", "POST", "/api/v1/auth/login", "", `{"email":"a@b.c"}`, 400, "validation_failed", "password"},
+
+		// Invalid transitions.
+		{"complete a completed task", "PUT", W + "/tasks/" + doneTask.ID + "/status", una, `{"status":"completed"}`, 409, "invalid_transition", ""},
+		{"fail a completed task", "PUT", W + "/tasks/" + doneTask.ID + "/status", una, `{"status":"failed","reason":"late"}`, 409, "invalid_transition", ""},
+		{"release a completed task", "POST", W + "/tasks/" + doneTask.ID + "/release", una, `{}`, 409, "invalid_transition", ""},
+		{"result on a completed task", "POST", W + "/tasks/" + doneTask.ID + "/result", una, `{"result":1}`, 409, "invalid_transition", ""},
+		{"update on a completed task", "POST", W + "/tasks/" + doneTask.ID + "/updates", una, `{"message":"hi"}`, 409, "invalid_transition", ""},
+		{"complete a reserved task before claiming it", "PUT", W + "/tasks/" + forW2.ID + "/status", duo, `{"status":"completed"}`, 409, "invalid_transition", ""},
+		{"cancel a completed task", "POST", A + "/tasks/" + doneTask.ID + "/cancel", admin, `{}`, 409, "invalid_transition", ""},
+		{"cancel a cancelled task", "POST", A + "/tasks/" + cancelled.ID + "/cancel", admin, `{"reason":"again"}`, 409, "invalid_transition", ""},
+		{"edit a task in progress", "PUT", A + "/tasks/" + held.ID, admin, `{"title":"new"}`, 409, "invalid_transition", ""},
+		{"assign a task in progress", "POST", A + "/tasks/" + held.ID + "/assign", admin, fmt.Sprintf(`{"assigned_to":%q,"reason":"r"}`, w2.ID), 409, "invalid_transition", ""},
+
+		// Another worker's task.
+		{"complete another worker's task", "PUT", W + "/tasks/" + held.ID + "/status", duo, `{"status":"completed"}`, 403, "forbidden", ""},
+		{"fail another worker's task", "PUT", W + "/tasks/" + held.ID + "/status", duo, `{"status":"failed"}`, 403, "forbidden", ""},
+		{"release another worker's task", "POST", W + "/tasks/" + held.ID + "/release", duo, ``, 403, "forbidden", ""},
+		{"update another worker's task", "POST", W + "/tasks/" + held.ID + "/updates", duo, `{"message":"mine now"}`, 403, "forbidden", ""},
+		{"result on another worker's task", "POST", W + "/tasks/" + held.ID + "/result", duo, `{"result":{}}`, 403, "forbidden", ""},
+		{"read another worker's task", "GET", W + "/tasks/" + held.ID, duo, "", 403, "forbidden", ""},
+		{"read a task reserved for another", "GET", W + "/tasks/" + forW2.ID, una, "", 403, "forbidden", ""},
+		{"complete a pool task never claimed", "PUT", W + "/tasks/" + pending.ID + "/status", una, `{"status":"completed"}`, 403, "forbidden", ""},
+
+		// Authentication.
+		{"no token", "POST", W + "/tasks/claim", "", "", 401, "unauthenticated", ""},
+		{"no token on admin", "GET", A + "/tasks", "", "", 401, "unauthenticated", ""},
+		{"empty bearer", "POST", W + "/tasks/claim", " ", "", 401, "unauthenticated", ""},
+		{"garbage token", "POST", W + "/tasks/claim", "not.a.jwt", "", 401, "unauthenticated", ""},
+		{"expired token", "POST", W + "/tasks/claim", expired, "", 401, "unauthenticated", ""},
+		{"expired token on a write", "PUT", W + "/tasks/" + held.ID + "/status", expired, `{"status":"completed"}`, 401, "unauthenticated", ""},
+		{"forged token", "POST", W + "/tasks/claim", forged, "", 401, "unauthenticated", ""},
+		{"forged token on admin", "GET", A, forged, "", 401, "unauthenticated", ""},
+		{"tampered token", "GET", A, tampered, "", 401, "unauthenticated", ""},
+		{"alg none", "POST", W + "/tasks/claim", algNone, "", 401, "unauthenticated", ""},
+		{"HS512 token", "POST", W + "/tasks/claim", hs512, "", 401, "unauthenticated", ""},
+		{"token without expiry", "POST", W + "/tasks/claim", noExpiry, "", 401, "unauthenticated", ""},
+		{"token of another issuer", "POST", W + "/tasks/claim", wrongIssuer, "", 401, "unauthenticated", ""},
+		{"token without subject", "POST", W + "/tasks/claim", noSubject, "", 401, "unauthenticated", ""},
+		{"basic auth", "GET", A, "basic:admin:admin", "", 401, "unauthenticated", ""},
+
+		// Roles.
+		{"worker lists workers", "GET", A, una, "", 403, "forbidden", ""},
+		{"worker creates a task", "POST", A + "/tasks", una, task(`"params":{"days":1}`), 403, "forbidden", ""},
+		{"worker creates a worker", "POST", A, una, `{"email":"evil@example.com","password":"long-enough","full_name":"Evil","is_admin":true}`, 403, "forbidden", ""},
+		{"worker cancels a task", "POST", A + "/tasks/" + pending.ID + "/cancel", una, `{}`, 403, "forbidden", ""},
+		{"worker reads events", "GET", A + "/tasks/" + held.ID + "/events", una, "", 403, "forbidden", ""},
+		{"admin claims", "POST", W + "/tasks/claim", admin, "", 403, "forbidden", ""},
+		{"admin completes", "PUT", W + "/tasks/" + held.ID + "/status", admin, `{"status":"completed"}`, 403, "forbidden", ""},
+		{"admin heartbeats", "POST", W + "/heartbeat", admin, `{}`, 403, "forbidden", ""},
+
+		// Routing.
+		{"unknown route", "GET", "/api/v1/nope", admin, "", 404, "not_found", ""},
+		{"unknown sub-route", "POST", A + "/tasks/" + pending.ID + "/explode", admin, `{}`, 404, "not_found", ""},
+		{"wrong method", "DELETE", A + "/tasks/" + pending.ID, admin, "", 405, "method_not_allowed", ""},
+		{"wrong method on claim", "PATCH", W + "/tasks/claim", una, "", 405, "method_not_allowed", ""},
+		{"wrong method on login", "GET", "/api/v1/auth/login", "", "", 405, "method_not_allowed", ""},
+	}
+
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			before := b.snapshot(t)
+			var body io.Reader
+			if c.body != "" {
+				body = strings.NewReader(c.body)
+			}
+			req, err := http.NewRequestWithContext(ctx, c.method, b.url+c.path, body)
+			require.NoError(t, err)
+			if c.body != "" {
+				req.Header.Set("Content-Type", "application/json")
+			}
+			switch {
+			case strings.HasPrefix(c.auth, "basic:"):
+				parts := strings.Split(c.auth, ":")
+				req.SetBasicAuth(parts[1], parts[2])
+			case c.auth != "":
+				req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(c.auth))
+			}
+			resp, err := b.http.Do(req)
+			require.NoError(t, err)
+			raw, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			require.NoError(t, err)
+
+			require.Less(t, resp.StatusCode, 500, "never a 5xx: %s", raw)
+			require.Equal(t, c.status, resp.StatusCode, "body: %.300s", raw)
+			var env struct {
+				Success *bool          `json:"success"`
+				Error   *api.ErrorBody `json:"error"`
+			}
+			require.NoError(t, json.Unmarshal(raw, &env), "not an envelope: %.300s", raw)
+			require.NotNil(t, env.Success)
+			require.False(t, *env.Success)
+			require.NotNil(t, env.Error, "no error body: %.300s", raw)
+			require.NotEmpty(t, env.Error.Code)
+			require.NotEmpty(t, env.Error.Message)
+			require.Equal(t, c.code, env.Error.Code, "message: %s", env.Error.Message)
+			if c.field != "" {
+				require.Equal(t, c.field, env.Error.Field, "message: %s", env.Error.Message)
+			}
+			require.Equal(t, before, b.snapshot(t), "the database changed")
+		})
+	}
+}
+
+func jwtDecode(s string) ([]byte, error) { return base64.RawURLEncoding.DecodeString(s) }
+func jwtEncode(b []byte) string          { return base64.RawURLEncoding.EncodeToString(b) }
