@@ -172,6 +172,18 @@ func serve(ctx context.Context, cfg config, log zerolog.Logger) error {
 	httpSrv := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	log.Info().Str("addr", ln.Addr().String()).Str("api", "http://"+displayAddr(ln.Addr())+"/api/v1").Msg("task-service listening")
 
+	// The live tail's broadcaster: its own context, ended before Shutdown so
+	// open event streams close cleanly instead of holding Shutdown up.
+	tailCtx, stopTail := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopTail()
+	tailDone := make(chan struct{})
+	go func() {
+		defer close(tailDone)
+		if err := srv.Run(tailCtx); err != nil {
+			log.Error().Err(err).Msg("event stream broadcaster stopped")
+		}
+	}()
+
 	errc := make(chan error, 1)
 	go func() { errc <- httpSrv.Serve(ln) }()
 	select {
@@ -186,6 +198,8 @@ func serve(ctx context.Context, cfg config, log zerolog.Logger) error {
 	// reactors and the stuck detector finish their batch; then the NOTIFY
 	// sender and the listener (bg.stop).
 	srv.Drain()
+	stopTail()
+	<-tailDone
 	if err := httpSrv.Shutdown(shutdownCtx); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}
