@@ -53,6 +53,11 @@ type benchResult struct {
 	// EmptyClaims counts claims that found nothing (the drain's last ones,
 	// or SKIP LOCKED races in store+create).
 	EmptyClaims int `json:"empty_claims"`
+	// CPU time per task of this process (workers, clients, in-process
+	// server) and of the bench database's PostgreSQL backends (absent when
+	// the server runs elsewhere). WAL writer and checkpointer not included.
+	BenchCPUUsPerTask *float64 `json:"bench_cpu_us_per_task,omitempty"`
+	PGCPUUsPerTask    *float64 `json:"pg_cpu_us_per_task,omitempty"`
 	// Ratios to bare at the same worker count; absent when bare did not run.
 	TasksPerSecVsBare *float64 `json:"tasks_per_sec_vs_bare,omitempty"`
 	ClaimP50VsBare    *float64 `json:"claim_p50_vs_bare,omitempty"`
@@ -289,13 +294,15 @@ func printBenchTable(w io.Writer, rep *benchReport) {
 	fmt.Fprintf(w, "taskctl bench — %s, %s, %d CPUs (GOMAXPROCS %d), api %s\n\n",
 		rep.Postgres, rep.GoVersion, rep.NumCPU, rep.GOMAXPROCS, rep.API)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "mode\tworkers\ttasks\ttasks/s\tx bare\tclaim p50 ms\tx bare\tclaim p99 ms\tx bare\t")
+	fmt.Fprintln(tw, "mode\tworkers\ttasks\ttasks/s\tx bare\tclaim p50 ms\tx bare\tclaim p99 ms\tx bare\tcpu us/task: bench\tpostgres\t")
 	for _, r := range rep.Runs {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%s\t%.2f\t%s\t%.2f\t%s\t\n", r.Mode, r.Workers, r.Tasks, r.TasksPerSec,
-			fmtRatio(r, r.TasksPerSecVsBare), r.ClaimP50Ms, fmtRatio(r, r.ClaimP50VsBare), r.ClaimP99Ms, fmtRatio(r, r.ClaimP99VsBare))
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%s\t%.2f\t%s\t%.2f\t%s\t%s\t%s\t\n", r.Mode, r.Workers, r.Tasks, r.TasksPerSec,
+			fmtRatio(r, r.TasksPerSecVsBare), r.ClaimP50Ms, fmtRatio(r, r.ClaimP50VsBare), r.ClaimP99Ms, fmtRatio(r, r.ClaimP99VsBare),
+			fmtOpt(r.BenchCPUUsPerTask), fmtOpt(r.PGCPUUsPerTask))
 	}
 	_ = tw.Flush()
 	fmt.Fprintln(w, "\nx bare: the figure divided by bare's at the same worker count (tasks/s: higher is better; latency: lower is better).")
+	fmt.Fprintln(w, "cpu us/task: CPU time per task of this process (workers, HTTP clients, in-process server) and of the bench database's backends.")
 	fmt.Fprintln(w, "store+create times create + claim + complete per task; the other modes time claim + complete on a pre-filled queue.")
 }
 
@@ -307,4 +314,11 @@ func fmtRatio(r benchResult, v *float64) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.2f", *v)
+}
+
+func fmtOpt(v *float64) string {
+	if v == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f", *v)
 }

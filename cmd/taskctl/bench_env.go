@@ -145,6 +145,10 @@ func withDatabase(conn, name string) (string, error) {
 		}
 		u.Path = "/" + name
 		u.RawPath = ""
+		if q := u.Query(); q.Has("dbname") {
+			q.Set("dbname", name)
+			u.RawQuery = q.Encode()
+		}
 		return u.String(), nil
 	}
 	return conn + " dbname=" + name, nil // a later keyword wins

@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/clawdbot/task-service/api/client"
 	"github.com/clawdbot/task-service/events"
@@ -48,6 +49,16 @@ func (env *benchEnv) run(ctx context.Context, mode string, w, n int) (*benchResu
 	if err != nil {
 		return nil, err
 	}
+	// Open every connection the run will use now, so neither its time nor
+	// its backend's start-up CPU is counted.
+	if err := warm(ctx, env.pool, w+2); err != nil {
+		return nil, err
+	}
+	if mode == modeHTTP && env.serverPool != nil {
+		if err := warm(ctx, env.serverPool, w+2); err != nil {
+			return nil, err
+		}
+	}
 	fmt.Fprintf(env.progress, "bench: %s ready in %.1fs; timing %d workers\n", label, time.Since(start).Seconds(), w)
 	r, err := env.drive(ctx, label, mode, steps, n)
 	if err != nil {
@@ -57,6 +68,25 @@ func (env *benchEnv) run(ctx context.Context, mode string, w, n int) (*benchResu
 		return nil, err
 	}
 	return r, nil
+}
+
+// warm makes the pool hold at least n open connections.
+func warm(ctx context.Context, pool *pgxpool.Pool, n int) error {
+	n = min(n, int(pool.Config().MaxConns))
+	conns := make([]*pgxpool.Conn, 0, n)
+	defer func() {
+		for _, c := range conns {
+			c.Release()
+		}
+	}()
+	for range n {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			return fmt.Errorf("open connections: %w", err)
+		}
+		conns = append(conns, c)
+	}
+	return nil
 }
 
 // prepare pre-fills the queue and returns one step per worker.
@@ -262,6 +292,7 @@ func (env *benchEnv) drive(ctx context.Context, label, mode string, steps []step
 	if err != nil {
 		return nil, err
 	}
+	cpuBefore := sampleCPU(ctx, env.pool)
 	start := time.Now()
 	if env.cfg.duration > 0 {
 		deadline = start.Add(env.cfg.duration)
@@ -282,6 +313,7 @@ wait:
 		}
 	}
 	elapsed := time.Since(start)
+	cpuAfter := sampleCPU(ctx, env.pool)
 	stopProfile()
 	if err := context.Cause(ctx); err != nil {
 		return nil, err
@@ -295,6 +327,7 @@ wait:
 	r := &benchResult{Mode: mode, Workers: len(steps), Tasks: int(done.Load()), Seconds: elapsed.Seconds(),
 		EmptyClaims: int(empty.Load()), ClaimP50Ms: percentileMs(all, 0.50), ClaimP99Ms: percentileMs(all, 0.99)}
 	r.TasksPerSec = float64(r.Tasks) / r.Seconds
+	cpuPerTask(r, cpuBefore, cpuAfter)
 	return r, nil
 }
 
