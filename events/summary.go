@@ -33,7 +33,11 @@ func Summary(e Envelope, names func(userID string) string) string {
 	case TaskReleased:
 		return withText("released by "+who(p.WorkerID), p.Reason)
 	case TaskUpdatePosted:
-		return withText("update from "+who(p.AuthorID), p.Message)
+		author := p.AuthorID
+		if author == "" { // a system message: say which part of the system
+			author = e.Meta.Actor.ID
+		}
+		return withText("update from "+who(author), p.Message)
 	case TaskResultPosted:
 		return fmt.Sprintf("result posted by %s (%d bytes)", who(p.WorkerID), len(p.Result))
 	case TaskCompleted:

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -137,23 +138,28 @@ func (db *DB) TaskChain(ctx context.Context, q Querier, id string) (*Chain, erro
 
 // Bounds of previous_attempts, the context a retry's worker receives. They
 // keep a claim response small (16 KiB of context at most) however long the
-// lineage and however verbose the earlier attempts were.
+// lineage and however verbose the earlier attempts were. Texts are cut on a
+// UTF-8 boundary and end with "…" when cut.
 const (
-	// MaxPreviousAttempts is how many earlier attempts are listed, nearest first kept.
+	// MaxPreviousAttempts is how many earlier attempts are listed (the nearest).
 	MaxPreviousAttempts = 10
 	// AttemptUpdates is how many of an attempt's last thread messages are kept.
 	AttemptUpdates = 5
-	// AttemptMessageChars cuts each message (runes).
-	AttemptMessageChars = 500
-	// AttemptReasonChars cuts the failure reason and the hint (runes).
-	AttemptReasonChars = 1000
+	// AttemptMessageBytes cuts each message.
+	AttemptMessageBytes = 500
+	// AttemptReasonBytes cuts the failure reason and the hint.
+	AttemptReasonBytes = 1000
 	// AttemptResultBytes cuts the result; a cut result is sent as a JSON string.
 	AttemptResultBytes = 2048
-	// AttemptEvidenceBytes cuts the failure evidence; cut evidence is dropped.
+	// AttemptEvidenceBytes bounds the failure evidence; larger evidence is left out.
 	AttemptEvidenceBytes = 1024
-	// PreviousAttemptsBudget bounds the JSON of all attempts together: past it
-	// the oldest attempts lose their updates, result and evidence, then are
-	// left out.
+	// AttemptCompactBytes cuts reason and hint of an attempt sent compact.
+	AttemptCompactBytes = 200
+	// PreviousAttemptsBudget bounds the JSON of all attempts together. Every
+	// attempt is listed compact (worker, outcome, failure, hint); then the
+	// nearest get their details (updates, result, evidence, whole reason and
+	// hint) while the budget lasts; if even the compact list does not fit, the
+	// oldest are left out.
 	PreviousAttemptsBudget = 16 << 10
 )
 
@@ -171,10 +177,10 @@ type Attempt struct {
 	FailureKind     *string         `json:"failure_kind"`
 	FailureReason   *string         `json:"failure_reason"`
 	FailureEvidence json.RawMessage `json:"failure_evidence,omitempty"`
-	// HintForNext is the advice the retry reactor gave the attempt after this one.
+	// HintForNext is the advice given to the attempt after this one.
 	HintForNext *string `json:"hint_for_next_attempt"`
-	// LastUpdates are the attempt's last messages, oldest first, each cut to
-	// AttemptMessageChars; UpdatesTotal counts them all.
+	// LastUpdates are the attempt's last messages, oldest first;
+	// UpdatesTotal counts them all.
 	LastUpdates  []AttemptUpdate `json:"last_updates"`
 	UpdatesTotal int             `json:"updates_total"`
 	// Result is the posted result; when longer than AttemptResultBytes it is
@@ -182,8 +188,8 @@ type Attempt struct {
 	Result          json.RawMessage `json:"result"`
 	ResultBytes     int             `json:"result_bytes,omitempty"`
 	ResultTruncated bool            `json:"result_truncated,omitempty"`
-	// DetailsOmitted: updates, result and evidence were dropped to keep all
-	// attempts within PreviousAttemptsBudget.
+	// DetailsOmitted: sent compact to stay within PreviousAttemptsBudget (no
+	// updates, result or evidence; reason and hint cut shorter).
 	DetailsOmitted bool `json:"details_omitted,omitempty"`
 }
 
@@ -198,7 +204,8 @@ type AttemptUpdate struct {
 // previousAttempts reads the ancestors of a retry in one statement: a
 // recursive walk up parent_task_id from the parent, each ancestor with its
 // worker's name, the hint and failure evidence from its events, and its last
-// messages, all cut to size in SQL so nothing large crosses the wire.
+// messages, all cut in SQL (by characters, at least the bytes wanted) so
+// nothing large crosses the wire.
 const previousAttempts = `WITH RECURSIVE up AS (
     SELECT id, parent_task_id, 1 AS depth FROM worker_tasks WHERE id = $1
     UNION ALL
@@ -209,8 +216,9 @@ SELECT t.id, t.retry_count, t.title, t.status, t.assigned_to, u.full_name, t.sta
        t.failure_kind, left(t.failure_reason, $3 + 1), ev.hint, ev.evidence,
        left(t.result::text, $4 + 1), octet_length(t.result::text),
        (SELECT count(*) FROM worker_task_updates w WHERE w.task_id = t.id),
-       (SELECT coalesce(json_agg(json_build_object('at', l.created_at, 'author', coalesce(a.full_name, l.author_id::text, ''),
-                  'message', left(l.message, $5), 'truncated', length(l.message) > $5) ORDER BY l.version), '[]')
+       (SELECT coalesce(json_agg(json_build_object('at', l.created_at,
+                  'author', coalesce(a.full_name, l.author_id::text, 'system'),
+                  'message', left(l.message, $5 + 1)) ORDER BY l.version), '[]')
           FROM (SELECT * FROM worker_task_updates w WHERE w.task_id = t.id ORDER BY w.version DESC LIMIT $6) l
           LEFT JOIN users a ON a.id = l.author_id)
   FROM up JOIN worker_tasks t ON t.id = up.id
@@ -223,11 +231,11 @@ SELECT t.id, t.retry_count, t.title, t.status, t.assigned_to, u.full_name, t.sta
  ORDER BY up.depth`
 
 // PreviousAttempts returns the earlier attempts of a retry whose parent is
-// parentID, oldest first, within the bounds above (nearest attempts are kept
-// whole first). Call it only for retries: originals have no parent.
+// parentID, oldest first, within the bounds above. Call it only for
+// retries: originals have no parent.
 func (db *DB) PreviousAttempts(ctx context.Context, q Querier, parentID string) ([]Attempt, error) {
-	rows, err := q.Query(ctx, previousAttempts, parentID, MaxPreviousAttempts, AttemptReasonChars,
-		AttemptResultBytes, AttemptMessageChars, AttemptUpdates)
+	rows, err := q.Query(ctx, previousAttempts, parentID, MaxPreviousAttempts, AttemptReasonBytes,
+		AttemptResultBytes, AttemptMessageBytes, AttemptUpdates)
 	if err != nil {
 		return nil, mapErr(fmt.Errorf("previous attempts: %w", err))
 	}
@@ -252,7 +260,8 @@ func scanAttempt(r pgx.CollectableRow) (Attempt, error) {
 	a.Worker = workerRef(workerID, workerName)
 	a.StartedAt, a.CompletedAt = utcPtr(a.StartedAt), utcPtr(a.CompletedAt)
 	a.DurationSeconds = duration(a.StartedAt, a.CompletedAt)
-	a.FailureReason, a.HintForNext = cutRunes(a.FailureReason, AttemptReasonChars), cutRunes(a.HintForNext, AttemptReasonChars)
+	a.FailureReason, _ = cutPtr(a.FailureReason, AttemptReasonBytes)
+	a.HintForNext, _ = cutPtr(a.HintForNext, AttemptReasonBytes)
 	if evidence != nil && *evidence != "null" && len(*evidence) <= AttemptEvidenceBytes {
 		a.FailureEvidence = json.RawMessage(*evidence)
 	}
@@ -266,58 +275,79 @@ func scanAttempt(r pgx.CollectableRow) (Attempt, error) {
 		return a, fmt.Errorf("decode updates of %s: %w", a.TaskID, err)
 	}
 	for i := range a.LastUpdates {
-		a.LastUpdates[i].At = a.LastUpdates[i].At.UTC()
+		u := &a.LastUpdates[i]
+		u.At = u.At.UTC()
+		u.Message, u.Truncated = cutText(u.Message, AttemptMessageBytes)
 	}
 	return a, nil
 }
 
-// cutRunes cuts s to n runes, marking a cut with an ellipsis; SQL already
-// sent at most n+1.
-func cutRunes(s *string, n int) *string {
-	if s == nil || utf8.RuneCountInString(*s) <= n {
-		return s
-	}
-	cut := string([]rune(*s)[:n]) + "…"
-	return &cut
-}
-
-// cutJSON keeps a JSON text of at most n bytes as it is; a longer one becomes
-// a JSON string of its first n bytes (cut on a rune boundary).
-func cutJSON(s string, n int) (json.RawMessage, bool) {
+// cutText cuts s to at most n bytes on a UTF-8 boundary, marking a cut with
+// an ellipsis.
+func cutText(s string, n int) (string, bool) {
 	if len(s) <= n {
-		return json.RawMessage(s), false
+		return s, false
 	}
 	cut := s[:n]
 	for !utf8.ValidString(cut) {
 		cut = cut[:len(cut)-1]
 	}
-	b, _ := json.Marshal(cut + "…")
+	return cut + "…", true
+}
+
+func cutPtr(s *string, n int) (*string, bool) {
+	if s == nil {
+		return nil, false
+	}
+	c, cut := cutText(*s, n)
+	return &c, cut
+}
+
+// cutJSON keeps a JSON text of at most n bytes as it is; a longer one becomes
+// a JSON string of its beginning.
+func cutJSON(s string, n int) (json.RawMessage, bool) {
+	if len(s) <= n {
+		return json.RawMessage(s), false
+	}
+	cut, _ := cutText(s, n)
+	b, _ := json.Marshal(cut)
 	return b, true
 }
 
-// fitAttempts keeps the nearest attempts whole while the JSON of all stays
-// within budget, strips the details of the next ones, and leaves out the
-// rest. It returns them oldest first.
+// compact is a without its details, for when the budget is short.
+func compact(a Attempt) Attempt {
+	a.LastUpdates, a.Result, a.FailureEvidence = nil, nil, nil
+	a.ResultTruncated, a.ResultBytes, a.DetailsOmitted = false, 0, true
+	a.FailureReason, _ = cutPtr(a.FailureReason, AttemptCompactBytes)
+	a.HintForNext, _ = cutPtr(a.HintForNext, AttemptCompactBytes)
+	return a
+}
+
+// fitAttempts lists every attempt compact, leaving out the oldest if even
+// that exceeds budget, then gives the nearest their details while the
+// budget lasts. It returns them oldest first.
 func fitAttempts(nearestFirst []Attempt, budget int) []Attempt {
-	used := 0
-	var kept []Attempt
-	for _, a := range nearestFirst {
-		size := jsonSize(a)
-		if used+size > budget {
-			a.LastUpdates, a.Result, a.FailureEvidence, a.DetailsOmitted = nil, nil, nil, true
-			a.ResultTruncated, a.ResultBytes = false, 0
-			size = jsonSize(a)
-			if used+size > budget {
-				break
-			}
+	small := make([]Attempt, len(nearestFirst))
+	sizes := make([]int, len(nearestFirst))
+	used, n := 0, 0
+	for i, a := range nearestFirst {
+		small[i], sizes[i] = compact(a), jsonSize(compact(a))
+		if used+sizes[i] > budget && i > 0 {
+			break
 		}
-		used += size
-		kept = append(kept, a)
+		used += sizes[i]
+		n++
 	}
-	for i, j := 0, len(kept)-1; i < j; i, j = i+1, j-1 {
-		kept[i], kept[j] = kept[j], kept[i]
+	out := make([]Attempt, n)
+	for i := range n {
+		out[i] = small[i]
+		full := nearestFirst[i]
+		if extra := jsonSize(full) - sizes[i]; used+extra <= budget {
+			out[i], used = full, used+extra
+		}
 	}
-	return kept
+	slices.Reverse(out)
+	return out
 }
 
 func jsonSize(v any) int {
