@@ -1,0 +1,126 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/clawdbot/task-service/store/storetest"
+)
+
+// TestBenchRunsEveryModeAndVerifies runs the whole benchmark small: every
+// mode at two worker counts on its own scratch database. The bench checks
+// the tables after each run itself (every counted task completed once, one
+// claimed and one completed event each), so exit 0 means those held.
+func TestBenchRunsEveryModeAndVerifies(t *testing.T) {
+	base := storetest.DatabaseURL(t)
+	var suffix [4]byte
+	_, _ = rand.Read(suffix[:])
+	dbName := "taskservice_bench_test_" + hex.EncodeToString(suffix[:])
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, base)
+		if err != nil {
+			t.Errorf("drop %s: %v", dbName, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{dbName}.Sanitize()+" WITH (FORCE)"); err != nil {
+			t.Errorf("drop %s: %v", dbName, err)
+		}
+	})
+
+	var stdout, stderr bytes.Buffer
+	code := runBench([]string{"--database-url", base, "--bench-db", dbName, "--workers", "1,3", "--tasks", "40", "--json"}, &stdout, &stderr)
+	require.Equal(t, 0, code, "stderr:\n%s", stderr.String())
+
+	var rep benchReport
+	require.NoError(t, json.Unmarshal(stdout.Bytes(), &rep), stdout.String())
+	require.Len(t, rep.Runs, 8)
+	i := 0
+	for _, w := range []int{1, 3} {
+		for _, m := range allModes {
+			r := rep.Runs[i]
+			i++
+			require.Equal(t, m, r.Mode)
+			require.Equal(t, w, r.Workers)
+			if m == modeStoreCreate {
+				// A claim that loses every SKIP LOCKED race thrice moves on.
+				require.InDelta(t, 40, r.Tasks, 3, "%s at %d workers", m, w)
+			} else {
+				require.Equal(t, 40, r.Tasks, "%s at %d workers", m, w)
+			}
+			require.Positive(t, r.TasksPerSec)
+			require.Positive(t, r.ClaimP50Ms)
+			require.GreaterOrEqual(t, r.ClaimP99Ms, r.ClaimP50Ms)
+			if m == modeBare {
+				require.Nil(t, r.TasksPerSecVsBare)
+			} else {
+				require.NotNil(t, r.TasksPerSecVsBare)
+				require.InDelta(t, r.TasksPerSec/rep.Runs[i-1-indexOf(allModes, m)].TasksPerSec, *r.TasksPerSecVsBare, 1e-9)
+			}
+		}
+	}
+	require.Contains(t, stderr.String(), "[http 3w]", "progress lines go to stderr")
+}
+
+func indexOf(xs []string, s string) int {
+	for i, x := range xs {
+		if x == s {
+			return i
+		}
+	}
+	return -1
+}
+
+func TestBenchFlags(t *testing.T) {
+	t.Setenv("DATABASE_URL", "postgres://localhost/none")
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--help"}, 0, "Example:"},
+		{[]string{"--workers", "1,x"}, 2, "--workers"},
+		{[]string{"--workers", "0"}, 2, "--workers"},
+		{[]string{"--modes", "bare,fast"}, 2, `unknown mode "fast"`},
+		{[]string{"--tasks", "0"}, 2, "--tasks"},
+		{[]string{"--bench-db", "Robert'); DROP"}, 2, "--bench-db"},
+		{[]string{"extra"}, 2, "unexpected arguments"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := runBench(tc.args, &stdout, &stderr)
+		require.Equal(t, tc.code, code, "%v", tc.args)
+		require.Contains(t, stderr.String(), tc.want, "%v", tc.args)
+	}
+
+	cfg, code := parseBenchFlags([]string{"--modes", "http,bare"}, &bytes.Buffer{})
+	require.Equal(t, -1, code)
+	require.Equal(t, []string{"bare", "http"}, cfg.modes, "bare runs first whatever the order given")
+	require.Equal(t, 1250, cfg.tasksFor(1))
+	require.Equal(t, 5000, cfg.tasksFor(4))
+	require.Equal(t, 20000, cfg.tasksFor(64))
+}
+
+func TestWithDatabase(t *testing.T) {
+	for in, want := range map[string]string{
+		"postgres://u@h:5/app?sslmode=disable":    "postgres://u@h:5/taskservice_bench?sslmode=disable",
+		"postgres://u@h/app?dbname=app":           "postgres://u@h/taskservice_bench?dbname=taskservice_bench",
+		"host=h dbname=app":                       "host=h dbname=app dbname=taskservice_bench",
+		"postgresql://u:p%40ss@h/app?x=1&y=2#top": "postgresql://u:p%40ss@h/taskservice_bench?x=1&y=2#top",
+	} {
+		got, err := withDatabase(in, "taskservice_bench")
+		require.NoError(t, err)
+		require.Equal(t, want, got, in)
+		require.False(t, strings.Contains(got, "/app"), got)
+	}
+}
