@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -39,6 +41,7 @@ type Worker struct {
 	host    string
 	started time.Time
 	state   runState
+	key     string // identifies this worker's commands: see killLeftovers
 
 	// claimMu serializes claims across slots: one claim (one long-poll) is
 	// in flight per process, and a sweep never races a claim whose answer
@@ -72,7 +75,8 @@ func (e errFatal) Unwrap() error { return e.err }
 // NewWorker prepares a worker; Run starts it.
 func NewWorker(cfg *Config, log zerolog.Logger, version string) *Worker {
 	host, _ := os.Hostname()
-	return &Worker{cfg: cfg, log: log, api: newAPIClient(cfg, log), version: version,
+	sum := sha256.Sum256([]byte(cfg.API + "\x00" + cfg.Email + "\x00" + cfg.WorkDir))
+	return &Worker{cfg: cfg, log: log, api: newAPIClient(cfg, log), version: version, key: hex.EncodeToString(sum[:8]),
 		limits: defaultUpdateLimits(), pid: os.Getpid(), host: host, slots: make([]slotState, cfg.Slots),
 		hbWake: make(chan struct{}, 1)}
 }
@@ -95,6 +99,9 @@ func (w *Worker) Abort() {
 func (w *Worker) Run(ctx context.Context) error {
 	w.started = time.Now()
 	w.state = loadRunState(w.cfg.WorkDir, w.cfg.Email, w.log)
+	if n := killLeftovers(w.key); n > 0 {
+		w.log.Warn().Int("processes", n).Msg("killed commands a previous run of this worker left running")
+	}
 	if err := w.startup(ctx); err != nil {
 		return err
 	}

@@ -11,12 +11,14 @@ import (
 )
 
 // claimedTask is a claimed task as the service sent it. The typed part
-// comes from store.TaskWithType; previous attempts are decoded loosely
-// from the raw JSON, because servers may or may not send them and their
-// shape may grow.
+// comes from store.TaskWithType; previous attempts are decoded loosely from
+// the raw JSON (this field shadows the typed one), because servers may or
+// may not send them and their shape may grow: a prompt must never be lost
+// to a decoding error.
 type claimedTask struct {
 	store.TaskWithType
-	PreviousAttempts []json.RawMessage
+	PreviousAttemptsRaw json.RawMessage   `json:"previous_attempts"`
+	PreviousAttempts    []json.RawMessage `json:"-"`
 }
 
 func decodeClaim(raw json.RawMessage) (*claimedTask, error) {
@@ -25,20 +27,15 @@ func decodeClaim(raw json.RawMessage) (*claimedTask, error) {
 		return nil, nil
 	}
 	var t claimedTask
-	if err := json.Unmarshal(raw, &t.TaskWithType); err != nil {
+	if err := json.Unmarshal(raw, &t); err != nil {
 		return nil, fmt.Errorf("decode claimed task: %w", err)
 	}
 	if t.ID == "" {
 		return nil, fmt.Errorf("decode claimed task: no id in %.200s", raw)
 	}
-	var loose struct {
-		PreviousAttempts json.RawMessage `json:"previous_attempts"`
-	}
-	if json.Unmarshal(raw, &loose) == nil {
-		var list []json.RawMessage
-		if json.Unmarshal(loose.PreviousAttempts, &list) == nil {
-			t.PreviousAttempts = list
-		}
+	var list []json.RawMessage
+	if json.Unmarshal(t.PreviousAttemptsRaw, &list) == nil {
+		t.PreviousAttempts = list
 	}
 	return &t, nil
 }
@@ -113,20 +110,30 @@ func buildPrompt(t *claimedTask) string {
 	return b.String()
 }
 
-// attemptKeys are shown first, in this order, when an attempt has them.
-var attemptKeys = []string{"attempt", "task_id", "id", "status", "failure_kind", "kind",
-	"failure_reason", "reason", "worker_id", "started_at", "completed_at", "ended_at"}
+// attemptKeys are shown first, in this order, when an attempt has them
+// (store.Attempt's fields, plus names older or newer servers may use).
+var attemptKeys = []string{"task_id", "id", "title", "status", "worker", "worker_id", "started_at", "completed_at",
+	"duration_seconds", "failure_kind", "kind", "failure_reason", "reason", "hint_for_next_attempt", "result",
+	"result_truncated", "last_updates", "updates_total", "failure_evidence"}
 
 // writeAttempt renders one previous attempt whatever its shape: known
 // keys first, the rest as compact JSON, every value capped.
 func writeAttempt(b *strings.Builder, n int, raw json.RawMessage) {
 	var obj map[string]json.RawMessage
 	if json.Unmarshal(raw, &obj) != nil || obj == nil {
-		fmt.Fprintf(b, "%d. %s\n", n, capText(compactJSON(raw), 2000))
+		var s string
+		if json.Unmarshal(raw, &s) != nil {
+			s = compactJSON(raw)
+		}
+		fmt.Fprintf(b, "### Attempt %d\n\n%s\n\n", n, capText(s, 2000))
 		return
 	}
+	var num int
+	if json.Unmarshal(obj["attempt"], &num) == nil && num > 0 {
+		n = num
+	}
 	fmt.Fprintf(b, "### Attempt %d\n\n", n)
-	seen := map[string]bool{}
+	seen := map[string]bool{"attempt": true}
 	for _, k := range attemptKeys {
 		if v, ok := obj[k]; ok {
 			writeField(b, k, v)
@@ -159,7 +166,28 @@ func writeField(b *strings.Builder, k string, v json.RawMessage) {
 		fmt.Fprintf(b, "- %s: %s\n", k, capText(s, 2000))
 		return
 	}
-	if c := compactJSON(v); c != "null" {
+	var worker struct{ ID, Name string }
+	if k == "worker" && json.Unmarshal(v, &worker) == nil && (worker.Name != "" || worker.ID != "") {
+		fmt.Fprintf(b, "- worker: %s\n", strings.TrimSpace(worker.Name+" "+worker.ID))
+		return
+	}
+	var updates []struct {
+		At      string `json:"at"`
+		Author  string `json:"author"`
+		Message string `json:"message"`
+	}
+	if k == "last_updates" && json.Unmarshal(v, &updates) == nil {
+		if len(updates) == 0 {
+			return
+		}
+		b.WriteString("- last updates:\n")
+		for _, u := range updates {
+			msg := strings.ReplaceAll(capText(u.Message, 1000), "\n", "\n    ")
+			fmt.Fprintf(b, "  - %s %s: %s\n", u.At, u.Author, msg)
+		}
+		return
+	}
+	if c := compactJSON(v); c != "null" && c != "false" && c != "[]" && c != "{}" {
 		fmt.Fprintf(b, "- %s: %s\n", k, capText(c, 2000))
 	}
 }

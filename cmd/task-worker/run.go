@@ -9,6 +9,8 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -161,20 +163,69 @@ func runProcess(kill context.Context, p procSpec) procResult {
 	return res
 }
 
-// terminate stops a process group: SIGTERM, then SIGKILL after grace if
-// its leader has not exited. It returns when the leader has exited.
+// terminate stops a process group: SIGTERM to every member, then SIGKILL
+// once grace has passed and some member still runs. It returns when the
+// leader has exited (with the error of waiting for it).
 func terminate(pgid int, exited <-chan error, grace time.Duration, log zerolog.Logger) error {
 	_ = syscall.Kill(-pgid, syscall.SIGTERM)
-	t := time.NewTimer(grace)
-	defer t.Stop()
-	select {
-	case err := <-exited:
-		return err
-	case <-t.C:
-		log.Warn().Dur("grace", grace).Msg("command ignored SIGTERM; sending SIGKILL")
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		return <-exited
+	deadline := time.NewTimer(grace)
+	defer deadline.Stop()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	var waitErr error
+	leaderDone := false
+	for {
+		select {
+		case waitErr = <-exited:
+			leaderDone = true
+			exited = nil
+		case <-tick.C:
+		case <-deadline.C:
+			log.Warn().Dur("grace", grace).Msg("command ignored SIGTERM; sending SIGKILL")
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			if !leaderDone {
+				waitErr = <-exited
+			}
+			return waitErr
+		}
+		// The whole group gets the grace, not only the leader: a shell
+		// dies at once on SIGTERM while the program it started may still
+		// be cleaning up.
+		if leaderDone && (waitErr != nil || !groupRunning(pgid)) {
+			return waitErr
+		}
 	}
+}
+
+// groupRunning reports whether a process of group pgid is still running
+// (zombies do not count). It reads /proc; without it, it says false, and
+// the group is killed as soon as its leader has exited.
+func groupRunning(pgid int) bool {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return false
+	}
+	want := strconv.Itoa(pgid)
+	for _, e := range entries {
+		name := e.Name()
+		if name[0] < '0' || name[0] > '9' {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + name + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid pgrp ...; comm may hold spaces and parens.
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(stat[i+1:]))
+		if len(f) >= 3 && f[2] == want && f[0] != "Z" && f[0] != "X" {
+			return true
+		}
+	}
+	return false
 }
 
 // waitExited blocks until pid has exited without reaping it
@@ -256,6 +307,36 @@ func readStderr(r io.Reader, log zerolog.Logger) []byte {
 	}
 }
 
+// killLeftovers SIGKILLs every process whose environment carries
+// TASK_WORKER_KEY=key: commands a crashed run of this worker left behind
+// (Pdeathsig only reaches a command's first process, and a shell's children
+// outlive it). It reads /proc and returns how many it killed.
+func killLeftovers(key string) int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	tag := []byte(envKey + "=" + key + "\x00")
+	self := os.Getpid()
+	n := 0
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+		if err != nil {
+			continue // gone, or another user's
+		}
+		if bytes.HasPrefix(env, tag) || bytes.Contains(env, append([]byte{0}, tag...)) {
+			if syscall.Kill(pid, syscall.SIGKILL) == nil {
+				n++
+			}
+		}
+	}
+	return n
+}
+
 // lastRunes is the last at most n bytes of b, starting at a rune boundary.
 func lastRunes(b []byte, n int) []byte {
 	if len(b) <= n {
@@ -267,5 +348,5 @@ func lastRunes(b []byte, n int) []byte {
 			return b[i:]
 		}
 	}
-	return b
+	return b[len(b):]
 }

@@ -17,6 +17,10 @@ import (
 	"github.com/clawdbot/task-service/events"
 )
 
+// envKey tags every command's environment with the worker's key, so the
+// next start can find what a crashed run left running.
+const envKey = "TASK_WORKER_KEY"
+
 // maxResultFile bounds the result file read into memory; the service's
 // body limit decides what it accepts.
 const maxResultFile = 16 << 20
@@ -134,6 +138,7 @@ func (w *Worker) commandEnv(t *claimedTask, spec Spec, f taskFiles) []string {
 		env = append(env, k+"="+v)
 	}
 	return append(env,
+		envKey+"="+w.key,
 		"TASK_ID="+t.ID,
 		"TASK_TYPE="+t.typeName(),
 		"TASK_TITLE="+t.Title,

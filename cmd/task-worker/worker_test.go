@@ -1,0 +1,392 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/clawdbot/task-service/api/client"
+	"github.com/clawdbot/task-service/events"
+)
+
+func TestRunsTasksAndPostsTheirResults(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	email, _ := f.newWorkerAccount("bot", 1)
+	typeID := f.newType("echo", 0, "Check the SOP marker before anything else.")
+	stdoutTask := f.newTask(typeID, "result on stdout", map[string]any{"mode": "stdout"})
+	fileTask := f.newTask(typeID, "result in the file", map[string]any{"mode": "file"})
+	cmd := f.script("run.sh", `set -e
+prompt=$(cat)
+case "$prompt" in *"Check the SOP marker"*) ;; *) echo "the prompt lacks the SOP" >&2; exit 3;; esac
+[ "$prompt" = "$(cat "$TASK_PROMPT_FILE")" ] || { echo "stdin and the prompt file differ" >&2; exit 4; }
+[ -z "$TASK_WORKER_PASSWORD" ] || { echo "the worker password leaked to the command" >&2; exit 5; }
+[ "$TASK_TYPE" = echo ] && [ "$TASK_API" = "$EXPECT_API" ] && [ -n "$TASK_TOKEN" ] || { env >&2; exit 6; }
+echo "$TASK_TOKEN" > "$FIXTURE_DIR/token"
+echo "progress: starting $TASK_ID"
+if grep -q '"mode": "file"' "$TASK_PARAMS_FILE"; then
+  echo '{"from":"stdout"}'
+  printf '{"from":"file","id":"%s"}' "$TASK_ID" > "$TASK_RESULT_FILE"
+else
+  echo '{"from":"earlier"}'
+  printf '{"from":"stdout","id":"%s","attempt":%s}\n' "$TASK_ID" "$TASK_ATTEMPT"
+fi
+echo "progress: done"
+`)
+	f.startWorker(email, []string{"EXPECT_API=" + f.svc.base()}, "--command", cmd)
+
+	got := f.waitStatus(stdoutTask, events.StatusCompleted, 20*time.Second)
+	require.JSONEq(t, fmt.Sprintf(`{"from":"stdout","id":%q,"attempt":1}`, stdoutTask), string(got.Result),
+		"the last JSON object printed is the result")
+	got = f.waitStatus(fileTask, events.StatusCompleted, 20*time.Second)
+	require.JSONEq(t, fmt.Sprintf(`{"from":"file","id":%q}`, fileTask), string(got.Result), "the result file wins over stdout")
+
+	lines := strings.Split(strings.Join(f.updates(stdoutTask), "\n"), "\n")
+	require.Equal(t, []string{"progress: starting " + stdoutTask, `{"from":"earlier"}`,
+		fmt.Sprintf(`{"from":"stdout","id":%q,"attempt":1}`, stdoutTask), "progress: done"}, lines)
+
+	// The token handed to the command works against the API.
+	tok, err := os.ReadFile(filepath.Join(f.dir, "token"))
+	require.NoError(t, err)
+	c := client.New(f.svc.base(), nil)
+	c.SetToken(strings.TrimSpace(string(tok)))
+	mine, err := c.MyTasks(f.ctx(), true)
+	require.NoError(t, err)
+	require.Len(t, mine, 2)
+}
+
+func TestAFailingCommandFailsTheTaskWithItsStderrTail(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	email, _ := f.newWorkerAccount("bot", 1)
+	id := f.newTask(f.newType("build", 0, ""), "build it", nil)
+	cmd := f.script("fail.sh", `i=0
+while [ $i -lt 200 ]; do echo "noise line $i with some padding to make stderr long" >&2; i=$((i+1)); done
+echo "fatal: the repository is gone" >&2
+exit 3
+`)
+	f.startWorker(email, nil, "--command", cmd)
+	got := f.waitStatus(id, events.StatusFailed, 20*time.Second)
+	require.Equal(t, events.FailureError, *got.FailureKind)
+	reason := *got.FailureReason
+	require.True(t, strings.HasPrefix(reason, "exit status 3: "), reason)
+	require.True(t, strings.HasSuffix(reason, "fatal: the repository is gone"), reason)
+	require.LessOrEqual(t, len(reason), len("exit status 3: ")+stderrTail, "only the tail of stderr")
+	require.NotContains(t, reason, "noise line 0 ")
+}
+
+func TestAFloodOfOutputIsBatchedAndNothingIsLost(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	email, _ := f.newWorkerAccount("bot", 1)
+	id := f.newTask(f.newType("chatty", 0, ""), "print a lot", nil)
+	const n = 10000
+	cmd := f.script("flood.sh", fmt.Sprintf(`awk 'BEGIN { for (i = 0; i < %d; i++) print "line " i }'`, n))
+	w := f.startWorker(email, nil, "--command", cmd)
+	f.waitStatus(id, events.StatusCompleted, 30*time.Second)
+
+	updates := f.updates(id)
+	got := strings.Split(strings.Join(updates, "\n"), "\n")
+	want := make([]string, n)
+	for i := range want {
+		want[i] = "line " + strconv.Itoa(i)
+	}
+	require.Equal(t, want, got, "every line, in order, nothing omitted")
+	// One update per post: ~110 KB of output in 8 KB updates, not 10,000
+	// (or 200 batches of 50 lines).
+	require.Less(t, len(updates), n/100, "update requests: %d", len(updates))
+	for _, u := range updates {
+		require.LessOrEqual(t, len(u), 8<<10)
+	}
+	eventually(t, 5*time.Second, "the worker logs the task's end", func() bool { return w.logged("task finished") })
+	for _, l := range w.logLines() {
+		if l["message"] == "task finished" {
+			require.EqualValues(t, n, l["lines"])
+			require.EqualValues(t, len(updates), l["updates"])
+			require.EqualValues(t, 0, l["lines_omitted"])
+		}
+	}
+}
+
+func TestATimeoutKillsTheWholeProcessGroup(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	email, _ := f.newWorkerAccount("bot", 1)
+	id := f.newTask(f.newType("slow", 2, ""), "never ends", nil)
+	// The script and its child ignore SIGTERM, so only the SIGKILL after
+	// --kill-grace ends them.
+	cmd := f.script("hang.sh", `trap '' TERM
+sleep 300 &
+echo $! > "$FIXTURE_DIR/child.pid"
+echo $$ > "$FIXTURE_DIR/leader.pid"
+wait
+`)
+	w := f.startWorker(email, nil, "--command", cmd)
+	leader := readPid(t, filepath.Join(f.dir, "leader.pid"))
+	child := readPid(t, filepath.Join(f.dir, "child.pid"))
+	t.Cleanup(func() { _ = syscall.Kill(child, syscall.SIGKILL); _ = syscall.Kill(leader, syscall.SIGKILL) })
+
+	got := f.waitStatus(id, events.StatusFailed, 20*time.Second)
+	require.Equal(t, events.FailureTimeout, *got.FailureKind)
+	require.Contains(t, *got.FailureReason, "timed out after 2s (timeout from the task type)")
+	eventually(t, 5*time.Second, "the script and its child are dead", func() bool {
+		return processGone(leader) && processGone(child)
+	})
+	require.True(t, w.logged("command ignored SIGTERM; sending SIGKILL"))
+}
+
+func TestSIGTERMLetsShortTasksFinishAndReleasesTheRest(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	email, workerID := f.newWorkerAccount("bot", 2)
+	typeID := f.newType("sleepy", 0, "")
+	short := f.newTask(typeID, "short", map[string]int{"sleep": 1})
+	long := f.newTask(typeID, "long", map[string]int{"sleep": 300})
+	cmd := f.script("sleep.sh", `s=$(sed -n 's/.*"sleep": \([0-9]*\).*/\1/p' "$TASK_PARAMS_FILE")
+echo $$ > "$FIXTURE_DIR/$TASK_ID.pid"
+sleep "$s"
+echo "{\"slept\":$s}"
+`)
+	w := f.startWorker(email, nil, "--command", cmd, "--slots", "2", "--grace", "3s")
+	readPid(t, filepath.Join(f.dir, short+".pid"))
+	longPid := readPid(t, filepath.Join(f.dir, long+".pid"))
+
+	w.signal(syscall.SIGTERM)
+	require.Equal(t, 0, w.wait(20*time.Second))
+
+	require.Equal(t, events.StatusCompleted, f.task(short).Status, "finished within the grace period")
+	got := f.task(long)
+	require.Equal(t, events.StatusPending, got.Status, "released, not failed and not lost")
+	require.Nil(t, got.AssignedTo)
+	evs := f.eventsOf(long)
+	last := evs[len(evs)-1]
+	require.Equal(t, "task.released", last.Type)
+	require.Contains(t, string(last.Data), "grace period")
+	require.True(t, processGone(longPid))
+
+	var status string
+	require.NoError(t, f.pool.QueryRow(f.ctx(), `SELECT heartbeat_status FROM users WHERE id = $1`, workerID).Scan(&status))
+	require.Equal(t, "offline", status, "the last heartbeat says offline")
+}
+
+func TestTheWorkerOutlivesAServiceRestart(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	email, _ := f.newWorkerAccount("bot", 1)
+	id := f.newTask(f.newType("steady", 0, ""), "survive", nil)
+	cmd := f.script("steady.sh", `echo $$ > "$FIXTURE_DIR/started"
+echo before
+while [ ! -f "$FIXTURE_DIR/go" ]; do sleep 0.05; done
+echo after
+echo '{"survived":true}'
+`)
+	w := f.startWorker(email, nil, "--command", cmd)
+	readPid(t, filepath.Join(f.dir, "started"))
+	f.svc.kill()
+	require.NoError(t, os.WriteFile(filepath.Join(f.dir, "go"), nil, 0o600))
+	eventually(t, 20*time.Second, "the worker fails to report and backs off", func() bool {
+		for _, l := range w.logLines() {
+			if l["message"] == "API call failed; will retry" && (l["call"] == "post result" || l["call"] == "post update") {
+				return true
+			}
+		}
+		return false
+	})
+	f.svc.start()
+	got := f.waitStatus(id, events.StatusCompleted, 30*time.Second)
+	require.JSONEq(t, `{"survived":true}`, string(got.Result))
+	require.Equal(t, []string{"before", "after", `{"survived":true}`},
+		strings.Split(strings.Join(f.updates(id), "\n"), "\n"), "output printed while the service was down is posted")
+}
+
+func TestTheWorkerLogsInAgainWhenItsTokenExpires(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, "TOKEN_TTL=2s")
+	email, _ := f.newWorkerAccount("bot", 1)
+	typeID := f.newType("patient", 0, "")
+	first := f.newTask(typeID, "outlasts the token", nil)
+	cmd := f.script("wait.sh", `sleep 3; echo '{"ok":true}'`)
+	w := f.startWorker(email, nil, "--command", cmd)
+	f.waitStatus(first, events.StatusCompleted, 30*time.Second)
+	require.True(t, w.logged("logged in again (token expired or was refused)"))
+	second := f.newTask(typeID, "after another expiry", nil)
+	f.waitStatus(second, events.StatusCompleted, 30*time.Second)
+}
+
+func TestTwoWorkersWithTwoSlotsDoAHundredTasksExactlyOnce(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	// The accounts would allow 10 tasks at once: the slots are what limit them.
+	emailA, idA := f.newWorkerAccount("bot-a", 10)
+	emailB, idB := f.newWorkerAccount("bot-b", 10)
+	typeID := f.newType("quick", 0, "")
+	const n = 100
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = f.newTask(typeID, fmt.Sprintf("task %d", i), map[string]int{"i": i})
+	}
+	cmd := f.script("quick.sh", `d="$FIXTURE_DIR/running-$WORKER_NAME"
+mkdir -p "$d"
+touch "$d/$TASK_ID"
+ls "$d" | wc -l >> "$FIXTURE_DIR/concurrency-$WORKER_NAME"
+echo "$TASK_ID" >> "$FIXTURE_DIR/done"
+sleep 0.05
+rm "$d/$TASK_ID"
+echo "{\"worker\":\"$WORKER_NAME\"}"
+`)
+
+	// Sample the service's view while they work: never more than 2 in progress per worker.
+	var mu sync.Mutex
+	maxHeld := map[string]int{}
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			rows, err := f.pool.Query(f.ctx(), `SELECT assigned_to::text, count(*) FROM worker_tasks
+				WHERE status = 'in_progress' GROUP BY 1`)
+			if err != nil {
+				continue
+			}
+			for rows.Next() {
+				var w string
+				var c int
+				if rows.Scan(&w, &c) == nil {
+					mu.Lock()
+					maxHeld[w] = max(maxHeld[w], c)
+					mu.Unlock()
+				}
+			}
+			rows.Close()
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+
+	f.startWorker(emailA, []string{"WORKER_NAME=a"}, "--command", cmd, "--slots", "2")
+	f.startWorker(emailB, []string{"WORKER_NAME=b"}, "--command", cmd, "--slots", "2")
+	eventually(t, 90*time.Second, "all tasks completed", func() bool {
+		var done int
+		require.NoError(t, f.pool.QueryRow(f.ctx(), `SELECT count(*) FROM worker_tasks WHERE status = 'completed'`).Scan(&done))
+		return done == n
+	})
+	close(stop)
+	<-sampled
+
+	runs, err := os.ReadFile(filepath.Join(f.dir, "done"))
+	require.NoError(t, err)
+	ran := strings.Fields(string(runs))
+	require.Len(t, ran, n, "each task ran exactly once")
+	sort.Strings(ran)
+	sorted := slices.Clone(ids)
+	sort.Strings(sorted)
+	require.Equal(t, sorted, ran)
+
+	var claims, completions int
+	require.NoError(t, f.pool.QueryRow(f.ctx(), `SELECT count(*) FILTER (WHERE type = 'task.claimed'),
+		count(*) FILTER (WHERE type = 'task.completed') FROM task_events`).Scan(&claims, &completions))
+	require.Equal(t, n, claims, "claimed once each")
+	require.Equal(t, n, completions)
+
+	mu.Lock()
+	require.LessOrEqual(t, maxHeld[idA], 2, "in progress at once, as the service saw it")
+	require.LessOrEqual(t, maxHeld[idB], 2)
+	mu.Unlock()
+	for _, name := range []string{"a", "b"} {
+		b, err := os.ReadFile(filepath.Join(f.dir, "concurrency-"+name))
+		if os.IsNotExist(err) {
+			continue // that worker got nothing: fine, the other did it all
+		}
+		require.NoError(t, err)
+		for _, c := range strings.Fields(string(b)) {
+			running, err := strconv.Atoi(c)
+			require.NoError(t, err)
+			require.LessOrEqual(t, running, 2, "commands running at once on worker %s", name)
+		}
+	}
+}
+
+func TestARestartReleasesTasksLeftByACrash(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	email, _ := f.newWorkerAccount("bot", 1)
+	id := f.newTask(f.newType("fragile", 0, ""), "interrupted by a crash", nil)
+	cmd := f.script("once.sh", `if [ ! -f "$FIXTURE_DIR/crashed-once" ]; then
+  touch "$FIXTURE_DIR/crashed-once"
+  echo $$ > "$FIXTURE_DIR/first.pid"
+  exec sleep 300
+fi
+echo '{"second_try":true}'
+`)
+	w := f.startWorker(email, nil, "--command", cmd)
+	first := readPid(t, filepath.Join(f.dir, "first.pid"))
+	require.NoError(t, w.cmd.Process.Kill()) // a crash: no shutdown, the task stays in progress
+	w.wait(10 * time.Second)
+	require.Equal(t, events.StatusInProgress, f.task(id).Status)
+
+	f.startWorker(email, nil, "--command", cmd)
+	eventually(t, 10*time.Second, "the next start kills what the crashed run left running", func() bool {
+		return processGone(first)
+	})
+	got := f.waitStatus(id, events.StatusCompleted, 20*time.Second)
+	require.JSONEq(t, `{"second_try":true}`, string(got.Result))
+	var released []string
+	for _, e := range f.eventsOf(id) {
+		if e.Type == "task.released" {
+			var d struct{ Reason string }
+			require.NoError(t, json.Unmarshal(e.Data, &d))
+			released = append(released, d.Reason)
+		}
+	}
+	require.Equal(t, []string{reasonRestarted}, released)
+}
+
+func TestWorkersMayFailWithKindErrorOrTimeoutOnly(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	email, _ := f.newWorkerAccount("bot", 3)
+	typeID := f.newType("any", 0, "")
+	for range 2 {
+		f.newTask(typeID, "t", nil)
+	}
+	c := client.New(f.svc.base(), nil)
+	_, err := c.Login(f.ctx(), email, workerPass)
+	require.NoError(t, err)
+	a, err := c.Claim(f.ctx())
+	require.NoError(t, err)
+	b, err := c.Claim(f.ctx())
+	require.NoError(t, err)
+
+	_, err = c.FailKind(f.ctx(), a.ID, events.FailureWorkerOffline, "not mine to say")
+	var apiErr *client.Error
+	require.ErrorAs(t, err, &apiErr)
+	require.Equal(t, http.StatusBadRequest, apiErr.Status)
+	require.Equal(t, "kind", apiErr.Field)
+	err = c.Do(f.ctx(), http.MethodPut, "/api/v1/worker/tasks/"+a.ID+"/status",
+		map[string]string{"status": "completed", "kind": "timeout"}, nil)
+	require.ErrorAs(t, err, &apiErr)
+	require.Equal(t, "kind", apiErr.Field)
+
+	got, err := c.FailKind(f.ctx(), a.ID, events.FailureTimeout, "too slow")
+	require.NoError(t, err)
+	require.Equal(t, events.FailureTimeout, *got.FailureKind)
+	got, err = c.Fail(f.ctx(), b.ID, "plain")
+	require.NoError(t, err)
+	require.Equal(t, events.FailureError, *got.FailureKind, "kind defaults to error")
+}
