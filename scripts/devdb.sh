@@ -62,7 +62,8 @@ esac
 if [[ $EUID -eq 0 ]]; then
 	AS_ROOT=1
 	RUN_USER=postgres
-	as_pg() { runuser -u postgres -- "$@"; }
+	# cd /: the postgres user may not be allowed into the current directory.
+	as_pg() { (cd / && runuser -u postgres -- "$@"); }
 else
 	AS_ROOT=0
 	RUN_USER="$(id -un)"
@@ -218,7 +219,9 @@ port = $PORT
 unix_socket_directories = '$STATE/run'
 EOF
 	log "starting PostgreSQL on 127.0.0.1:$PORT (data $data, log $logf)"
-	if ! as_pg "$PGBIN/pg_ctl" -D "$data" -l "$logf" -w -t 60 start >/dev/null 2>"$STATE/pg_ctl.err"; then
+	# 9>&-: the postmaster must not inherit the lock descriptor, or it would hold the
+	# start lock for as long as it runs.
+	if ! as_pg "$PGBIN/pg_ctl" -D "$data" -l "$logf" -w -t 60 start >/dev/null 2>"$STATE/pg_ctl.err" 9>&-; then
 		cat "$STATE/pg_ctl.err" >&2
 		log "last lines of $logf:"
 		tail -n 20 "$logf" >&2 || true
@@ -242,7 +245,7 @@ do_start() {
 	prepare_state_dir
 	# Serialise concurrent starts (e.g. two `make test` at once).
 	exec 9>"$STATE/lock"
-	flock 9
+	flock -w 120 9 || die "timed out waiting for another devdb.sh holding $STATE/lock"
 	if ! port_ready; then
 		if [[ ! -f "$STATE/data/PG_VERSION" ]]; then
 			init_cluster

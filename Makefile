@@ -1,0 +1,80 @@
+# Development tasks. Everything that needs PostgreSQL uses $DATABASE_URL when it is
+# set and otherwise starts the private dev cluster with scripts/devdb.sh.
+#
+#   make build      build every binary under cmd/ into bin/
+#   make run        run the server against the dev database (dev admin and secret)
+#   make test       go vet + all tests against a real PostgreSQL
+#   make test-race  the same tests under the race detector (slower)
+#   make bench      taskctl bench: bare SQL vs store vs HTTP claim/complete at 1, 16, 64 workers
+#   make bench-go   Go benchmarks of the store hot paths (go test -bench)
+#   make lint       gofmt check + go vet
+#   make devdb      start the dev cluster and print its URL
+#   make devdb-stop stop it
+
+GO        ?= go
+TESTFLAGS ?=
+BENCHTIME ?= 1s
+
+# Development defaults for `make run`; override them in the environment.
+ADMIN_EMAIL    ?= admin@example.com
+ADMIN_PASSWORD ?= admin-dev-password
+JWT_SECRET     ?= dev-only-jwt-secret-change-me-0123456789
+
+# Shell snippet: export TEST_DATABASE_URL, from DATABASE_URL or the dev cluster.
+TEST_DB_ENV = \
+	if [ -z "$${TEST_DATABASE_URL:-}" ]; then \
+		if [ -n "$${DATABASE_URL:-}" ]; then TEST_DATABASE_URL="$$DATABASE_URL"; \
+		else TEST_DATABASE_URL="$$(scripts/devdb.sh)"; fi; \
+	fi; \
+	export TEST_DATABASE_URL
+
+.PHONY: build run test test-race bench bench-go lint devdb devdb-stop
+
+build:
+	$(GO) build -o bin/ ./cmd/...
+
+run: build
+	@set -e; \
+	if [ -z "$${DATABASE_URL:-}" ]; then DATABASE_URL="$$(scripts/devdb.sh)"; fi; \
+	export DATABASE_URL; \
+	export ADMIN_EMAIL='$(ADMIN_EMAIL)' ADMIN_PASSWORD='$(ADMIN_PASSWORD)' JWT_SECRET='$(JWT_SECRET)'; \
+	exec bin/task-service serve
+
+test:
+	@set -e; $(TEST_DB_ENV); \
+	echo "go vet ./..."; $(GO) vet ./...; \
+	echo "go test -count=1 $(TESTFLAGS) ./...  (TEST_DATABASE_URL=$$TEST_DATABASE_URL)"; \
+	$(GO) test -count=1 $(TESTFLAGS) ./...
+
+test-race:
+	@set -e; $(TEST_DB_ENV); \
+	echo "go test -race -count=1 $(TESTFLAGS) ./...  (TEST_DATABASE_URL=$$TEST_DATABASE_URL)"; \
+	$(GO) test -race -count=1 -timeout 30m $(TESTFLAGS) ./...
+
+# The throughput benchmark of issue 2, in a scratch database (taskservice_bench)
+# on the server of DATABASE_URL or the dev cluster. Extra flags in BENCHFLAGS,
+# e.g. make bench BENCHFLAGS='--workers 64 --modes bare,http --json'.
+BENCHFLAGS ?=
+bench:
+	@set -e; \
+	if [ -z "$${DATABASE_URL:-}" ]; then DATABASE_URL="$$(scripts/devdb.sh)"; fi; \
+	export DATABASE_URL; \
+	$(GO) build -o bin/ ./cmd/taskctl; \
+	echo "bin/taskctl bench $(BENCHFLAGS)" >&2; \
+	bin/taskctl bench $(BENCHFLAGS)
+
+bench-go:
+	@set -e; $(TEST_DB_ENV); \
+	$(GO) test -run '^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) -count=1 -timeout 30m $(TESTFLAGS) ./store/...
+
+lint:
+	@set -e; \
+	unformatted="$$(gofmt -l $$($(GO) list -e -f '{{.Dir}}' ./...))"; \
+	if [ -n "$$unformatted" ]; then echo "gofmt needed on:"; echo "$$unformatted"; exit 1; fi; \
+	$(GO) vet ./...
+
+devdb:
+	@scripts/devdb.sh start
+
+devdb-stop:
+	@scripts/devdb.sh stop
