@@ -147,6 +147,9 @@ func (r *Runner) loop(ctx context.Context, re Reactor) {
 		case <-soon.C:
 		}
 		hidden, err := r.drain(ctx, re)
+		if ctx.Err() != nil {
+			return
+		}
 		switch {
 		case err != nil:
 			errBackoff = min(max(2*errBackoff, 100*time.Millisecond), 30*time.Second)

@@ -58,9 +58,16 @@ func (db *DB) CreateRetry(ctx context.Context, q Querier, id string, p RetryPara
 		}),
 		Params: failed.Params, Priority: failed.Priority, RetryCount: n, ParentTaskID: failed.ID,
 	}
+	// The backoff counts from the failure, so a reactor that lags behind
+	// (or an admin retrying by hand later) does not add to it.
 	if backoff := events.RetryBackoff(tt.RetryBackoffSeconds, n); backoff > 0 {
-		at := db.Now().Add(backoff)
-		np.AvailableAt = &at
+		at := db.Now()
+		if failed.CompletedAt != nil {
+			at = *failed.CompletedAt
+		}
+		if at = at.Add(backoff); at.After(db.Now()) {
+			np.AvailableAt = &at
+		}
 	}
 	retry, err := db.CreateTask(ctx, q, NewTaskParams{NewTaskParams: np, TaskTypeID: tt.ID}, p.Meta)
 	if err != nil {
