@@ -89,11 +89,17 @@ func appendStream[T any, A aggregate[T]](ctx context.Context, db *DB, q Querier,
 	for _, e := range evs {
 		A(&after).Apply(e)
 	}
+	// Projection rows first, events second: the row lock comes before the
+	// event's (stream_id, version) key, the same order as the claim (which
+	// locks the row FOR UPDATE, then inserts task.claimed). The other order
+	// deadlocks against a concurrent claim of the same task. A lost race
+	// still ends in the event's unique violation, which rolls the overwritten
+	// row back with it.
 	b := &pgx.Batch{}
+	project(b, &after, evs)
 	if err := queueEvents(b, evs); err != nil {
 		return nil, nil, err
 	}
-	project(b, &after, evs)
 	if extra != nil {
 		extra(b)
 	}
