@@ -93,8 +93,16 @@ func (e *env) heartbeat(workerID string) {
 
 func (e *env) createTask(tt *events.TaskType, title, desc string) *events.Task {
 	e.t.Helper()
+	return e.createAssigned(tt, title, desc, "")
+}
+
+// createAssigned creates a task assigned to worker, which claims it before
+// anything in the pool (the retries the reactor creates meanwhile).
+func (e *env) createAssigned(tt *events.TaskType, title, desc, worker string) *events.Task {
+	e.t.Helper()
 	t, err := e.db.CreateTask(e.ctx, e.pool, store.NewTaskParams{TaskTypeID: tt.ID, NewTaskParams: events.NewTaskParams{
 		Title: title, Description: desc, Params: []byte(`{"ticker":"NVDA"}`), Priority: events.PriorityHigh,
+		AssignedTo: worker,
 	}}, system)
 	require.NoError(e.t, err)
 	return t
