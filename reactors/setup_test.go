@@ -120,7 +120,9 @@ func (e *env) claim(worker string) *store.TaskWithType {
 func (e *env) fail(worker, taskID, reason string) {
 	e.t.Helper()
 	_, _, err := e.db.UpdateTask(e.ctx, e.pool, taskID, events.Meta{Actor: events.Actor{Kind: events.ActorWorker, ID: worker}},
-		func(t *events.Task) ([]events.Payload, error) { return t.Fail(worker, events.FailureError, reason, nil) })
+		func(t *events.Task) ([]events.Payload, error) {
+			return t.Fail(worker, events.FailureError, reason, nil)
+		})
 	require.NoError(e.t, err)
 }
 
