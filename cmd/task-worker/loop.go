@@ -234,16 +234,16 @@ func (w *Worker) shutdownTimers(runCtx, killCtx context.Context, slotsDone <-cha
 
 func (w *Worker) slotLoop(runCtx, killCtx, reportCtx context.Context, slot int) {
 	for {
-		t, claimedAt := w.claimNext(runCtx, slot)
+		t := w.claimNext(runCtx, slot)
 		if t == nil {
 			return
 		}
-		w.runTask(killCtx, reportCtx, slot, t, claimedAt)
+		w.runTask(killCtx, reportCtx, slot, t)
 	}
 }
 
 // claimNext claims the next task for slot; nil when ctx ends first.
-func (w *Worker) claimNext(ctx context.Context, slot int) (*claimedTask, time.Time) {
+func (w *Worker) claimNext(ctx context.Context, slot int) *claimedTask {
 	w.claimMu.Lock()
 	defer w.claimMu.Unlock()
 	var b backoff
@@ -274,10 +274,10 @@ func (w *Worker) claimNext(ctx context.Context, slot int) (*claimedTask, time.Ti
 			case ctx.Err() != nil:
 				// Cut off by shutdown: the service may have granted it.
 				w.needSweep = true
-				return nil, time.Time{}
+				return nil
 			case client.IsStatus(err, http.StatusForbidden):
 				w.cancelRun(errFatal{fmt.Errorf("claim refused (403): is %s a worker account? %w", w.cfg.Email, err)})
-				return nil, time.Time{}
+				return nil
 			case transient(ctx, err):
 				w.needSweep = true
 				d := b.next()
@@ -310,10 +310,11 @@ func (w *Worker) claimNext(ctx context.Context, slot int) (*claimedTask, time.Ti
 			}
 			continue
 		}
+		t.claimedAt, t.claimTook = claimedAt, claimedAt.Sub(start)
 		w.setSlot(slot, slotState{TaskID: t.ID, Title: t.Title, Type: t.typeName(), Since: claimedAt})
-		return t, claimedAt
+		return t
 	}
-	return nil, time.Time{}
+	return nil
 }
 
 // sweep releases tasks this worker holds in progress that no slot is

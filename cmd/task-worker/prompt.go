@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/clawdbot/task-service/store"
 )
@@ -19,6 +20,9 @@ type claimedTask struct {
 	store.TaskWithType
 	PreviousAttemptsRaw json.RawMessage   `json:"previous_attempts"`
 	PreviousAttempts    []json.RawMessage `json:"-"`
+
+	claimedAt time.Time     // when the claim's answer arrived
+	claimTook time.Duration // how long the claim request took
 }
 
 func decodeClaim(raw json.RawMessage) (*claimedTask, error) {

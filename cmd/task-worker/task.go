@@ -40,7 +40,7 @@ type outcome struct {
 
 // runTask runs one claimed task to its end and reports it. The slot is
 // free again when it returns.
-func (w *Worker) runTask(killCtx, reportCtx context.Context, slot int, t *claimedTask, claimedAt time.Time) {
+func (w *Worker) runTask(killCtx, reportCtx context.Context, slot int, t *claimedTask) {
 	log := w.log.With().Str("task_id", t.ID).Str("type", t.typeName()).Int("slot", slot+1).Logger()
 	defer w.setSlot(slot, slotState{})
 	serverTimeout := 0
@@ -91,7 +91,7 @@ func (w *Worker) runTask(killCtx, reportCtx context.Context, slot int, t *claime
 	if res.StartErr == nil {
 		// The loop's own cost per task: claim answer → command started,
 		// command exited → outcome acknowledged by the service.
-		ev = ev.Float64("start_overhead_ms", ms(res.Started.Sub(claimedAt))).
+		ev = ev.Float64("claim_ms", ms(t.claimTook)).Float64("start_overhead_ms", ms(res.Started.Sub(t.claimedAt))).
 			Float64("report_overhead_ms", ms(done.Sub(res.Exited))).
 			Dur("ran", res.Exited.Sub(res.Started)).Int("exit_code", res.ExitCode)
 	}

@@ -390,3 +390,23 @@ func TestWorkersMayFailWithKindErrorOrTimeoutOnly(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, events.FailureError, *got.FailureKind, "kind defaults to error")
 }
+
+func TestAStoppedCommandsWholeGroupGetsTheGracePeriod(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	email, _ := f.newWorkerAccount("bot", 1)
+	id := f.newTask(f.newType("tidy", 1, ""), "cleans up on SIGTERM", nil)
+	// The shells die at once on SIGTERM; the program they started traps it
+	// and needs a moment to clean up: it must get it, not an early SIGKILL.
+	cmd := f.script("tidy.sh", `sh -c 'trap "sleep 0.3; echo cleaned > \"$FIXTURE_DIR/cleaned\"; exit 0" TERM
+while :; do sleep 0.1; done' &
+wait
+`)
+	w := f.startWorker(email, nil, "--command", cmd, "--kill-grace", "3s")
+	got := f.waitStatus(id, events.StatusFailed, 20*time.Second)
+	require.Equal(t, events.FailureTimeout, *got.FailureKind)
+	b, err := os.ReadFile(filepath.Join(f.dir, "cleaned"))
+	require.NoError(t, err, "the trap ran to its end")
+	require.Equal(t, "cleaned\n", string(b))
+	require.False(t, w.logged("command ignored SIGTERM; sending SIGKILL"))
+}
