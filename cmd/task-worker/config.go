@@ -202,7 +202,7 @@ Config file (JSON; every key optional):
     "slots": 2, "grace_seconds": 300, "work_dir": "/var/lib/task-worker",
     "command": "./default.sh", "timeout_seconds": 1800, "env": {"LANG": "C.UTF-8"}, "workdir": "/srv/repo",
     "types": {
-      "code-review": {"command": "exec claude -p --output-format json", "timeout_seconds": 3600,
+      "code_review": {"command": "exec claude -p --output-format json", "timeout_seconds": 3600,
                       "env": {"CLAUDE_MODEL": "sonnet"}, "workdir": "/srv/repo"}
     }
   }

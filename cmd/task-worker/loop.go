@@ -47,7 +47,8 @@ type Worker struct {
 	// in flight per process, and a sweep never races a claim whose answer
 	// is on its way.
 	claimMu   sync.Mutex
-	needSweep bool // guarded by claimMu: a claim may have succeeded unseen
+	needSweep bool          // guarded by claimMu: a claim may have succeeded unseen
+	claimWait time.Duration // guarded by claimMu: 0 once the server refused ?wait
 
 	mu     sync.Mutex
 	slots  []slotState
@@ -77,7 +78,7 @@ func NewWorker(cfg *Config, log zerolog.Logger, version string) *Worker {
 	host, _ := os.Hostname()
 	sum := sha256.Sum256([]byte(cfg.API + "\x00" + cfg.Email + "\x00" + cfg.WorkDir))
 	return &Worker{cfg: cfg, log: log, api: newAPIClient(cfg, log), version: version, key: hex.EncodeToString(sum[:8]),
-		limits: defaultUpdateLimits(), pid: os.Getpid(), host: host, slots: make([]slotState, cfg.Slots),
+		limits: defaultUpdateLimits(), claimWait: cfg.ClaimWait, pid: os.Getpid(), host: host, slots: make([]slotState, cfg.Slots),
 		hbWake: make(chan struct{}, 1)}
 }
 
@@ -262,10 +263,10 @@ func (w *Worker) claimNext(ctx context.Context, slot int) *claimedTask {
 		start := time.Now()
 		var raw json.RawMessage
 		path := "/api/v1/worker/tasks/claim"
-		if w.cfg.ClaimWait > 0 {
-			path += fmt.Sprintf("?wait=%d", int(w.cfg.ClaimWait.Seconds()))
+		if w.claimWait > 0 {
+			path += fmt.Sprintf("?wait=%d", int(w.claimWait.Seconds()))
 		}
-		err := w.api.call(ctx, w.cfg.ClaimWait+callTimeout, func(ctx context.Context) error {
+		err := w.api.call(ctx, w.claimWait+callTimeout, func(ctx context.Context) error {
 			raw = nil
 			return w.api.c.Do(ctx, http.MethodPost, path, nil, &raw)
 		})
@@ -275,6 +276,9 @@ func (w *Worker) claimNext(ctx context.Context, slot int) *claimedTask {
 				// Cut off by shutdown: the service may have granted it.
 				w.needSweep = true
 				return nil
+			case w.claimWait > 0 && isFieldError(err, "wait"):
+				w.log.Warn().Err(err).Msg("the service refuses this long-poll wait; claiming without long-poll from now on")
+				w.claimWait = 0
 			case client.IsStatus(err, http.StatusForbidden):
 				w.cancelRun(errFatal{fmt.Errorf("claim refused (403): is %s a worker account? %w", w.cfg.Email, err)})
 				return nil
@@ -303,7 +307,7 @@ func (w *Worker) claimNext(ctx context.Context, slot int) *claimedTask {
 		}
 		if t == nil {
 			elapsed := time.Since(start)
-			if w.cfg.ClaimWait == 0 || elapsed < w.cfg.ClaimWait/2 {
+			if w.claimWait == 0 || elapsed < w.claimWait/2 {
 				// An immediate empty answer: this server does not
 				// long-poll. Poll, with jitter so a fleet spreads out.
 				sleepCtx(ctx, w.cfg.PollInterval-elapsed+jitter(w.cfg.PollJitter))
@@ -353,6 +357,11 @@ func (w *Worker) sweepLocked(ctx context.Context, reason string) error {
 		}
 	}
 	return nil
+}
+
+func isFieldError(err error, field string) bool {
+	var e *client.Error
+	return errors.As(err, &e) && e.Status == http.StatusBadRequest && e.Field == field
 }
 
 func retryRelease(ctx context.Context, a *apiClient, id, reason string) (*events.Task, error) {

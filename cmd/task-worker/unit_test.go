@@ -191,3 +191,21 @@ func TestPromptCarriesEverythingAndLooseAttempts(t *testing.T) {
 	require.NoError(t, err)
 	require.Nil(t, none)
 }
+
+func TestTheExampleConfigsLoad(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"TASK_WORKER_API": "http://127.0.0.1:8001", "TASK_WORKER_EMAIL": "bot@example.com",
+		"TASK_WORKER_PASSWORD": "x"}
+	for _, name := range []string{"claude-code.json", "shell.json"} {
+		cfg, err := loadConfig([]string{"--config", "../../docs/examples/" + name}, func(k string) string { return env[k] }, io.Discard)
+		require.NoError(t, err, name)
+		require.NotEmpty(t, cfg.Command, name)
+	}
+	cfg, err := loadConfig([]string{"--config", "../../docs/examples/claude-code.json"}, func(k string) string { return env[k] }, io.Discard)
+	require.NoError(t, err)
+	review := cfg.Resolve("code_review", 0)
+	require.Contains(t, review.Command, "--permission-mode plan")
+	require.Equal(t, 20*time.Minute, review.Timeout)
+	require.Equal(t, "/srv/workspace", review.Workdir)
+	require.Equal(t, "-mod=mod", cfg.Resolve("fix_bug", 0).Env["GOFLAGS"])
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -409,4 +410,35 @@ wait
 	require.NoError(t, err, "the trap ran to its end")
 	require.Equal(t, "cleaned\n", string(b))
 	require.False(t, w.logged("command ignored SIGTERM; sending SIGKILL"))
+}
+
+func TestTheShellScriptExampleRuns(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	email, _ := f.newWorkerAccount("bot", 1)
+	typeID := f.newType("disk_usage", 0, "")
+	require.NoError(t, os.WriteFile(filepath.Join(f.dir, "some-file"), make([]byte, 64<<10), 0o600))
+	id := f.newTask(typeID, "measure the fixture", map[string]string{"path": f.dir})
+	bad := f.newTask(typeID, "no path", map[string]string{})
+	script, err := filepath.Abs("../../docs/examples/handle-task.sh")
+	require.NoError(t, err)
+	// The example config as shipped; only the script's location differs here.
+	f.startWorker(email, nil, "--config", "../../docs/examples/shell.json", "--command", "exec "+script,
+		"--work-dir", filepath.Join(f.dir, "work"))
+
+	got := f.waitStatus(id, events.StatusCompleted, 20*time.Second)
+	var res struct {
+		Path     string `json:"path"`
+		TotalKiB int    `json:"total_kib"`
+	}
+	require.NoError(t, json.Unmarshal(got.Result, &res))
+	require.Equal(t, f.dir, res.Path)
+	require.GreaterOrEqual(t, res.TotalKiB, 64)
+	updates := strings.Join(f.updates(id), "\n")
+	require.Contains(t, updates, "measuring "+f.dir)
+	if _, err := exec.LookPath("curl"); err == nil {
+		require.Contains(t, updates, "posted directly by handle-task.sh", "the command used TASK_TOKEN itself")
+	}
+	failed := f.waitStatus(bad, events.StatusFailed, 20*time.Second)
+	require.Equal(t, "exit status 2: params.path is required", *failed.FailureReason)
 }
