@@ -34,10 +34,14 @@ func Down(ctx context.Context, databaseURL string, steps int) error {
 	})
 }
 
-// Version reports the applied version and whether a failed migration left it dirty.
+// Version reports the applied version and whether a failed migration left it
+// dirty; 0 when none is applied (a fresh or fully reverted database).
 func Version(ctx context.Context, databaseURL string) (version uint, dirty bool, err error) {
 	err = run(ctx, databaseURL, func(m *migrate.Migrate) error {
 		version, dirty, err = m.Version()
+		if errors.Is(err, migrate.ErrNilVersion) {
+			return nil
+		}
 		return err
 	})
 	return version, dirty, err

@@ -1,0 +1,418 @@
+package main_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/clawdbot/task-service/api/client"
+	"github.com/clawdbot/task-service/events"
+	"github.com/clawdbot/task-service/migrations"
+	"github.com/clawdbot/task-service/store/storetest"
+)
+
+// binary is the task-service built by TestMain: the tests drive the real
+// executable, not run().
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "task-service-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "task-service")
+	build := exec.Command("go", "build", "-o", binary, ".")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build task-service:", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// syncBuffer collects a process's output while it runs.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// baseEnv is a clean environment: nothing from the developer's shell (an
+// ANTHROPIC_API_KEY, a DATABASE_URL) leaks into the binary under test.
+func baseEnv(extra ...string) []string {
+	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.TempDir(), "LOG_FORMAT=json"}
+	return append(env, extra...)
+}
+
+// runCmd runs the binary to completion and returns its exit code and output.
+func runCmd(t *testing.T, env []string, args ...string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, args...)
+	cmd.Env = env
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		if _, exited := err.(*exec.ExitError); !exited {
+			t.Fatalf("run %v: %v", args, err)
+		}
+	}
+	return cmd.ProcessState.ExitCode(), string(out)
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	return addr
+}
+
+// server is a running task-service process.
+type server struct {
+	cmd  *exec.Cmd
+	base string
+	logs *syncBuffer
+	done chan error
+}
+
+// startServer starts the binary on a fresh database and waits for /readyz.
+func startServer(t *testing.T, dbURL string) *server {
+	t.Helper()
+	addr := freeAddr(t)
+	logs := &syncBuffer{}
+	cmd := exec.Command(binary)
+	cmd.Env = baseEnv(
+		"DATABASE_URL="+dbURL, "LISTEN_ADDR="+addr, "JWT_SECRET=e2e-secret-0123456789abcdef",
+		"ADMIN_EMAIL=root@example.com", "ADMIN_PASSWORD=root-password", "BCRYPT_COST=4", "LOG_LEVEL=info",
+		"TELEGRAM_ENABLED=false",
+	)
+	cmd.Stdout, cmd.Stderr = logs, logs
+	require.NoError(t, cmd.Start())
+	s := &server{cmd: cmd, base: "http://" + addr, logs: logs, done: make(chan error, 1)}
+	go func() { s.done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			<-s.done
+		}
+		if t.Failed() {
+			t.Logf("task-service output:\n%s", logs.String())
+		}
+	})
+
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		select {
+		case err := <-s.done:
+			t.Fatalf("task-service exited before it was ready: %v\n%s", err, logs.String())
+		default:
+		}
+		resp, err := http.Get(s.base + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return s
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("task-service not ready after 30 s (last: %v)\n%s", err, logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestServeEndToEnd(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbURL := storetest.NewDB(t)
+	s := startServer(t, dbURL)
+
+	admin := client.New(s.base, nil)
+	login, err := admin.Login(ctx, "root@example.com", "root-password")
+	require.NoError(t, err, "the bootstrap admin from ADMIN_EMAIL/ADMIN_PASSWORD logs in")
+	require.True(t, login.User.IsAdmin)
+
+	worker := func(email string, limit int) (*client.Client, string) {
+		u, err := admin.CreateWorker(ctx, client.NewWorker{Email: email, Password: "worker-password", FullName: email, MaxConcurrentTasks: limit})
+		require.NoError(t, err)
+		c := client.New(s.base, nil)
+		_, err = c.Login(ctx, email, "worker-password")
+		require.NoError(t, err)
+		return c, u.ID
+	}
+	w1, w1ID := worker("one@example.com", 2)
+	w2, w2ID := worker("two@example.com", 1)
+
+	retries := 1
+	tt, err := admin.CreateTaskType(ctx, client.NewTaskType{Name: "summarise", SOP: "Summarise the document.",
+		ParamSchema: json.RawMessage(`{"type":"object","properties":{"url":{"type":"string"}},"required":["url"]}`), MaxRetries: &retries})
+	require.NoError(t, err)
+	_, err = admin.CreateTask(ctx, client.NewTask{Title: "no url", TaskTypeID: tt.ID, Params: json.RawMessage(`{}`)})
+	require.True(t, client.IsStatus(err, http.StatusBadRequest), "params are checked against the schema: %v", err)
+
+	good, err := admin.CreateTask(ctx, client.NewTask{Title: "summarise A", TaskTypeID: tt.ID, Priority: events.PriorityHigh,
+		Params: json.RawMessage(`{"url":"https://example.com/a"}`)})
+	require.NoError(t, err)
+	bad, err := admin.CreateTask(ctx, client.NewTask{Title: "summarise B", TaskTypeID: tt.ID, Priority: events.PriorityLow,
+		Params: json.RawMessage(`{"url":"https://example.com/b"}`), AssignedTo: w2ID, Reason: "w2 has access"})
+	require.NoError(t, err)
+
+	require.NoError(t, w1.Heartbeat(ctx, client.Heartbeat{Status: "idle"}))
+	got, err := w1.Claim(ctx)
+	require.NoError(t, err)
+	require.NotNil(t, got)
+	require.Equal(t, good.ID, got.ID)
+	require.Equal(t, "Summarise the document.", got.TaskType.SOP)
+	none, err := w1.Claim(ctx)
+	require.NoError(t, err)
+	require.Nil(t, none, "the other task is reserved for w2")
+	require.NoError(t, w1.PostUpdate(ctx, good.ID, "reading"))
+	require.NoError(t, w1.PostResult(ctx, good.ID, map[string]string{"summary": "short"}))
+	done, err := w1.Complete(ctx, good.ID)
+	require.NoError(t, err)
+	require.Equal(t, events.StatusCompleted, done.Status)
+
+	got, err = w2.Claim(ctx)
+	require.NoError(t, err)
+	require.NotNil(t, got)
+	require.Equal(t, bad.ID, got.ID)
+	failed, err := w2.Fail(ctx, bad.ID, "the URL returns 404")
+	require.NoError(t, err)
+	require.Equal(t, events.StatusFailed, failed.Status)
+
+	types := func(id string) []string {
+		evs, err := admin.TaskEvents(ctx, id)
+		require.NoError(t, err)
+		out := make([]string, len(evs))
+		for i, e := range evs {
+			out[i] = e.Type + "/" + string(e.Meta.Actor.Kind)
+		}
+		return out
+	}
+	require.Equal(t, []string{"task.created/admin", "task.claimed/worker", "task.update_posted/worker",
+		"task.result_posted/worker", "task.completed/worker"}, types(good.ID))
+	evs, err := admin.TaskEvents(ctx, good.ID)
+	require.NoError(t, err)
+	for _, e := range evs[1:] {
+		require.Equal(t, w1ID, e.Meta.Actor.ID)
+	}
+
+	// The failed task's story starts with what the people did; the retry
+	// reactor running in the same binary then decides (max_retries 1).
+	want := []string{"task.created/admin", "task.assigned/admin", "task.claimed/worker", "task.failed/worker"}
+	require.Equal(t, want, types(bad.ID)[:len(want)])
+	var story []string
+	start := time.Now()
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if story = types(bad.ID); len(story) > len(want) {
+			break
+		}
+	}
+	t.Logf("the retry reactor decided after %v", time.Since(start).Round(time.Millisecond))
+	require.Greater(t, len(story), len(want), "the retry reactor decided within 60 s (a long transaction anywhere in the cluster holds consumers back)")
+	require.Equal(t, want, story[:len(want)])
+	require.Equal(t, "task.retried/system", story[len(want)], "max_retries 1: the failure is retried")
+	for _, later := range story[len(want)+1:] {
+		require.True(t, strings.HasSuffix(later, "/system"), "after the failure only the system acts: %v", story)
+	}
+	detail, err := admin.Task(ctx, bad.ID)
+	require.NoError(t, err)
+	require.Len(t, detail.Retries, 1)
+	require.Equal(t, 1, detail.Retries[0].RetryCount)
+	require.Equal(t, events.StatusPending, detail.Retries[0].Status)
+
+	// The projection equals the fold of the stored events, read straight
+	// from the database the binary wrote.
+	conn, err := pgx.Connect(ctx, dbURL)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	for _, id := range []string{good.ID, bad.ID, detail.Retries[0].ID} {
+		requireRowIsFold(t, ctx, conn, admin, id)
+	}
+
+	st, err := admin.Stats(ctx)
+	require.NoError(t, err)
+	require.Equal(t, map[string]any{"pending": 1.0, "in_progress": 0.0, "completed": 1.0, "failed": 1.0, "cancelled": 0.0}, st["by_status"])
+
+	resp, err := http.Get(s.base + "/metrics")
+	require.NoError(t, err)
+	var metrics bytes.Buffer
+	_, err = metrics.ReadFrom(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Contains(t, metrics.String(), `taskservice_claims_total{outcome="claimed"} 2`)
+
+	// SIGTERM: a clean exit, code 0, within 10 s.
+	require.NoError(t, s.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case err := <-s.done:
+		require.NoError(t, err, "exit after SIGTERM\n%s", s.logs.String())
+		require.Equal(t, 0, s.cmd.ProcessState.ExitCode())
+	case <-time.After(10 * time.Second):
+		t.Fatalf("task-service still running 10 s after SIGTERM\n%s", s.logs.String())
+	}
+	require.Contains(t, s.logs.String(), `"stopped"`)
+	require.NotContains(t, s.logs.String(), `"level":"error"`)
+}
+
+// requireRowIsFold compares GET task (the worker_tasks row) with the fold of
+// the task's events as stored.
+func requireRowIsFold(t *testing.T, ctx context.Context, conn *pgx.Conn, admin *client.Client, id string) {
+	t.Helper()
+	rows, err := conn.Query(ctx, `SELECT seq, stream_type, stream_id::text, version, type, schema_version, data, meta, occurred_at
+		FROM task_events WHERE stream_id = $1 ORDER BY version`, id)
+	require.NoError(t, err)
+	var stream []events.Envelope
+	for rows.Next() {
+		var e events.Envelope
+		require.NoError(t, rows.Scan(&e.Seq, &e.StreamType, &e.StreamID, &e.Version, &e.Type, &e.SchemaVersion, &e.Data, &e.Meta, &e.OccurredAt))
+		e.OccurredAt = e.OccurredAt.UTC()
+		require.NoError(t, e.Decode())
+		stream = append(stream, e)
+	}
+	require.NoError(t, rows.Err())
+	folded := events.FoldTask(stream)
+	require.NotNil(t, folded)
+	detail, err := admin.Task(ctx, id)
+	require.NoError(t, err)
+	want, err := json.Marshal(folded)
+	require.NoError(t, err)
+	got, err := json.Marshal(detail.Task)
+	require.NoError(t, err)
+	require.JSONEq(t, string(want), string(got), "task %s: row vs fold", id)
+}
+
+// latestMigration is the highest NNN of the embedded migration files.
+func latestMigration(t *testing.T) int {
+	t.Helper()
+	names, err := fs.Glob(migrations.FS, "*.up.sql")
+	require.NoError(t, err)
+	require.NotEmpty(t, names)
+	sort.Strings(names)
+	n, err := strconv.Atoi(strings.SplitN(names[len(names)-1], "_", 2)[0])
+	require.NoError(t, err)
+	return n
+}
+
+func TestMigrateCommands(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbURL := storetest.NewDB(t)
+	env := baseEnv("DATABASE_URL=" + dbURL)
+	latest := latestMigration(t)
+	versionRE := regexp.MustCompile(`version (\d+) dirty=(true|false)`)
+
+	version := func() int {
+		t.Helper()
+		code, out := runCmd(t, env, "migrate", "version")
+		require.Equal(t, 0, code, out)
+		m := versionRE.FindStringSubmatch(out)
+		require.NotNil(t, m, "migrate version printed %q", out)
+		require.Equal(t, "false", m[2])
+		v, _ := strconv.Atoi(m[1])
+		return v
+	}
+	hasTable := func(name string) bool {
+		t.Helper()
+		conn, err := pgx.Connect(ctx, dbURL)
+		require.NoError(t, err)
+		defer conn.Close(ctx)
+		var ok bool
+		require.NoError(t, conn.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, name).Scan(&ok))
+		return ok
+	}
+
+	require.Equal(t, latest, version(), "a storetest database is fully migrated")
+
+	code, out := runCmd(t, env, "migrate", "down")
+	require.Equal(t, 0, code, out)
+	require.False(t, hasTable("task_events"))
+	require.False(t, hasTable("worker_tasks"))
+	require.Equal(t, 0, version(), "nothing applied on an empty database")
+
+	code, out = runCmd(t, env, "migrate", "up")
+	require.Equal(t, 0, code, out)
+	require.True(t, hasTable("task_events"))
+	require.Equal(t, latest, version())
+
+	code, out = runCmd(t, env, "migrate", "up")
+	require.Equal(t, 0, code, "up twice is a no-op: %s", out)
+
+	if latest > 1 {
+		code, out = runCmd(t, env, "migrate", "down", "1")
+		require.Equal(t, 0, code, out)
+		require.Equal(t, latest-1, version())
+		require.True(t, hasTable("task_events"), "one step down keeps the core")
+		code, out = runCmd(t, env, "migrate", "up")
+		require.Equal(t, 0, code, out)
+		require.Equal(t, latest, version())
+	}
+
+	for _, bad := range [][]string{{"migrate"}, {"migrate", "sideways"}, {"migrate", "down", "zero"}, {"migrate", "down", "-2"}} {
+		code, out := runCmd(t, env, bad...)
+		require.NotEqual(t, 0, code, "%v should fail: %s", bad, out)
+		require.NotEmpty(t, strings.TrimSpace(out), "%v fails with a message", bad)
+	}
+	require.Equal(t, latest, version(), "failed commands changed nothing")
+}
+
+func TestHelpAndConfigErrors(t *testing.T) {
+	t.Parallel()
+	code, out := runCmd(t, baseEnv(), "--help")
+	require.Equal(t, 0, code, out)
+	for _, want := range []string{"Usage: task-service", "migrate up", "DATABASE_URL", "LISTEN_ADDR", "JWT_SECRET",
+		"ADMIN_EMAIL", "ADMIN_PASSWORD", "LOG_LEVEL", "-listen-addr", "Example"} {
+		require.Contains(t, out, want)
+	}
+	code, out = runCmd(t, baseEnv(), "migrate", "-h")
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "Usage: task-service")
+
+	code, out = runCmd(t, baseEnv(), "--no-such-flag")
+	require.Equal(t, 2, code, out)
+	require.Contains(t, out, "no-such-flag")
+
+	code, out = runCmd(t, baseEnv())
+	require.Equal(t, 2, code, out)
+	require.Contains(t, out, "DATABASE_URL is not set")
+
+	dbURL := storetest.NewDB(t)
+	code, out = runCmd(t, baseEnv("DATABASE_URL="+dbURL, "LISTEN_ADDR="+freeAddr(t), "JWT_SECRET=short"))
+	require.Equal(t, 1, code, out)
+	require.Contains(t, out, "JWT_SECRET")
+}
