@@ -8,6 +8,7 @@
 #   make bench      taskctl bench: bare SQL vs store vs HTTP claim/complete at 1, 16, 64 workers
 #   make bench-go   Go benchmarks of the store hot paths (go test -bench)
 #   make lint       gofmt check + go vet
+#   make fuzz       fuzz the API's request decoding for FUZZTIME (default 30s)
 #   make devdb      start the dev cluster and print its URL
 #   make devdb-stop stop it
 
@@ -28,7 +29,7 @@ TEST_DB_ENV = \
 	fi; \
 	export TEST_DATABASE_URL
 
-.PHONY: build run test test-race bench bench-go lint devdb devdb-stop
+.PHONY: build run test test-race bench bench-go lint fuzz devdb devdb-stop
 
 build:
 	$(GO) build -o bin/ ./cmd/...
@@ -72,6 +73,11 @@ lint:
 	unformatted="$$(gofmt -l $$($(GO) list -e -f '{{.Dir}}' ./...))"; \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed on:"; echo "$$unformatted"; exit 1; fi; \
 	$(GO) vet ./...
+
+# The seed corpus of FuzzDecode runs in `make test`; this explores beyond it.
+FUZZTIME ?= 30s
+fuzz:
+	$(GO) test ./api -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME)
 
 devdb:
 	@scripts/devdb.sh start
