@@ -46,9 +46,10 @@ type Worker struct {
 	// claimMu serializes claims across slots: one claim (one long-poll) is
 	// in flight per process, and a sweep never races a claim whose answer
 	// is on its way.
-	claimMu   sync.Mutex
-	needSweep bool          // guarded by claimMu: a claim may have succeeded unseen
-	claimWait time.Duration // guarded by claimMu: 0 once the server refused ?wait
+	claimMu     sync.Mutex
+	needSweep   bool          // guarded by claimMu: a claim may have succeeded unseen
+	sweepReason string        // guarded by claimMu: the release reason for that sweep
+	claimWait   time.Duration // guarded by claimMu: 0 once the server refused ?wait
 
 	mu     sync.Mutex
 	slots  []slotState
@@ -104,6 +105,13 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.log.Warn().Int("processes", n).Msg("killed commands a previous run of this worker left running")
 	}
 	if err := w.startup(ctx); err != nil {
+		if ctx.Err() != nil {
+			// Stopped before it ever worked: nothing to hand back.
+			w.log.Info().Err(err).Msg("stopped during start-up")
+			w.state.CleanExit = true
+			w.state.save(w.log)
+			return nil
+		}
 		return err
 	}
 	runCtx, cancelRun := context.WithCancelCause(ctx)
@@ -191,7 +199,7 @@ func (w *Worker) startup(ctx context.Context) error {
 			return err
 		}
 		w.log.Warn().Err(err).Msg("could not check for tasks left from a previous run; will check again before the next claim")
-		w.needSweep = true
+		w.needSweep, w.sweepReason = true, reasonRestarted
 	}
 	return nil
 }
@@ -250,7 +258,11 @@ func (w *Worker) claimNext(ctx context.Context, slot int) *claimedTask {
 	var b backoff
 	for ctx.Err() == nil {
 		if w.needSweep {
-			if err := w.sweepLocked(ctx, reasonLostClaim); err != nil {
+			reason := w.sweepReason
+			if reason == "" {
+				reason = reasonLostClaim
+			}
+			if err := w.sweepLocked(ctx, reason); err != nil {
 				if ctx.Err() == nil {
 					d := b.next()
 					w.log.Warn().Err(err).Dur("retry_in", d).Msg("could not check held tasks after a failed claim; will retry")
@@ -258,7 +270,7 @@ func (w *Worker) claimNext(ctx context.Context, slot int) *claimedTask {
 				}
 				continue
 			}
-			w.needSweep = false
+			w.needSweep, w.sweepReason = false, ""
 		}
 		start := time.Now()
 		var raw json.RawMessage
@@ -296,15 +308,17 @@ func (w *Worker) claimNext(ctx context.Context, slot int) *claimedTask {
 			continue
 		}
 		claimedAt := time.Now()
-		b.reset()
 		t, err := decodeClaim(raw)
 		if err != nil {
 			// Something was claimed that we cannot read: the sweep
 			// releases it.
-			w.log.Error().Err(err).Msg("could not read the claimed task; releasing it")
+			d := b.next()
+			w.log.Error().Err(err).Dur("retry_in", d).Msg("could not read the claimed task; releasing it")
 			w.needSweep = true
+			sleepCtx(ctx, d)
 			continue
 		}
+		b.reset()
 		if t == nil {
 			elapsed := time.Since(start)
 			if w.claimWait == 0 || elapsed < w.claimWait/2 {
@@ -410,7 +424,7 @@ func (w *Worker) busy() int {
 // heartbeats reports liveness every 30 s idle, 15 s working, and soon after
 // a slot changes (at most once a second).
 func (w *Worker) heartbeats(ctx context.Context) {
-	t := time.NewTimer(0)
+	t := time.NewTimer(heartbeatIdle) // startup sent the first one
 	defer t.Stop()
 	for {
 		select {
