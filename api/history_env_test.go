@@ -209,7 +209,9 @@ func (e *histEnv) workload(ctx context.Context, workers []*histWorker, seed uint
 			steps = append(steps, func(t *events.Task) ([]events.Payload, error) { return t.Cancel(e.adminID, "not needed") })
 		default:
 			steps = append(steps,
-				func(t *events.Task) ([]events.Payload, error) { return t.PostResult(w.ID, json.RawMessage(`{"ok":true}`)) },
+				func(t *events.Task) ([]events.Payload, error) {
+					return t.PostResult(w.ID, json.RawMessage(`{"ok":true}`))
+				},
 				func(t *events.Task) ([]events.Payload, error) { return t.Complete(w.ID) })
 		}
 		for _, step := range steps {

@@ -39,12 +39,13 @@ type LogFilter struct {
 	StreamID string
 	// WorkerID keeps the events about one user: those whose data names it as
 	// worker_id, those it caused (meta actor id) and those of its own stream
-	// (registered, went online/offline).
+	// (registered, went online/offline). It must be a UUID.
 	WorkerID string
 }
 
-// where renders the filter as SQL conditions, appending its arguments. Only
-// the conditions in use are rendered, so each combination gets its own plan.
+// where renders the filter's type and stream conditions, appending their
+// arguments. Only the conditions in use are rendered, so each combination
+// gets its own plan.
 func (f LogFilter) where(args *[]any) string {
 	arg := func(v any) string {
 		*args = append(*args, v)
@@ -56,10 +57,6 @@ func (f LogFilter) where(args *[]any) string {
 	}
 	if f.StreamID != "" {
 		sql += ` AND stream_id = ` + arg(f.StreamID) + `::uuid`
-	}
-	if f.WorkerID != "" {
-		w := arg(f.WorkerID)
-		sql += ` AND (data->>'worker_id' = ` + w + `::text OR meta->'actor'->>'id' = ` + w + `::text OR stream_id = ` + w + `::uuid)`
 	}
 	return sql
 }
@@ -78,11 +75,26 @@ func (db *DB) ReadLog(ctx context.Context, q Querier, after events.Position, lim
 	return out, mapErr(err)
 }
 
+const visibleAfter = `(tx_id, seq) > ($1::text::xid8, $2) AND tx_id < pg_snapshot_xmin(pg_current_snapshot())`
+
 func readLogSQL(after events.Position, limit int, f LogFilter) (string, []any) {
 	args := []any{fmt.Sprint(after.TxID), after.Seq, limit}
 	where := f.where(&args)
-	return `SELECT ` + eventColumns + ` FROM task_events
-		WHERE (tx_id, seq) > ($1::text::xid8, $2)
-		  AND tx_id < pg_snapshot_xmin(pg_current_snapshot())` + where + `
-		ORDER BY tx_id, seq LIMIT $3`, args
+	if f.WorkerID == "" {
+		return `SELECT ` + eventColumns + ` FROM task_events WHERE ` + visibleAfter + where +
+			` ORDER BY tx_id, seq LIMIT $3`, args
+	}
+	// A worker's events: the first page of each way an event can be about
+	// it (each an ordered index scan, migration 004), merged by position.
+	// The first limit of the union are the first limit of the whole.
+	args = append(args, f.WorkerID)
+	w := fmt.Sprintf("$%d", len(args))
+	branch := func(cond string) string {
+		return `(SELECT * FROM task_events WHERE ` + visibleAfter + where + ` AND ` + cond + ` ORDER BY tx_id, seq LIMIT $3)`
+	}
+	return `SELECT ` + eventColumns + ` FROM (` +
+		branch(`data ? 'worker_id' AND data->>'worker_id' = `+w+`::text`) + ` UNION ` +
+		branch(`meta->'actor'->>'id' = `+w+`::text`) + ` UNION ` +
+		branch(`stream_id = `+w+`::uuid`) +
+		`) e ORDER BY e.tx_id, e.seq LIMIT $3`, args
 }

@@ -1,0 +1,2 @@
+DROP INDEX IF EXISTS task_events_actor;
+DROP INDEX IF EXISTS task_events_worker;
