@@ -1,0 +1,212 @@
+package api_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/clawdbot/task-service/api"
+	"github.com/clawdbot/task-service/api/client"
+	"github.com/clawdbot/task-service/events"
+	"github.com/clawdbot/task-service/projections"
+	"github.com/clawdbot/task-service/store"
+	"github.com/clawdbot/task-service/store/storetest"
+)
+
+// setupHub is setup with the hub wired as cmd/task-service does: every
+// commit wakes it, and the server's long-polls listen to it.
+func setupHub(t *testing.T) *bundle {
+	t.Helper()
+	ctx := context.Background()
+	pool := storetest.NewPool(t)
+	hub := store.NewHub()
+	clk := &clock{}
+	db, err := store.New(pool, store.Config{Projector: projections.Projector{}, Now: clk.Now, AfterCommit: hub.Wake})
+	require.NoError(t, err)
+	secret := []byte("test-secret-0123456789abcdef")
+	srv, err := api.New(api.Config{DB: db, JWTSecret: secret, BcryptCost: bcrypt.MinCost, Hub: hub,
+		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)})
+	require.NoError(t, err)
+	ts := httptest.NewServer(srv.Handler())
+	t.Cleanup(ts.Close)
+	tr := &http.Transport{MaxIdleConns: 64, MaxIdleConnsPerHost: 64}
+	t.Cleanup(tr.CloseIdleConnections)
+	hc := &http.Client{Transport: tr, Timeout: 90 * time.Second}
+	hash, err := srv.HashPassword(adminPassword)
+	require.NoError(t, err)
+	u, err := db.CreateUser(ctx, events.UserRegistered{Email: adminEmail, FullName: "Ada Admin", IsAdmin: true},
+		adminPassword, hash, events.Meta{Actor: events.System("test")})
+	require.NoError(t, err)
+	admin := client.New(ts.URL, hc)
+	_, err = admin.Login(ctx, adminEmail, adminPassword)
+	require.NoError(t, err)
+	return &bundle{t: t, ctx: ctx, srv: srv, db: db, pool: pool, url: ts.URL, secret: secret, clock: clk,
+		admin: admin, adminID: u.ID, http: hc}
+}
+
+type claimResult struct {
+	task *store.TaskWithType
+	err  error
+	took time.Duration
+}
+
+func claimAsync(ctx context.Context, w *worker, wait time.Duration) <-chan claimResult {
+	out := make(chan claimResult, 1)
+	go func() {
+		start := time.Now()
+		task, err := w.ClaimWait(ctx, wait)
+		out <- claimResult{task, err, time.Since(start)}
+	}()
+	return out
+}
+
+// waiters waits until n claims are waiting on the server (its gauge).
+func waiters(t *testing.T, b *bundle, n int) {
+	t.Helper()
+	want := fmt.Sprintf("taskservice_claim_waiters %d\n", n)
+	require.Eventually(t, func() bool {
+		resp, err := b.http.Get(b.url + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		return err == nil && strings.Contains(string(body), want)
+	}, 30*time.Second, 5*time.Millisecond)
+}
+
+func TestLongPollClaim(t *testing.T) {
+	t.Parallel()
+	b := setupHub(t)
+	tt := b.newType(t, "report")
+	w := b.newWorker(t, "Poller", 1)
+
+	// A task created while the worker waits is handed to it.
+	got := claimAsync(b.ctx, w, 30*time.Second)
+	waiters(t, b, 1)
+	task := b.newTask(t, tt, "Arrives later", events.PriorityMedium, "")
+	r := <-got
+	require.NoError(t, r.err)
+	require.NotNil(t, r.task)
+	require.Equal(t, task.ID, r.task.ID)
+	require.Equal(t, events.StatusInProgress, r.task.Status)
+	require.Equal(t, tt.ID, r.task.TaskType.ID)
+	_, err := w.Complete(b.ctx, task.ID)
+	require.NoError(t, err)
+
+	// A claimable task is returned at once, wait or not.
+	now := b.newTask(t, tt, "Already there", events.PriorityMedium, "")
+	r = <-claimAsync(b.ctx, w, 30*time.Second)
+	require.NoError(t, r.err)
+	require.Equal(t, now.ID, r.task.ID)
+	_, err = w.Complete(b.ctx, now.ID)
+	require.NoError(t, err)
+
+	// Nothing comes: null when the wait ends.
+	r = <-claimAsync(b.ctx, w, time.Second)
+	require.NoError(t, r.err)
+	require.Nil(t, r.task)
+	require.GreaterOrEqual(t, r.took, time.Second)
+
+	// A worker at capacity waits until it has room again.
+	held := b.newTask(t, tt, "Held", events.PriorityMedium, "")
+	c, err := w.Claim(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, held.ID, c.ID)
+	next := b.newTask(t, tt, "Next", events.PriorityMedium, "")
+	got = claimAsync(b.ctx, w, 30*time.Second)
+	waiters(t, b, 1)
+	_, err = w.Complete(b.ctx, held.ID)
+	require.NoError(t, err)
+	r = <-got
+	require.NoError(t, r.err)
+	require.Equal(t, next.ID, r.task.ID)
+}
+
+func TestLongPollClaimValidation(t *testing.T) {
+	t.Parallel()
+	b := setupHub(t)
+	w := b.newWorker(t, "Poller", 1)
+	for _, wait := range []string{"-1", "61", "abc", "1.5", "1e3", "%20"} {
+		err := w.Do(b.ctx, http.MethodPost, "/api/v1/worker/tasks/claim?wait="+wait, nil, nil)
+		var apiErr *client.Error
+		require.True(t, errors.As(err, &apiErr), "wait=%s: %v", wait, err)
+		require.Equal(t, http.StatusBadRequest, apiErr.Status, wait)
+		require.Equal(t, "wait", apiErr.Field, wait)
+	}
+	for _, wait := range []string{"0", ""} { // no waiting: null at once
+		var out any
+		require.NoError(t, w.Do(b.ctx, http.MethodPost, "/api/v1/worker/tasks/claim?wait="+wait, nil, &out), wait)
+		require.Nil(t, out)
+	}
+}
+
+// Shutdown answers waiting claimers at once with null, and later claims do
+// not wait.
+func TestLongPollDrain(t *testing.T) {
+	t.Parallel()
+	b := setupHub(t)
+	w1 := b.newWorker(t, "PollerOne", 1)
+	w2 := b.newWorker(t, "PollerTwo", 1)
+	a, c := claimAsync(b.ctx, w1, 60*time.Second), claimAsync(b.ctx, w2, 60*time.Second)
+	waiters(t, b, 2)
+	b.srv.Drain()
+	for _, ch := range []<-chan claimResult{a, c} {
+		r := <-ch
+		require.NoError(t, r.err)
+		require.Nil(t, r.task)
+		require.Less(t, r.took, 50*time.Second)
+	}
+	r := <-claimAsync(b.ctx, w1, 60*time.Second)
+	require.NoError(t, r.err)
+	require.Nil(t, r.task)
+	require.Less(t, r.took, 50*time.Second)
+}
+
+func TestManualRetryRoute(t *testing.T) {
+	t.Parallel()
+	b := setupHub(t)
+	tt := b.newType(t, "report")
+	w := b.newWorker(t, "Worker", 1)
+	task := b.newTask(t, tt, "Report", events.PriorityHigh, "")
+	_, err := w.Claim(b.ctx)
+	require.NoError(t, err)
+
+	_, err = b.admin.RetryTask(b.ctx, task.ID, "")
+	require.True(t, client.IsStatus(err, http.StatusConflict), "in progress: %v", err)
+
+	_, err = w.Fail(b.ctx, task.ID, "disk full")
+	require.NoError(t, err)
+	retry, err := b.admin.RetryTask(b.ctx, task.ID, "Free some space first.")
+	require.NoError(t, err)
+	require.Equal(t, "Report (retry 1)", retry.Title)
+	require.Equal(t, 1, retry.RetryCount)
+	require.Equal(t, task.ID, *retry.ParentTaskID)
+	require.Equal(t, "PREVIOUS ATTEMPT FAILED: disk full\nThis is retry 1 of 2. An admin ordered it by hand.\nFree some space first.", retry.Description)
+
+	detail, err := b.admin.Task(b.ctx, task.ID)
+	require.NoError(t, err)
+	require.Equal(t, events.RetryOutcomeRetried, *detail.RetryOutcome)
+	require.Equal(t, retry.ID, *detail.RetryTaskID)
+
+	_, err = b.admin.RetryTask(b.ctx, task.ID, "")
+	require.True(t, client.IsStatus(err, http.StatusConflict), "twice: %v", err)
+	_, err = b.admin.RetryTask(b.ctx, "00000000-0000-0000-0000-000000000000", "")
+	require.True(t, client.IsStatus(err, http.StatusNotFound), "%v", err)
+	_, err = b.admin.RetryTask(b.ctx, "not-a-uuid", "")
+	require.True(t, client.IsStatus(err, http.StatusBadRequest), "%v", err)
+	err = b.admin.Do(b.ctx, http.MethodPost, "/api/v1/admin/workers/tasks/"+retry.ID+"/retry", map[string]any{"hint": 3}, nil)
+	require.True(t, client.IsStatus(err, http.StatusBadRequest), "%v", err)
+	_, err = w.RetryTask(b.ctx, task.ID, "")
+	require.True(t, client.IsStatus(err, http.StatusForbidden), "workers may not: %v", err)
+}
