@@ -42,7 +42,11 @@ func TestMain(m *testing.M) {
 		defer os.RemoveAll(dir)
 		binDir = dir
 		for _, pkg := range []string{"task-service", "task-worker"} {
-			cmd := exec.Command("go", "build", "-o", filepath.Join(dir, pkg), "github.com/clawdbot/task-service/cmd/"+pkg)
+			args := []string{"build", "-o", filepath.Join(dir, pkg)}
+			if pkg == "task-worker" && os.Getenv("TASK_WORKER_TEST_RACE") != "" {
+				args = append(args, "-race") // the worker binary under the race detector
+			}
+			cmd := exec.Command("go", append(args, "github.com/clawdbot/task-service/cmd/"+pkg)...)
 			cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 			if err := cmd.Run(); err != nil {
 				fmt.Fprintf(os.Stderr, "build %s: %v\n", pkg, err)

@@ -442,3 +442,23 @@ func TestTheShellScriptExampleRuns(t *testing.T) {
 	failed := f.waitStatus(bad, events.StatusFailed, 20*time.Second)
 	require.Equal(t, "exit status 2: params.path is required", *failed.FailureReason)
 }
+
+func TestASecondSignalSkipsTheGracePeriod(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	email, _ := f.newWorkerAccount("bot", 1)
+	id := f.newTask(f.newType("endless", 0, ""), "would take forever", nil)
+	cmd := f.script("endless.sh", `echo $$ > "$FIXTURE_DIR/pid"
+exec sleep 300
+`)
+	w := f.startWorker(email, nil, "--command", cmd, "--grace", "5m")
+	pid := readPid(t, filepath.Join(f.dir, "pid"))
+	w.signal(syscall.SIGTERM)
+	eventually(t, 10*time.Second, "the worker acknowledges the first signal", func() bool {
+		return w.logged("shutting down: no new claims; running tasks may finish within the grace period (signal again to stop them now)")
+	})
+	w.signal(syscall.SIGINT)
+	require.Equal(t, 0, w.wait(20*time.Second))
+	require.Equal(t, events.StatusPending, f.task(id).Status)
+	require.True(t, processGone(pid))
+}
