@@ -194,7 +194,7 @@ func (r *Retry) decide(ctx context.Context, tx pgx.Tx, ev events.Envelope) error
 	if err != nil || t == nil {
 		return err
 	}
-	root, err := r.db.RootTaskID(ctx, tx, t.ID)
+	root, err := r.db.RootOf(ctx, tx, t)
 	if err != nil {
 		return err
 	}
@@ -219,7 +219,7 @@ func (r *Retry) decide(ctx context.Context, tx pgx.Tx, ev events.Envelope) error
 		if wantsAdvice(ev, t, tt) {
 			hint = advice.Hint
 		}
-		retry, err := r.db.CreateRetry(ctx, tx, t.ID, store.RetryParams{Hint: hint, Meta: meta})
+		retry, err := r.db.CreateRetryOf(ctx, tx, t, tt, store.RetryParams{Hint: hint, Meta: meta})
 		if err != nil {
 			return err
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/clawdbot/task-service/events"
 )
@@ -25,8 +26,8 @@ type RetryParams struct {
 // priority; title "(retry N)"; parent_task_id; retry_count N; unassigned; the
 // failure in its description; available after the type's backoff) and records
 // it on the failed task: task.retried and the update "Retry #N created: <id>".
-// Both writes must commit together: pass a transaction. The unique index on
-// parent_task_id makes a second retry of the same task fail with a conflict.
+// The unique index on parent_task_id makes a second retry of the same task
+// fail with a conflict.
 func (db *DB) CreateRetry(ctx context.Context, q Querier, id string, p RetryParams) (*events.Task, error) {
 	failed, err := db.GetTask(ctx, q, id)
 	if err != nil {
@@ -36,16 +37,27 @@ func (db *DB) CreateRetry(ctx context.Context, q Querier, id string, p RetryPara
 	if err != nil {
 		return nil, err
 	}
+	return db.CreateRetryOf(ctx, q, failed, tt, p)
+}
+
+// CreateRetryOf is CreateRetry for a failed task and its type already read
+// through q. Both streams' events and projections go out as one batch, one
+// round trip: the retry task and the failed task's record of it commit
+// together, and a concurrent write to the failed task (its version moved)
+// makes the whole batch fail with a conflict.
+func (db *DB) CreateRetryOf(ctx context.Context, q Querier, failed *events.Task, tt *events.TaskType, p RetryParams) (*events.Task, error) {
 	n := failed.RetryCount + 1
 	decision := events.TaskRetried{RetryNumber: n, MaxRetries: tt.MaxRetries, Hint: p.Hint, Manual: p.Manual}
-	// Decide before writing anything, so a refusal leaves q untouched.
 	if _, err := failed.Retried(decision); err != nil {
 		return nil, err
 	}
-	if p.Meta.CorrelationID == "" {
-		if p.Meta.CorrelationID, err = db.RootTaskID(ctx, q, id); err != nil {
+	meta := p.Meta
+	if meta.CorrelationID == "" {
+		root, err := db.RootOf(ctx, q, failed)
+		if err != nil {
 			return nil, err
 		}
+		meta.CorrelationID = root
 	}
 	reason := ""
 	if failed.FailureReason != nil {
@@ -58,38 +70,74 @@ func (db *DB) CreateRetry(ctx context.Context, q Querier, id string, p RetryPara
 		}),
 		Params: failed.Params, Priority: failed.Priority, RetryCount: n, ParentTaskID: failed.ID,
 	}
+	now := db.Now()
 	// The backoff counts from the failure, so a reactor that lags behind
 	// (or an admin retrying by hand later) does not add to it.
 	if backoff := events.RetryBackoff(tt.RetryBackoffSeconds, n); backoff > 0 {
-		at := db.Now()
+		at := now
 		if failed.CompletedAt != nil {
 			at = *failed.CompletedAt
 		}
-		if at = at.Add(backoff); at.After(db.Now()) {
+		if at = at.Add(backoff); at.After(now) {
 			np.AvailableAt = &at
 		}
 	}
-	retry, err := db.CreateTask(ctx, q, NewTaskParams{NewTaskParams: np, TaskTypeID: tt.ID}, p.Meta)
+	created, err := events.NewTask(np, tt)
 	if err != nil {
-		return nil, fmt.Errorf("create retry of %s: %w", id, err)
+		return nil, fmt.Errorf("create retry of %s: %w", failed.ID, err)
 	}
-	decision.RetryTaskID = retry.ID
+	retryID, err := uuid.NewV7()
+	if err != nil {
+		return nil, err
+	}
 	updateID, err := uuid.NewV7()
 	if err != nil {
 		return nil, err
 	}
-	_, _, err = db.UpdateTask(ctx, q, id, p.Meta, func(t *events.Task) ([]events.Payload, error) {
-		ps, err := t.Retried(decision)
-		if err != nil {
-			return nil, err
-		}
-		upd, err := t.PostUpdate(updateID.String(), "", fmt.Sprintf("Retry #%d created: %s", n, retry.ID), false)
-		return append(ps, upd...), err
-	})
+	decision.RetryTaskID = retryID.String()
+	recorded, err := failed.Retried(decision)
 	if err != nil {
-		return nil, fmt.Errorf("record retry of %s: %w", id, err)
+		return nil, err
+	}
+	update, err := failed.PostUpdate(updateID.String(), "", fmt.Sprintf("Retry #%d created: %s", n, retryID), false)
+	if err != nil {
+		return nil, err
+	}
+
+	retryEvs, err := stamp(events.StreamTask, retryID.String(), 0, created, meta, now)
+	if err != nil {
+		return nil, err
+	}
+	failedEvs, err := stamp(events.StreamTask, failed.ID, failed.Version, append(recorded, update...), meta, now)
+	if err != nil {
+		return nil, err
+	}
+	retry, after := &events.Task{}, *failed
+	for _, e := range retryEvs {
+		retry.Apply(e)
+	}
+	for _, e := range failedEvs {
+		after.Apply(e)
+	}
+	b := &pgx.Batch{}
+	if err := queueEvents(b, append(retryEvs, failedEvs...)); err != nil {
+		return nil, err
+	}
+	db.projector.Task(b, retry, retryEvs)
+	db.projector.Task(b, &after, failedEvs)
+	if err := db.send(ctx, q, b); err != nil {
+		return nil, fmt.Errorf("create retry of %s: %w", failed.ID, err)
 	}
 	return retry, nil
+}
+
+// RootOf is the first task of t's retry chain: the correlation id of
+// everything the chain causes. No query for a task that is no retry.
+func (db *DB) RootOf(ctx context.Context, q Querier, t *events.Task) (string, error) {
+	if t.ParentTaskID == nil {
+		return t.ID, nil
+	}
+	return db.RootTaskID(ctx, q, t.ID)
 }
 
 // RootTaskID is the first task of id's retry chain (id itself when it is no
