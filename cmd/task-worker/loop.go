@@ -50,6 +50,7 @@ type Worker struct {
 	needSweep   bool          // guarded by claimMu: a claim may have succeeded unseen
 	sweepReason string        // guarded by claimMu: the release reason for that sweep
 	claimWait   time.Duration // guarded by claimMu: 0 once the server refused ?wait
+	longPolled  bool          // guarded by claimMu: the server held an empty claim open
 
 	mu     sync.Mutex
 	slots  []slotState
@@ -321,9 +322,18 @@ func (w *Worker) claimNext(ctx context.Context, slot int) *claimedTask {
 		b.reset()
 		if t == nil {
 			elapsed := time.Since(start)
-			if w.claimWait == 0 || elapsed < w.claimWait/2 {
-				// An immediate empty answer: this server does not
-				// long-poll. Poll, with jitter so a fleet spreads out.
+			switch {
+			case w.claimWait > 0 && elapsed >= w.claimWait/2:
+				w.longPolled = true // it waited: claim again at once
+			case w.longPolled:
+				// A long-polling server answered at once: it is draining
+				// for a restart. Try again soon, once; if it answers at
+				// once again, it is treated as not long-polling.
+				w.longPolled = false
+				sleepCtx(ctx, jitter(w.cfg.PollJitter))
+			default:
+				// This server does not long-poll. Poll, with jitter so a
+				// fleet spreads out.
 				sleepCtx(ctx, w.cfg.PollInterval-elapsed+jitter(w.cfg.PollJitter))
 			}
 			continue

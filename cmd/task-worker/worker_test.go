@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -461,4 +462,24 @@ exec sleep 300
 	require.Equal(t, 0, w.wait(20*time.Second))
 	require.Equal(t, events.StatusPending, f.task(id).Status)
 	require.True(t, processGone(pid))
+}
+
+func TestALongPollClaimPicksUpANewTaskAtOnce(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	email, _ := f.newWorkerAccount("bot", 1)
+	typeID := f.newType("later", 0, "")
+	// Polling every hour: only the long-poll can deliver the task in time.
+	f.startWorker(email, nil, "--command", `echo '{"ok":true}'`, "--poll-interval", "1h", "--claim-wait", "30s")
+	eventually(t, 10*time.Second, "the worker's claim waits on the server", func() bool {
+		resp, err := http.Get(f.svc.base() + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return strings.Contains(string(b), "\ntaskservice_claim_waiters 1\n")
+	})
+	id := f.newTask(typeID, "arrives while the worker waits", nil)
+	f.waitStatus(id, events.StatusCompleted, 10*time.Second)
 }
