@@ -204,6 +204,9 @@ func (s *Server) createTask(c echo.Context) error {
 		}
 		return err
 	}
+	if tt.Archived { // before the schema: no params can make this task valid
+		return events.Invalid("task_type_id", "task type %s is archived", tt.Name)
+	}
 	if err := s.schemas.validate(tt, req.Params); err != nil {
 		return err
 	}

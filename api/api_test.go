@@ -618,3 +618,127 @@ func TestOperationsEndpoints(t *testing.T) {
 		require.Contains(t, text, want)
 	}
 }
+
+// TestAdminQueries pages through the task list by keyset with each filter,
+// and checks the type's schema and archive rules as task creation sees them.
+func TestAdminQueries(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := b.ctx
+	tt := b.newType(t, "listed")
+	other := b.newType(t, "other")
+	w := b.newWorker(t, "Lister", 3)
+
+	var all []*events.Task
+	prios := []events.Priority{events.PriorityLow, events.PriorityHigh, events.PriorityMedium}
+	for i := range 7 {
+		all = append(all, b.newTask(t, tt, fmt.Sprintf("listed %d", i), prios[i%3], ""))
+	}
+	reserved := b.newTask(t, other, "reserved", events.PriorityUrgent, w.ID)
+	all = append(all, reserved)
+	claimed, err := w.Claim(ctx)
+	require.NoError(t, err)
+	require.Equal(t, reserved.ID, claimed.ID)
+	claimed, err = w.Claim(ctx) // the oldest high one
+	require.NoError(t, err)
+	require.Equal(t, all[1].ID, claimed.ID)
+	_, err = w.Complete(ctx, claimed.ID)
+	require.NoError(t, err)
+
+	// pages follows next_cursor to the end and returns the ids in order.
+	pages := func(q client.TaskQuery) ([]string, int) {
+		t.Helper()
+		var ids []string
+		depth := -1
+		for n := 0; ; n++ {
+			require.Less(t, n, 20, "paging does not end")
+			page, err := b.admin.Tasks(ctx, q)
+			require.NoError(t, err)
+			require.LessOrEqual(t, len(page.Tasks), q.Limit)
+			for _, task := range page.Tasks {
+				ids = append(ids, task.ID)
+			}
+			depth = page.QueueDepth
+			if page.NextCursor == "" {
+				return ids, depth
+			}
+			q.After = page.NextCursor
+		}
+	}
+	// want lists the ids of tasks matching keep, newest first.
+	want := func(keep func(*events.Task) bool) []string {
+		var ids []string
+		for i := len(all) - 1; i >= 0; i-- {
+			cur, err := b.db.GetTask(ctx, b.pool, all[i].ID)
+			require.NoError(t, err)
+			if keep(cur) {
+				ids = append(ids, cur.ID)
+			}
+		}
+		return ids
+	}
+	everything, depth := pages(client.TaskQuery{Limit: 2})
+	require.Equal(t, want(func(*events.Task) bool { return true }), everything)
+	require.Equal(t, 6, depth, "six pending tasks nobody holds")
+
+	cases := []struct {
+		name string
+		q    client.TaskQuery
+		keep func(*events.Task) bool
+	}{
+		{"status", client.TaskQuery{Status: "pending"}, func(t *events.Task) bool { return t.Status == events.StatusPending }},
+		{"priority", client.TaskQuery{Priority: "low"}, func(t *events.Task) bool { return t.Priority == events.PriorityLow }},
+		{"type", client.TaskQuery{TaskTypeID: other.ID}, func(t *events.Task) bool { return t.TaskTypeID == other.ID }},
+		{"assigned_to", client.TaskQuery{AssignedTo: w.ID}, func(t *events.Task) bool { return t.HeldBy(w.ID) }},
+		{"unassigned", client.TaskQuery{Unassigned: true}, func(t *events.Task) bool { return t.Status == events.StatusPending && t.AssignedTo == nil }},
+		{"status and priority", client.TaskQuery{Status: "completed", Priority: "high"}, func(t *events.Task) bool {
+			return t.Status == events.StatusCompleted && t.Priority == events.PriorityHigh
+		}},
+		{"retries", client.TaskQuery{Retries: true}, func(t *events.Task) bool { return t.RetryCount > 0 }},
+	}
+	for _, c := range cases {
+		c.q.Limit = 2
+		got, _ := pages(c.q)
+		require.Equal(t, want(c.keep), got, c.name)
+	}
+
+	capacity, err := b.admin.Capacity(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 3, capacity.TotalSlots)
+	require.Equal(t, 1, capacity.UsedSlots)
+	require.Equal(t, 2, capacity.AvailableSlots)
+	require.Equal(t, 6, capacity.QueueDepth)
+	workers, err := b.admin.Workers(ctx)
+	require.NoError(t, err)
+	require.Len(t, workers, 1)
+	require.Equal(t, 1, workers[0].InProgressCount)
+	require.Equal(t, 1, workers[0].CompletedToday)
+
+	// A new schema applies to new tasks at once; an archived type takes none.
+	retries := 1
+	_, err = b.admin.UpdateTaskType(ctx, tt.ID, client.NewTaskType{Name: "listed", MaxRetries: &retries,
+		ParamSchema: json.RawMessage(`{"type":"object","properties":{"days":{"type":"integer","maximum":2}},"required":["days"]}`)})
+	require.NoError(t, err)
+	_, err = b.admin.CreateTask(ctx, client.NewTask{Title: "too long", TaskTypeID: tt.ID, Params: json.RawMessage(`{"days":3}`)})
+	var apiErr *client.Error
+	require.ErrorAs(t, err, &apiErr)
+	require.Equal(t, 400, apiErr.Status)
+	require.Equal(t, "params.days", apiErr.Field)
+	_, err = b.admin.CreateTask(ctx, client.NewTask{Title: "short", TaskTypeID: tt.ID, Params: json.RawMessage(`{"days":2}`)})
+	require.NoError(t, err)
+	_, err = b.admin.UpdateTaskType(ctx, tt.ID, client.NewTaskType{Name: "renamed"})
+	require.ErrorAs(t, err, &apiErr)
+	require.Equal(t, "name", apiErr.Field)
+
+	require.NoError(t, b.admin.Do(ctx, http.MethodPost, "/api/v1/admin/workers/task-types/"+other.ID+"/archive", nil, nil))
+	_, err = b.admin.CreateTask(ctx, client.NewTask{Title: "archived", TaskTypeID: other.ID})
+	require.ErrorAs(t, err, &apiErr)
+	require.Equal(t, 400, apiErr.Status)
+	require.Equal(t, "task_type_id", apiErr.Field)
+	listed, err := b.admin.TaskTypes(ctx, false)
+	require.NoError(t, err)
+	require.Len(t, listed, 1)
+	listed, err = b.admin.TaskTypes(ctx, true)
+	require.NoError(t, err)
+	require.Len(t, listed, 2)
+}
