@@ -193,6 +193,22 @@ func TestBadInput(t *testing.T) {
 		{"params: not an object", "POST", A + "/tasks", admin, task(`"params":[1]`), 400, "validation_failed", "params"},
 		{"params: edit breaks the schema", "PUT", A + "/tasks/" + pending.ID, admin, `{"params":{"days":-1}}`, 400, "validation_failed", "params.days"},
 
+		// NUL cannot be stored in PostgreSQL text or jsonb: a 400 naming the
+		// field, never a 500.
+		{"NUL in title", "POST", A + "/tasks", admin, fmt.Sprintf(`{"title":"a\u0000b","task_type_id":%q,"params":{"days":1}}`, tt.ID), 400, "validation_failed", "title"},
+		{"NUL in params", "POST", A + "/tasks", admin, task(`"params":{"days":1,"note":"x\u0000"}`), 400, "validation_failed", "params.note"},
+		{"NUL in a params key", "POST", A + "/tasks", admin, task(`"params":{"days":1,"a\u0000":1}`), 400, "validation_failed", "params"},
+		{"NUL in update", "POST", W + "/tasks/" + held.ID + "/updates", una, `{"message":"\u0000"}`, 400, "validation_failed", "message"},
+		{"NUL in result", "POST", W + "/tasks/" + held.ID + "/result", una, `{"result":{"list":["ok","\u0000"]}}`, 400, "validation_failed", "result.list.1"},
+		{"NUL in failure reason", "PUT", W + "/tasks/" + held.ID + "/status", una, `{"status":"failed","reason":"\u0000"}`, 400, "validation_failed", "reason"},
+		{"NUL in cancel reason", "POST", A + "/tasks/" + pending.ID + "/cancel", admin, `{"reason":"\u0000"}`, 400, "validation_failed", "reason"},
+		{"NUL in heartbeat metadata", "POST", W + "/heartbeat", una, `{"metadata":{"k":"\u0000"}}`, 400, "validation_failed", "metadata.k"},
+		{"NUL in worker name", "POST", A, admin, `{"email":"nul@example.com","password":"long-enough","full_name":"N\u0000"}`, 400, "validation_failed", "full_name"},
+		{"NUL in login email", "POST", "/api/v1/auth/login", "", `{"email":"a\u0000@example.com","password":"whatever1"}`, 400, "validation_failed", "email"},
+		{"NUL in SOP", "POST", A + "/task-types", admin, `{"name":"nul","sop":"\u0000"}`, 400, "validation_failed", "sop"},
+		{"NUL in query", "GET", A + "/tasks?after=" + base64.RawURLEncoding.EncodeToString([]byte("2026-01-01T00:00:00Z|"+strings.Repeat("\x00", 36))), admin, "", 400, "validation_failed", ""},
+		{"escaped backslash before u0000 is text", "POST", W + "/tasks/" + held.ID + "/updates", duo, `{"message":"C:\\u0000"}`, 403, "forbidden", ""},
+
 		// Oversize bodies.
 		{"oversize task", "POST", A + "/tasks", admin, big, 413, "too_large", ""},
 		{"oversize login", "POST", "/api/v1/auth/login", "", big, 413, "too_large", ""},

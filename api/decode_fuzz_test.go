@@ -2,7 +2,9 @@ package api
 
 import (
 	"bytes"
+	"encoding/json"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -26,6 +28,8 @@ func FuzzDecode(f *testing.F) {
 		`{"name":"\ud800"}`, "{\"name\":\"\xff\xfe\"}", `{"sop":"` + strings.Repeat("a", 300) + `"}`,
 		strings.Repeat("[", 20000), `{"params":` + strings.Repeat(`{"a":`, 5000) + `1` + strings.Repeat(`}`, 5000) + `}`,
 		"\ufeff{}", "{\"title\":\"a\"}\n", "{\"title\":\"a\"}\x00",
+		`{"title":"a\u0000"}`, `{"params":{"k":["x","\u0000"]}}`, `{"params":{"\u0000":1}}`, `{"reason":"C:\\u0000"}`,
+		`{"metadata":{"a":{"b":"\u0000"}}}`, `{"sop":"\\\u0000"}`, "{\"title\":\"a\x00\"}",
 	}
 	for _, s := range seeds {
 		f.Add([]byte(s), false)
@@ -54,10 +58,15 @@ func FuzzDecode(f *testing.F) {
 					t.Fatalf("%s: body %q: error %v has an empty code or message: %+v", target.name, body, err, eb)
 				}
 			}
-			check(false, decodeJSON(bytes.NewReader(body), target.new(), emptyOK))
+			v := target.new()
+			err := decodeJSON(bytes.NewReader(body), v, emptyOK)
+			check(false, err)
+			if err == nil && holdsNUL(reflect.ValueOf(v)) {
+				t.Fatalf("%s: body %q decoded with a NUL character inside: %+v", target.name, body, v)
+			}
 			// Through a small body limit too, so the 413 path is fuzzed.
 			limited := http.MaxBytesReader(nil, readCloser{bytes.NewReader(body)}, 64)
-			err := decodeJSON(limited, target.new(), emptyOK)
+			err = decodeJSON(limited, target.new(), emptyOK)
 			if len(body) > 64 && err == nil {
 				t.Fatalf("%s: a %d-byte body passed a 64-byte limit", target.name, len(body))
 			}
@@ -69,6 +78,54 @@ func FuzzDecode(f *testing.F) {
 			check(true, err)
 		}
 	})
+}
+
+// holdsNUL reports whether any string in v, including inside its raw JSON
+// fields, holds the NUL character, which PostgreSQL cannot store.
+func holdsNUL(v reflect.Value) bool {
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Interface:
+		return !v.IsNil() && holdsNUL(v.Elem())
+	case reflect.String:
+		return strings.ContainsRune(v.String(), 0)
+	case reflect.Struct:
+		for i := range v.NumField() {
+			if holdsNUL(v.Field(i)) {
+				return true
+			}
+		}
+	case reflect.Slice:
+		if raw, ok := v.Interface().(json.RawMessage); ok {
+			var x any
+			return len(raw) > 0 && json.Unmarshal(raw, &x) == nil && anyHoldsNUL(x)
+		}
+		for i := range v.Len() {
+			if holdsNUL(v.Index(i)) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func anyHoldsNUL(x any) bool {
+	switch x := x.(type) {
+	case string:
+		return strings.ContainsRune(x, 0)
+	case []any:
+		for _, e := range x {
+			if anyHoldsNUL(e) {
+				return true
+			}
+		}
+	case map[string]any:
+		for k, e := range x {
+			if strings.ContainsRune(k, 0) || anyHoldsNUL(e) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 type readCloser struct{ *bytes.Reader }

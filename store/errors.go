@@ -34,6 +34,8 @@ func mapErr(err error) error {
 			}
 		case "22P02": // invalid_text_representation: a malformed id reached SQL
 			return &events.ValidationError{Message: "malformed value: " + pgErr.Message}
+		case "22021", "22P05": // character_not_in_repertoire, untranslatable_character: NUL in text or jsonb
+			return &events.ValidationError{Message: "text must not contain the NUL character"}
 		case "40001", "40P01": // serialization_failure, deadlock_detected
 			return fmt.Errorf("%w: %w", events.ErrConflict, err)
 		}

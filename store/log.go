@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -79,6 +80,19 @@ const visibleAfter = `(tx_id, seq) > ($1::text::xid8, $2) AND tx_id < pg_snapsho
 
 func readLogSQL(after events.Position, limit int, f LogFilter) (string, []any) {
 	args := []any{fmt.Sprint(after.TxID), after.Seq, limit}
+	if f.WorkerID == "" && f.StreamID == "" && len(f.Types) > 0 {
+		// One ordered scan of the (type, tx_id, seq) index per type, their
+		// first pages merged by position. A single scan filtered by type
+		// would walk every event of other types after the position: a
+		// reactor waiting for rare events (task.failed) would read the whole
+		// log since the last one on every wake.
+		types := slices.Clone(f.Types)
+		slices.Sort(types)
+		args = append(args, slices.Compact(types))
+		return `SELECT ` + eventColumns + ` FROM unnest($4::text[]) AS t(want), LATERAL (
+			SELECT * FROM task_events WHERE type = t.want AND ` + visibleAfter + `
+			 ORDER BY tx_id, seq LIMIT $3) e ORDER BY e.tx_id, e.seq LIMIT $3`, args
+	}
 	where := f.where(&args)
 	if f.WorkerID == "" {
 		return `SELECT ` + eventColumns + ` FROM task_events WHERE ` + visibleAfter + where +
