@@ -180,7 +180,7 @@ const maxHiddenBackoff = 256 * time.Millisecond
 // reports events the horizon still hides.
 func (r *Runner) drain(ctx context.Context, re Reactor) (hidden bool, err error) {
 	for ctx.Err() == nil {
-		visible, hidden, err := r.db.Pending(ctx, re.Name)
+		visible, hidden, err := r.db.Pending(ctx, re.Name, re.Types)
 		if err != nil || !visible {
 			return hidden, err
 		}

@@ -96,52 +96,74 @@ func (db *DB) ReleaseCheckpointLease(ctx context.Context, name, holder string) e
 	return mapErr(err)
 }
 
-// Pending says whether a reactor has work: visible events of its types after
-// its checkpoint, and hidden ones (committed or not, above the horizon: an
-// older transaction is still running). One read-only statement, so an idle
-// wake costs no transaction id and takes no lock.
-func (db *DB) Pending(ctx context.Context, name string) (visible, hidden bool, err error) {
-	err = db.pool.QueryRow(ctx, `WITH c AS (
-		    SELECT tx_id, seq, types, pg_snapshot_xmin(pg_current_snapshot()) AS horizon
-		      FROM reactor_checkpoints WHERE name = $1)
-		SELECT EXISTS (SELECT 1 FROM c, task_events e
-		        WHERE (e.tx_id, e.seq) > (c.tx_id, c.seq) AND e.tx_id < c.horizon
-		          AND (cardinality(c.types) = 0 OR e.type = ANY (c.types))),
-		       EXISTS (SELECT 1 FROM c, task_events e
-		        WHERE e.tx_id >= c.horizon AND (e.tx_id, e.seq) > (c.tx_id, c.seq)
-		          AND (cardinality(c.types) = 0 OR e.type = ANY (c.types)))`, name).Scan(&visible, &hidden)
+// Pending says whether a reactor reading types (all when empty) has work:
+// visible events after its checkpoint, and hidden ones (committed above the
+// horizon: an older transaction is still running). One read-only statement,
+// so an idle wake costs no transaction id and takes no lock; each type is
+// one ordered index probe, so a reactor waiting for rare events does not
+// walk the events of other types.
+func (db *DB) Pending(ctx context.Context, name string, types []string) (visible, hidden bool, err error) {
+	args := []any{name}
+	if len(types) > 0 {
+		args = append(args, types)
+	}
+	err = db.pool.QueryRow(ctx, pendingSQL(types), args...).Scan(&visible, &hidden)
 	if err != nil {
 		return false, false, mapErr(fmt.Errorf("pending %s: %w", name, err))
 	}
 	return visible, hidden, nil
 }
 
-// maxLagCount bounds how many events a lag count reads.
-const maxLagCount = 100_000
+func pendingSQL(types []string) string {
+	const cp = `WITH c AS MATERIALIZED (
+		    SELECT tx_id, seq, pg_snapshot_xmin(pg_current_snapshot()) AS horizon
+		      FROM reactor_checkpoints WHERE name = $1)`
+	if len(types) == 0 {
+		return cp + ` SELECT EXISTS (SELECT 1 FROM c, task_events e
+		        WHERE (e.tx_id, e.seq) > (c.tx_id, c.seq) AND e.tx_id < c.horizon),
+		       EXISTS (SELECT 1 FROM c, task_events e
+		        WHERE e.tx_id >= c.horizon AND (e.tx_id, e.seq) > (c.tx_id, c.seq))`
+	}
+	probe := func(cond string) string {
+		return `EXISTS (SELECT 1 FROM c, unnest($2::text[]) AS t(want), LATERAL (
+		    SELECT 1 FROM task_events e WHERE e.type = t.want AND (e.tx_id, e.seq) > (c.tx_id, c.seq) AND ` + cond + `
+		     ORDER BY e.tx_id, e.seq LIMIT 1) x)`
+	}
+	return cp + ` SELECT ` + probe(`e.tx_id < c.horizon`) + `, ` + probe(`e.tx_id >= c.horizon`)
+}
+
+// maxLagCount bounds how many events a lag count reads per type.
+const maxLagCount = 10_000
 
 // ReactorLag is how far a reactor is behind the visible log.
 type ReactorLag struct {
 	Name     string `json:"name"`
 	Position string `json:"position"`
 	// EventsBehind counts the visible events of the reactor's types after
-	// its checkpoint (at most 100,000).
+	// its checkpoint (at most 10,000 per type).
 	EventsBehind int `json:"events_behind"`
 	// SecondsBehind is the age of the oldest of them; 0 when caught up.
 	SecondsBehind float64   `json:"seconds_behind"`
 	UpdatedAt     time.Time `json:"updated_at"`
 }
 
-// ReactorLags measures every reactor against the log below the horizon.
+// ReactorLags measures every reactor against the log below the horizon,
+// with the types its checkpoint row records.
 func (db *DB) ReactorLags(ctx context.Context) ([]ReactorLag, error) {
 	now := db.Now()
 	rows, err := db.pool.Query(ctx, `SELECT c.name, c.tx_id::text, c.seq, c.updated_at, l.n, l.oldest
 		  FROM reactor_checkpoints c,
 		  LATERAL (SELECT count(*) AS n, min(x.occurred_at) AS oldest FROM (
-		      SELECT e.occurred_at FROM task_events e
-		       WHERE (e.tx_id, e.seq) > (c.tx_id, c.seq)
-		         AND e.tx_id < pg_snapshot_xmin(pg_current_snapshot())
-		         AND (cardinality(c.types) = 0 OR e.type = ANY (c.types))
-		       ORDER BY e.tx_id, e.seq LIMIT $1) x) l
+		      SELECT e.occurred_at FROM unnest(c.types) AS t(want), LATERAL (
+		          SELECT occurred_at FROM task_events e
+		           WHERE e.type = t.want AND (e.tx_id, e.seq) > (c.tx_id, c.seq)
+		             AND e.tx_id < pg_snapshot_xmin(pg_current_snapshot())
+		           ORDER BY e.tx_id, e.seq LIMIT $1) e
+		      UNION ALL
+		      (SELECT e.occurred_at FROM task_events e
+		        WHERE cardinality(c.types) = 0 AND (e.tx_id, e.seq) > (c.tx_id, c.seq)
+		          AND e.tx_id < pg_snapshot_xmin(pg_current_snapshot())
+		        ORDER BY e.tx_id, e.seq LIMIT $1)) x) l
 		 ORDER BY c.name`, maxLagCount)
 	if err != nil {
 		return nil, mapErr(fmt.Errorf("reactor lag: %w", err))
