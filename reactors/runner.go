@@ -51,6 +51,10 @@ type RunnerConfig struct {
 	PrepareTimeout time.Duration
 	// BatchTimeout bounds one batch's transaction (default 1 min).
 	BatchTimeout time.Duration
+	// MinInterval is the least time between two looks at the log after
+	// wakes (default 10 ms): the first wake after a quiet spell is served at
+	// once, a storm of commits costs at most one look per interval.
+	MinInterval time.Duration
 	// Registerer receives the reactor metrics; none when nil.
 	Registerer prometheus.Registerer
 	Logger     zerolog.Logger
@@ -98,6 +102,9 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 	if cfg.BatchTimeout <= 0 {
 		cfg.BatchTimeout = time.Minute
 	}
+	if cfg.MinInterval <= 0 {
+		cfg.MinInterval = 10 * time.Millisecond
+	}
 	m, err := newRunnerMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, err
@@ -138,6 +145,7 @@ func (r *Runner) loop(ctx context.Context, re Reactor) {
 	defer soon.Stop()
 	errBackoff := time.Duration(0)
 	hiddenBackoff := time.Duration(0)
+	var lastLook time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -146,6 +154,10 @@ func (r *Runner) loop(ctx context.Context, re Reactor) {
 		case <-ticker.C:
 		case <-soon.C:
 		}
+		if wait := r.cfg.MinInterval - time.Since(lastLook); wait > 0 && !sleep(ctx, wait) {
+			return
+		}
+		lastLook = time.Now()
 		hidden, err := r.drain(ctx, re)
 		if ctx.Err() != nil {
 			return
