@@ -209,6 +209,12 @@ func TestBadInput(t *testing.T) {
 		{"NUL in query", "GET", A + "/tasks?after=" + base64.RawURLEncoding.EncodeToString([]byte("2026-01-01T00:00:00Z|"+strings.Repeat("\x00", 36))), admin, "", 400, "validation_failed", ""},
 		{"escaped backslash before u0000 is text", "POST", W + "/tasks/" + held.ID + "/updates", duo, `{"message":"C:\\u0000"}`, 403, "forbidden", ""},
 
+		// Values PostgreSQL would refuse deep inside or that no one needs.
+		{"email too long to index", "POST", A, admin, `{"email":"` + strings.Repeat("a", 3000) + `@example.com","password":"long-enough","full_name":"Long"}`, 400, "validation_failed", "email"},
+		{"number beyond numeric", "POST", W + "/tasks/" + held.ID + "/result", una, `{"result":1e1000000}`, 400, "validation_failed", ""},
+		{"number beyond numeric in params", "POST", A + "/tasks", admin, task(`"params":{"days":1,"big":-1e200000}`), 400, "validation_failed", ""},
+		{"metadata too big", "POST", W + "/heartbeat", una, `{"metadata":` + strings.Repeat(`{"a":`, 9000) + `1` + strings.Repeat("}", 9000) + `}`, 400, "validation_failed", ""},
+
 		// Oversize bodies.
 		{"oversize task", "POST", A + "/tasks", admin, big, 413, "too_large", ""},
 		{"oversize login", "POST", "/api/v1/auth/login", "", big, 413, "too_large", ""},

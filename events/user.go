@@ -39,7 +39,8 @@ func (u *User) Apply(e Envelope) {
 const (
 	MaxConcurrentLimit = 100
 	MinPasswordLen     = 8
-	MaxPasswordLen     = 72 // bcrypt's limit
+	MaxPasswordLen     = 72  // bcrypt's limit
+	MaxEmailLen        = 254 // RFC 5321's path limit
 )
 
 // RegisterUser validates a new user. Workers start offline until their first
@@ -48,6 +49,9 @@ func RegisterUser(p UserRegistered, password string) ([]Payload, error) {
 	p.Email = strings.ToLower(strings.TrimSpace(p.Email))
 	if p.Email == "" {
 		return nil, Invalid("email", "is required")
+	}
+	if len(p.Email) > MaxEmailLen {
+		return nil, Invalid("email", "is longer than %d bytes", MaxEmailLen)
 	}
 	if a, err := mail.ParseAddress(p.Email); err != nil || a.Address != p.Email {
 		return nil, Invalid("email", "is not an email address")

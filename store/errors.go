@@ -36,6 +36,8 @@ func mapErr(err error) error {
 			return &events.ValidationError{Message: "malformed value: " + pgErr.Message}
 		case "22021", "22P05": // character_not_in_repertoire, untranslatable_character: NUL in text or jsonb
 			return &events.ValidationError{Message: "text must not contain the NUL character"}
+		case "22003": // numeric_value_out_of_range: a JSON number beyond what jsonb's numeric holds
+			return &events.ValidationError{Message: "a number is out of range: " + pgErr.Message}
 		case "40001", "40P01": // serialization_failure, deadlock_detected
 			return fmt.Errorf("%w: %w", events.ErrConflict, err)
 		}
