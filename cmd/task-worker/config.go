@@ -336,6 +336,9 @@ func loadConfig(args []string, getenv func(string) string, out io.Writer) (*Conf
 			return nil, fmt.Errorf("--%s must be a duration of at least %s such as 30s or 5m, not %q", d.name, d.min, v)
 		}
 	}
+	if cfg.ClaimWait != 0 && (cfg.ClaimWait < time.Second || cfg.ClaimWait > 60*time.Second) {
+		return nil, fmt.Errorf("--claim-wait must be 0 (no long-poll) or from 1s to 60s (the service's limit), not %s", cfg.ClaimWait)
+	}
 	if cfg.Timeout > maxTimeout {
 		cfg.Timeout = maxTimeout
 	}

@@ -25,6 +25,9 @@ const (
 	reasonShutdown  = "worker shutting down: the command was stopped after the grace period; released for another worker"
 )
 
+// maxHeartbeatMeta keeps heartbeat metadata under the service's 16 KB limit.
+const maxHeartbeatMeta = 12 << 10
+
 // reportGrace is how long reports may still be retried after running
 // commands were stopped at shutdown, before the worker gives up and exits
 // (an unreported task is released by the next start).
@@ -492,6 +495,17 @@ func (w *Worker) sendHeartbeat(ctx context.Context, status string) {
 	if status == "offline" {
 		current, meta["offline_reason"] = "", "graceful-shutdown"
 		meta["slot_status"] = []any{}
+	}
+	// The service takes at most 16 KB of metadata: with many slots, drop
+	// titles first, then the per-slot list.
+	if b, _ := json.Marshal(meta); len(b) > maxHeartbeatMeta {
+		for _, st := range slots {
+			delete(st, "task_title")
+		}
+		if b, _ := json.Marshal(meta); len(b) > maxHeartbeatMeta {
+			delete(meta, "slot_status")
+			meta["working"] = w.busy()
+		}
 	}
 	hb := client.Heartbeat{Status: status, CurrentTaskID: current, Metadata: meta}
 	err := w.api.call(ctx, callTimeout, func(ctx context.Context) error { return w.api.c.Heartbeat(ctx, hb) })

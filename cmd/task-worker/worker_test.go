@@ -483,3 +483,25 @@ func TestALongPollClaimPicksUpANewTaskAtOnce(t *testing.T) {
 	id := f.newTask(typeID, "arrives while the worker waits", nil)
 	f.waitStatus(id, events.StatusCompleted, 10*time.Second)
 }
+
+func TestHeartbeatsOfManyBusySlotsStayWithinTheMetadataLimit(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	const slots = maxSlots
+	email, workerID := f.newWorkerAccount("bot", slots)
+	typeID := f.newType("wide", 0, "")
+	for i := range slots {
+		f.newTask(typeID, fmt.Sprintf("%02d %s", i, strings.Repeat("é", 400)), nil)
+	}
+	cmd := f.script("hold.sh", `exec sleep 60`)
+	w := f.startWorker(email, nil, "--command", cmd, "--slots", strconv.Itoa(slots))
+	eventually(t, 30*time.Second, "a heartbeat reports every slot working", func() bool {
+		var meta []byte
+		var status *string
+		require.NoError(t, f.pool.QueryRow(f.ctx(), `SELECT heartbeat_status, heartbeat_metadata FROM users WHERE id = $1`,
+			workerID).Scan(&status, &meta))
+		return status != nil && *status == "working" && strings.Contains(string(meta), fmt.Sprintf(`"working": %d`, slots)) ||
+			strings.Count(string(meta), `"status": "working"`) == slots
+	})
+	require.False(t, w.logged("heartbeat failed"))
+}
