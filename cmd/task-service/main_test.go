@@ -111,19 +111,21 @@ type server struct {
 }
 
 // startServer starts the binary on a fresh database and waits for /readyz.
+// It listens on 127.0.0.1:0 and the test reads the port from the binary's
+// "listening" log line: no window in which another process can take a port
+// picked in advance.
 func startServer(t *testing.T, dbURL string) *server {
 	t.Helper()
-	addr := freeAddr(t)
 	logs := &syncBuffer{}
 	cmd := exec.Command(binary)
 	cmd.Env = baseEnv(
-		"DATABASE_URL="+dbURL, "LISTEN_ADDR="+addr, "JWT_SECRET=e2e-secret-0123456789abcdef",
+		"DATABASE_URL="+dbURL, "LISTEN_ADDR=127.0.0.1:0", "JWT_SECRET=e2e-secret-0123456789abcdef",
 		"ADMIN_EMAIL=root@example.com", "ADMIN_PASSWORD=root-password", "BCRYPT_COST=4", "LOG_LEVEL=info",
 		"TELEGRAM_ENABLED=false",
 	)
 	cmd.Stdout, cmd.Stderr = logs, logs
 	require.NoError(t, cmd.Start())
-	s := &server{cmd: cmd, base: "http://" + addr, logs: logs, done: make(chan error, 1)}
+	s := &server{cmd: cmd, logs: logs, done: make(chan error, 1)}
 	go func() { s.done <- cmd.Wait() }()
 	t.Cleanup(func() {
 		if cmd.ProcessState == nil {
@@ -142,11 +144,17 @@ func startServer(t *testing.T, dbURL string) *server {
 			t.Fatalf("task-service exited before it was ready: %v\n%s", err, logs.String())
 		default:
 		}
-		resp, err := http.Get(s.base + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return s
+		if s.base == "" {
+			s.base = listeningOn(logs.String())
+		}
+		var err error
+		if s.base != "" {
+			var resp *http.Response
+			if resp, err = http.Get(s.base + "/readyz"); err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					return s
+				}
 			}
 		}
 		if time.Now().After(deadline) {
@@ -154,6 +162,20 @@ func startServer(t *testing.T, dbURL string) *server {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// listeningOn finds the address in the "task-service listening" log line.
+func listeningOn(logs string) string {
+	for _, line := range strings.Split(logs, "\n") {
+		var l struct {
+			Message string `json:"message"`
+			Addr    string `json:"addr"`
+		}
+		if json.Unmarshal([]byte(line), &l) == nil && l.Message == "task-service listening" && l.Addr != "" {
+			return "http://" + l.Addr
+		}
+	}
+	return ""
 }
 
 func TestServeEndToEnd(t *testing.T) {
