@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"encoding/hex"
 	"fmt"
 
 	"github.com/clawdbot/task-service/events"
@@ -14,28 +15,47 @@ import (
 // if its transaction fails, leaving the parent as it was.
 type fold struct {
 	parent      *fold
-	tasks       map[string]*events.Task
-	types       map[string]*events.TaskType
-	users       map[string]*events.User
+	tasks       map[key]*events.Task
+	types       map[key]*events.TaskType
+	users       map[key]*events.User
 	updates     [][]any
 	assignments [][]any
 	events      int64
 	skipped     int64 // events of streams no projection reads (schedules, ...)
 }
 
+// key is a stream id's 16 bytes: cheaper to hash than its 36-character
+// text, and sorted the same way.
+type key [16]byte
+
+// text is the canonical form of a UUID.
+func (k key) text() string {
+	var b [36]byte
+	hex.Encode(b[0:8], k[0:4])
+	b[8] = '-'
+	hex.Encode(b[9:13], k[4:6])
+	b[13] = '-'
+	hex.Encode(b[14:18], k[6:8])
+	b[18] = '-'
+	hex.Encode(b[19:23], k[8:10])
+	b[23] = '-'
+	hex.Encode(b[24:], k[10:])
+	return string(b[:])
+}
+
 func newFold(parent *fold) *fold {
 	return &fold{
 		parent: parent,
-		tasks:  map[string]*events.Task{},
-		types:  map[string]*events.TaskType{},
-		users:  map[string]*events.User{},
+		tasks:  map[key]*events.Task{},
+		types:  map[key]*events.TaskType{},
+		users:  map[key]*events.User{},
 	}
 }
 
 // lookup finds id's aggregate in m, or copies it from the parent's map
 // (chosen by of) into m. Copies are shallow: Apply replaces pointer fields,
 // it never writes through them.
-func lookup[T any](f *fold, m map[string]*T, of func(*fold) map[string]*T, id string) *T {
+func lookup[T any](f *fold, m map[key]*T, of func(*fold) map[key]*T, id key) *T {
 	if a, ok := m[id]; ok {
 		return a
 	}
@@ -49,18 +69,20 @@ func lookup[T any](f *fold, m map[string]*T, of func(*fold) map[string]*T, id st
 	return nil
 }
 
-// apply folds one decoded event. Events of a stream must come in version
-// order without gaps: anything else means the read order is broken, and a
-// silently wrong rebuild is worse than none.
-func (f *fold) apply(e events.Envelope) error {
+// apply folds one decoded event of stream k. e.StreamID may be empty: it is
+// filled from the aggregate (one string per stream, not per event). Events
+// of a stream must come in version order without gaps: anything else means
+// the read order is broken, and a silently wrong rebuild is worse than none.
+func (f *fold) apply(e events.Envelope, k key) error {
 	f.events++
 	switch e.StreamType {
 	case events.StreamTask:
-		t := lookup(f, f.tasks, func(p *fold) map[string]*events.Task { return p.tasks }, e.StreamID)
+		t := lookup(f, f.tasks, func(p *fold) map[key]*events.Task { return p.tasks }, k)
 		if t == nil {
-			t = &events.Task{}
-			f.tasks[e.StreamID] = t
+			t = &events.Task{ID: k.text()}
+			f.tasks[k] = t
 		}
+		e.StreamID = t.ID
 		if err := checkVersion(e, t.Version); err != nil {
 			return err
 		}
@@ -72,21 +94,23 @@ func (f *fold) apply(e events.Envelope) error {
 			f.assignments = append(f.assignments, row)
 		}
 	case events.StreamTaskType:
-		tt := lookup(f, f.types, func(p *fold) map[string]*events.TaskType { return p.types }, e.StreamID)
+		tt := lookup(f, f.types, func(p *fold) map[key]*events.TaskType { return p.types }, k)
 		if tt == nil {
-			tt = &events.TaskType{}
-			f.types[e.StreamID] = tt
+			tt = &events.TaskType{ID: k.text()}
+			f.types[k] = tt
 		}
+		e.StreamID = tt.ID
 		if err := checkVersion(e, tt.Version); err != nil {
 			return err
 		}
 		tt.Apply(e)
 	case events.StreamUser:
-		u := lookup(f, f.users, func(p *fold) map[string]*events.User { return p.users }, e.StreamID)
+		u := lookup(f, f.users, func(p *fold) map[key]*events.User { return p.users }, k)
 		if u == nil {
-			u = &events.User{}
-			f.users[e.StreamID] = u
+			u = &events.User{ID: k.text()}
+			f.users[k] = u
 		}
+		e.StreamID = u.ID
 		if err := checkVersion(e, u.Version); err != nil {
 			return err
 		}

@@ -3,10 +3,12 @@ package replay_test
 import (
 	"context"
 	"os"
+	"runtime/debug"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/clawdbot/task-service/store/replay"
@@ -55,14 +57,29 @@ func TestReplayThroughput(t *testing.T) {
 	if n <= 0 {
 		t.Skip("set REPLAY_BENCH_EVENTS to run")
 	}
+	// As taskctl replay does: the fold is a large, long-lived heap.
+	defer debug.SetGCPercent(debug.SetGCPercent(400))
 	ctx := context.Background()
-	pool := storetest.NewPool(t)
-	start := time.Now()
-	written, err := replaytest.Seed(ctx, pool, replaytest.Config{Events: n, Seed: 42})
-	require.NoError(t, err)
-	t.Logf("seeded %d events in %s", written, time.Since(start).Round(time.Millisecond))
-	_, err = pool.Exec(ctx, `VACUUM ANALYZE task_events`)
-	require.NoError(t, err)
+	var pool *pgxpool.Pool
+	if url := os.Getenv("REPLAY_BENCH_URL"); url != "" {
+		// A migrated database to keep between runs: seeded when empty.
+		var err error
+		pool, err = pgxpool.New(ctx, url)
+		require.NoError(t, err)
+		t.Cleanup(pool.Close)
+	} else {
+		pool = storetest.NewPool(t)
+	}
+	var have int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM task_events`).Scan(&have))
+	if have == 0 {
+		start := time.Now()
+		written, err := replaytest.Seed(ctx, pool, replaytest.Config{Events: n, Seed: 42})
+		require.NoError(t, err)
+		t.Logf("seeded %d events in %s", written, time.Since(start).Round(time.Millisecond))
+		_, err = pool.Exec(ctx, `VACUUM ANALYZE task_events`)
+		require.NoError(t, err)
+	}
 
 	first, err := replay.Rebuild(ctx, pool, replay.RebuildConfig{})
 	require.NoError(t, err)

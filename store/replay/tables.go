@@ -1,13 +1,16 @@
 package replay
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/clawdbot/task-service/events"
 	"github.com/clawdbot/task-service/projections"
@@ -37,21 +40,21 @@ func tables() []table {
 			rows: func(f *fold) (int, pgx.CopyFromSource) {
 				return aggregateRows(f.users, func(u *events.User) []any { return projections.UserRow(u) })
 			},
-			ids: func(f *fold) []string { return slices.Collect(maps.Keys(f.users)) },
+			ids: func(f *fold) []string { return ids(f.users, func(u *events.User) string { return u.ID }) },
 		},
 		{
 			name: "task_types", columns: projections.TaskTypeColumns, key: []string{"id"}, aggregate: true,
 			rows: func(f *fold) (int, pgx.CopyFromSource) {
 				return aggregateRows(f.types, func(tt *events.TaskType) []any { return projections.TaskTypeRow(tt) })
 			},
-			ids: func(f *fold) []string { return slices.Collect(maps.Keys(f.types)) },
+			ids: func(f *fold) []string { return ids(f.types, func(tt *events.TaskType) string { return tt.ID }) },
 		},
 		{
 			name: "worker_tasks", columns: projections.TaskColumns, key: []string{"id"}, aggregate: true,
 			rows: func(f *fold) (int, pgx.CopyFromSource) {
 				return aggregateRows(f.tasks, func(t *events.Task) []any { return projections.TaskRow(t) })
 			},
-			ids: func(f *fold) []string { return slices.Collect(maps.Keys(f.tasks)) },
+			ids: func(f *fold) []string { return ids(f.tasks, func(t *events.Task) string { return t.ID }) },
 		},
 		{
 			name: "worker_task_updates", columns: projections.UpdateColumns, key: []string{"id"},
@@ -67,12 +70,12 @@ func tables() []table {
 // aggregateRows yields one row per aggregate in key order: ids are UUIDv7,
 // so a rebuilt table is laid out in creation order, like the live one.
 // The keys are sorted on the first row asked for, so counting is free.
-func aggregateRows[T any](m map[string]*T, row func(*T) []any) (int, pgx.CopyFromSource) {
-	var ids []string
+func aggregateRows[T any](m map[key]*T, row func(*T) []any) (int, pgx.CopyFromSource) {
+	var ids []key
 	i := -1
 	return len(m), pgx.CopyFromFunc(func() ([]any, error) {
 		if ids == nil {
-			ids = slices.Sorted(maps.Keys(m))
+			ids = slices.SortedFunc(maps.Keys(m), func(a, b key) int { return bytes.Compare(a[:], b[:]) })
 		}
 		i++
 		if i >= len(ids) {
@@ -82,11 +85,26 @@ func aggregateRows[T any](m map[string]*T, row func(*T) []any) (int, pgx.CopyFro
 	})
 }
 
+func ids[T any](m map[key]*T, id func(*T) string) []string {
+	out := make([]string, 0, len(m))
+	for _, a := range m {
+		out = append(out, id(a))
+	}
+	return out
+}
+
 // copyRows writes t's rows of f into the table named into.
 func copyRows(ctx context.Context, tx pgx.Tx, into pgx.Identifier, t table, f *fold) (int64, error) {
 	n, src := t.rows(f)
 	if n == 0 {
 		return 0, nil
+	}
+	uuids, err := uuidColumns(ctx, tx, into, t.columns)
+	if err != nil {
+		return 0, fmt.Errorf("copy %s: %w", t.name, err)
+	}
+	if len(uuids) > 0 {
+		src = &uuidSource{CopyFromSource: src, cols: uuids}
 	}
 	written, err := tx.CopyFrom(ctx, into, t.columns, src)
 	if err != nil {
@@ -101,4 +119,61 @@ func quoteIdents(names []string) string {
 		q[i] = pgx.Identifier{n}.Sanitize()
 	}
 	return strings.Join(q, ", ")
+}
+
+// uuidColumns returns the positions in cols of the uuid columns of table.
+func uuidColumns(ctx context.Context, tx pgx.Tx, table pgx.Identifier, cols []string) ([]int, error) {
+	rows, err := tx.Query(ctx, `SELECT attname FROM pg_attribute
+		WHERE attrelid = $1::regclass AND atttypid = 'uuid'::regtype AND attnum > 0 AND NOT attisdropped`, table.Sanitize())
+	if err != nil {
+		return nil, err
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	for i, c := range cols {
+		if slices.Contains(names, c) {
+			out = append(out, i)
+		}
+	}
+	return out, nil
+}
+
+// uuidSource hands COPY parsed UUIDs instead of the strings the row
+// functions return: pgx would otherwise try the binary encoding, fail,
+// build an error and fall back to parsing text, once per value. It converts
+// the row in place.
+type uuidSource struct {
+	pgx.CopyFromSource
+	cols []int
+}
+
+func (s *uuidSource) Values() ([]any, error) {
+	row, err := s.CopyFromSource.Values()
+	if err != nil {
+		return nil, err
+	}
+	for _, i := range s.cols {
+		var text string
+		switch v := row[i].(type) {
+		case string:
+			text = v
+		case *string:
+			if v == nil {
+				row[i] = nil
+				continue
+			}
+			text = *v
+		default:
+			continue
+		}
+		id, err := uuid.Parse(text)
+		if err != nil {
+			return nil, fmt.Errorf("column %d: %q is not a UUID: %w", i, text, err)
+		}
+		row[i] = pgtype.UUID{Bytes: id, Valid: true}
+	}
+	return row, nil
 }
