@@ -505,3 +505,37 @@ func TestHeartbeatsOfManyBusySlotsStayWithinTheMetadataLimit(t *testing.T) {
 	})
 	require.False(t, w.logged("heartbeat failed"))
 }
+
+func TestARetryGetsThePreviousAttemptsInItsPrompt(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	email, _ := f.newWorkerAccount("bot", 1)
+	noRetries := 0
+	tt, err := f.admin.CreateTaskType(f.ctx(), client.NewTaskType{Name: "flaky", MaxRetries: &noRetries})
+	require.NoError(t, err)
+	first := f.newTask(tt.ID, "needs two tries", nil)
+	cmd := f.script("flaky.sh", `if [ "$TASK_ATTEMPT" = 1 ]; then
+  echo "tried the obvious fix"
+  echo "first try broke: disk full" >&2
+  exit 1
+fi
+cat > "$FIXTURE_DIR/prompt-$TASK_ATTEMPT.md"
+echo '{"fixed":true}'
+`)
+	f.startWorker(email, nil, "--command", cmd)
+	f.waitStatus(first, events.StatusFailed, 20*time.Second)
+
+	var retry events.Task
+	f.asAdmin(func() error {
+		return f.admin.Do(f.ctx(), http.MethodPost, "/api/v1/admin/workers/tasks/"+first+"/retry",
+			map[string]string{"hint": "free some space before building"}, &retry)
+	})
+	f.waitStatus(retry.ID, events.StatusCompleted, 20*time.Second)
+	prompt, err := os.ReadFile(filepath.Join(f.dir, "prompt-2.md"))
+	require.NoError(t, err)
+	for _, want := range []string{"Attempt: 2", "Retry of task: " + first, "## Previous attempts", "### Attempt 1",
+		"status: failed", "failure_kind: error", "first try broke: disk full", "free some space before building",
+		"tried the obvious fix"} {
+		require.Contains(t, string(prompt), want)
+	}
+}
