@@ -99,6 +99,9 @@ func buildPrompt(t *claimedTask) string {
 	if len(t.PreviousAttempts) > 0 {
 		b.WriteString("\n## Previous attempts\n\nThis task was tried before. Learn from what happened:\n\n")
 		for i, a := range t.PreviousAttempts {
+			if i > 0 {
+				b.WriteByte('\n')
+			}
 			writeAttempt(&b, i+1, a)
 		}
 	}
@@ -129,7 +132,7 @@ func writeAttempt(b *strings.Builder, n int, raw json.RawMessage) {
 		if json.Unmarshal(raw, &s) != nil {
 			s = compactJSON(raw)
 		}
-		fmt.Fprintf(b, "### Attempt %d\n\n%s\n\n", n, capText(s, 2000))
+		fmt.Fprintf(b, "### Attempt %d\n\n%s\n", n, capText(s, 2000))
 		return
 	}
 	var num int
@@ -154,7 +157,6 @@ func writeAttempt(b *strings.Builder, n int, raw json.RawMessage) {
 	for _, k := range rest {
 		writeField(b, k, obj[k])
 	}
-	b.WriteByte('\n')
 }
 
 func writeField(b *strings.Builder, k string, v json.RawMessage) {

@@ -533,6 +533,7 @@ echo '{"fixed":true}'
 	f.waitStatus(retry.ID, events.StatusCompleted, 20*time.Second)
 	prompt, err := os.ReadFile(filepath.Join(f.dir, "prompt-2.md"))
 	require.NoError(t, err)
+	t.Logf("the retry's prompt:\n%s", prompt)
 	for _, want := range []string{"Attempt: 2", "Retry of task: " + first, "## Previous attempts", "### Attempt 1",
 		"status: failed", "failure_kind: error", "first try broke: disk full", "free some space before building",
 		"tried the obvious fix"} {
