@@ -1,0 +1,80 @@
+package reactors
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The waiting check: "a task waiting more than 30 minutes with no worker to
+// claim it" is not an event, it is the absence of one, so a ticker in the
+// sender loop looks for it (every WaitingCheckEvery) on every instance.
+//
+// A task waits from the moment it entered the queue unassigned: its
+// task.created, or its last task.released, and never before its available_at
+// (a retry's backoff). The outbox row is keyed by the seq of that event with
+// kind task.waiting, so however many instances look, however often, a task
+// gets one notification per stay in the queue, and one again only if a
+// worker took it and released it back. Tasks given to a particular worker
+// (assigned, not yet claimed) are not reported: someone chose to wait.
+//
+// At most waitingBatch tasks are reported per look, oldest first, so a deep
+// backlog turns into a steady trickle rather than a flood.
+
+const waitingBatch = 20
+
+// waitingTask is a queued task nobody claimed in time.
+type waitingTask struct {
+	Title  string
+	Seq    int64 // the event that queued it: the notification's key
+	Since  time.Time
+	Online int
+}
+
+// checkWaiting records a notification for each task waiting too long and
+// returns how many rows are new.
+func (s *TelegramSender) checkWaiting(ctx context.Context) (int64, error) {
+	now := s.cfg.Now()
+	rows, err := s.db.Query(ctx, `SELECT t.title, e.seq, greatest(t.available_at, e.occurred_at),
+		    (SELECT count(*) FROM users u WHERE u.is_worker AND u.online)
+		  FROM worker_tasks t
+		  CROSS JOIN LATERAL (SELECT ev.seq, ev.occurred_at FROM task_events ev
+		       WHERE ev.stream_id = t.id AND ev.type IN ('task.created', 'task.released')
+		       ORDER BY ev.version DESC LIMIT 1) e
+		 WHERE t.status = 'pending' AND t.assigned_to IS NULL AND t.available_at <= $1
+		   AND e.occurred_at <= $1
+		   AND NOT EXISTS (SELECT 1 FROM telegram_outbox o WHERE o.event_seq = e.seq AND o.kind = $2)
+		 ORDER BY greatest(t.available_at, e.occurred_at), t.id
+		 LIMIT $3`, now.Add(-s.cfg.WaitingAfter), kindWaiting, waitingBatch)
+	if err != nil {
+		return 0, fmt.Errorf("telegram: find waiting tasks: %w", err)
+	}
+	tasks, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (waitingTask, error) {
+		var w waitingTask
+		err := r.Scan(&w.Title, &w.Seq, &w.Since, &w.Online)
+		return w, err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("telegram: find waiting tasks: %w", err)
+	}
+	out := make([]outboxRow, len(tasks))
+	for i, w := range tasks {
+		out[i] = outboxRow{EventSeq: w.Seq, Kind: kindWaiting, ChatID: s.cfg.ChatID, Text: waitingLine(w, now)}
+	}
+	n, err := insertOutbox(ctx, s.db, out, now)
+	if n > 0 {
+		s.poked.Store(true)
+	}
+	return n, err
+}
+
+func waitingLine(w waitingTask, now time.Time) string {
+	who := "no worker online"
+	if w.Online > 0 {
+		who = plural(w.Online, "worker", "workers") + " online, none claimed it"
+	}
+	return fmt.Sprintf("⏳ %s waiting %d min for a worker (%s).", bold(esc(w.Title, budgetTitle)),
+		int(now.Sub(w.Since).Minutes()), who)
+}
