@@ -192,9 +192,12 @@ const maxHiddenBackoff = 256 * time.Millisecond
 // reports events the horizon still hides.
 func (r *Runner) drain(ctx context.Context, re Reactor) (hidden bool, err error) {
 	for ctx.Err() == nil {
-		visible, hidden, err := r.db.Pending(ctx, re.Name, re.Types)
-		if err != nil || !visible {
-			return hidden, err
+		work, err := r.db.Pending(ctx, re.Name, re.Types)
+		if err != nil || !work.Visible {
+			return work.Hidden, err
+		}
+		if work.Checkpoint.Leased(r.cfg.InstanceID, r.db.Now()) {
+			return false, nil // another instance prepares a batch; its commit wakes us
 		}
 		res, err := r.batch(ctx, re)
 		r.metrics.batches.WithLabelValues(re.Name, res.String()).Inc()

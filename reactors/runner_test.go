@@ -220,14 +220,14 @@ func TestPendingSeesHiddenEvents(t *testing.T) {
 	_, err = blocker.Exec(e.ctx, `SELECT pg_current_xact_id()`) // takes an xid older than the event's
 	require.NoError(t, err)
 	e.createTask(e.taskType(events.TaskTypeSpec{}), "t", "")
-	visible, hidden, err := e.db.Pending(e.ctx, "watch", []string{"task.created"})
+	work, err := e.db.Pending(e.ctx, "watch", []string{"task.created"})
 	require.NoError(t, err)
-	require.False(t, visible)
-	require.True(t, hidden)
+	require.False(t, work.Visible)
+	require.True(t, work.Hidden)
 	require.NoError(t, blocker.Rollback(e.ctx))
 	e.eventually("the event to turn visible", func() bool {
-		visible, _, err := e.db.Pending(e.ctx, "watch", []string{"task.created"})
+		work, err := e.db.Pending(e.ctx, "watch", []string{"task.created"})
 		require.NoError(t, err)
-		return visible
+		return work.Visible
 	})
 }

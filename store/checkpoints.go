@@ -96,40 +96,62 @@ func (db *DB) ReleaseCheckpointLease(ctx context.Context, name, holder string) e
 	return mapErr(err)
 }
 
-// Pending says whether a reactor reading types (all when empty) has work:
-// visible events after its checkpoint, and hidden ones (committed above the
-// horizon: an older transaction is still running). One read-only statement,
-// so an idle wake costs no transaction id and takes no lock; each type is
-// one ordered index probe, so a reactor waiting for rare events does not
-// walk the events of other types.
-func (db *DB) Pending(ctx context.Context, name string, types []string) (visible, hidden bool, err error) {
+// Work is what a look at a reactor's checkpoint and the log finds.
+type Work struct {
+	// Visible: events of the reactor's types after its checkpoint, below
+	// the horizon, ready to be handled.
+	Visible bool
+	// Hidden: such events committed above the horizon (an older transaction
+	// is still running); they turn visible when it ends.
+	Hidden bool
+	// Checkpoint's lease, for reactors that prepare batches.
+	Checkpoint Checkpoint
+}
+
+// Pending looks at what a reactor reading types (all when empty) has to do.
+// One read-only statement, so an idle wake costs no transaction id and takes
+// no lock; each type is one ordered index probe, so a reactor waiting for
+// rare events does not walk the events of other types.
+func (db *DB) Pending(ctx context.Context, name string, types []string) (Work, error) {
+	var w Work
+	var txID string
 	args := []any{name}
 	if len(types) > 0 {
 		args = append(args, types)
 	}
-	err = db.pool.QueryRow(ctx, pendingSQL(types), args...).Scan(&visible, &hidden)
-	if err != nil {
-		return false, false, mapErr(fmt.Errorf("pending %s: %w", name, err))
+	w.Checkpoint.Name = name
+	err := db.pool.QueryRow(ctx, pendingSQL(types), args...).Scan(&w.Visible, &w.Hidden,
+		&txID, &w.Checkpoint.Position.Seq, &w.Checkpoint.LeaseHolder, &w.Checkpoint.LeaseUntil)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return w, events.NotFound("reactor checkpoint", name)
 	}
-	return visible, hidden, nil
+	if err != nil {
+		return w, mapErr(fmt.Errorf("pending %s: %w", name, err))
+	}
+	if _, err := fmt.Sscan(txID, &w.Checkpoint.Position.TxID); err != nil {
+		return w, fmt.Errorf("checkpoint %s: tx_id %q: %w", name, txID, err)
+	}
+	return w, nil
 }
 
 func pendingSQL(types []string) string {
 	const cp = `WITH c AS MATERIALIZED (
-		    SELECT tx_id, seq, pg_snapshot_xmin(pg_current_snapshot()) AS horizon
-		      FROM reactor_checkpoints WHERE name = $1)`
+		    SELECT tx_id, seq, coalesce(lease_holder, '') AS lease_holder, lease_until,
+		           pg_snapshot_xmin(pg_current_snapshot()) AS horizon
+		      FROM reactor_checkpoints WHERE name = $1) `
+	const tail = `, c.tx_id::text, c.seq, c.lease_holder, c.lease_until FROM c`
 	if len(types) == 0 {
-		return cp + ` SELECT EXISTS (SELECT 1 FROM c, task_events e
+		return cp + `SELECT EXISTS (SELECT 1 FROM task_events e
 		        WHERE (e.tx_id, e.seq) > (c.tx_id, c.seq) AND e.tx_id < c.horizon),
-		       EXISTS (SELECT 1 FROM c, task_events e
-		        WHERE e.tx_id >= c.horizon AND (e.tx_id, e.seq) > (c.tx_id, c.seq))`
+		       EXISTS (SELECT 1 FROM task_events e
+		        WHERE e.tx_id >= c.horizon AND (e.tx_id, e.seq) > (c.tx_id, c.seq))` + tail
 	}
 	probe := func(cond string) string {
-		return `EXISTS (SELECT 1 FROM c, unnest($2::text[]) AS t(want), LATERAL (
+		return `EXISTS (SELECT 1 FROM unnest($2::text[]) AS t(want), LATERAL (
 		    SELECT 1 FROM task_events e WHERE e.type = t.want AND (e.tx_id, e.seq) > (c.tx_id, c.seq) AND ` + cond + `
 		     ORDER BY e.tx_id, e.seq LIMIT 1) x)`
 	}
-	return cp + ` SELECT ` + probe(`e.tx_id < c.horizon`) + `, ` + probe(`e.tx_id >= c.horizon`)
+	return cp + `SELECT ` + probe(`e.tx_id < c.horizon`) + `, ` + probe(`e.tx_id >= c.horizon`) + tail
 }
 
 // maxLagCount bounds how many events a lag count reads per type.
