@@ -32,6 +32,8 @@ type backgroundConfig struct {
 	anthropicBaseURL string
 	anthropicModel   string
 	anthropicTimeout time.Duration
+
+	telegram telegramConfig
 }
 
 func (c *backgroundConfig) register(fs *flag.FlagSet) {
@@ -47,6 +49,7 @@ func (c *backgroundConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.anthropicBaseURL, "anthropic-base-url", envOr("ANTHROPIC_BASE_URL", "https://api.anthropic.com"), "Anthropic API address; retry advice is on when ANTHROPIC_API_KEY is set (env ANTHROPIC_BASE_URL)")
 	fs.StringVar(&c.anthropicModel, "anthropic-model", envOr("ANTHROPIC_MODEL", "claude-sonnet-4-5"), "model for retry advice (env ANTHROPIC_MODEL)")
 	fs.DurationVar(&c.anthropicTimeout, "anthropic-timeout", envDuration("ANTHROPIC_TIMEOUT", 10*time.Second), "timeout of one retry-advice call (env ANTHROPIC_TIMEOUT)")
+	c.telegram.register(fs)
 }
 
 // background owns the instance's long-running goroutines and stops them in
@@ -107,10 +110,14 @@ func (b *background) addWorkers(cfg config, db *store.DB, reg prometheus.Registe
 		}
 		rs := []reactors.Reactor{retry.Reactor()}
 
-		// ==== TELEGRAM (telegram helper) ====================================
-		// Append the telegram reactor to rs here, and add its sender's Run to
-		// b.workers (it stops with the reactors, before the listener).
-		// =====================================================================
+		// Telegram: the reactor records notifications in the runner's
+		// transactions; the sender delivers them (and stops with the reactors).
+		tgReactor, tgSender, err := bg.telegram.build(db.Pool(), b.hub, log)
+		if err != nil {
+			return err
+		}
+		rs = append(rs, tgReactor)
+		b.workers = append(b.workers, tgSender)
 
 		runner, err := reactors.NewRunner(reactors.RunnerConfig{DB: db, Hub: b.hub, InstanceID: b.instanceID,
 			Reactors: rs, CatchUp: bg.catchUp, Registerer: reg, Logger: log})

@@ -1,0 +1,56 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
+
+	"github.com/clawdbot/task-service/reactors"
+	"github.com/clawdbot/task-service/store"
+)
+
+// telegramConfig is the TELEGRAM_* settings (DESIGN §5).
+type telegramConfig struct {
+	enabled      bool
+	token        string
+	chatID       string
+	apiBase      string
+	window       time.Duration
+	waitingAfter time.Duration
+}
+
+func (c *telegramConfig) register(fs *flag.FlagSet) {
+	// The token has no flag twin: command lines show up in ps.
+	c.token = os.Getenv("TELEGRAM_BOT_TOKEN")
+	fs.BoolVar(&c.enabled, "telegram-enabled", envBool("TELEGRAM_ENABLED", c.token != ""),
+		"send Telegram notifications; false is the kill switch: nothing is recorded or sent (env TELEGRAM_ENABLED; default: on when TELEGRAM_BOT_TOKEN is set)")
+	fs.StringVar(&c.chatID, "telegram-chat-id", os.Getenv("TELEGRAM_CHAT_ID"), "chat that receives the notifications (env TELEGRAM_CHAT_ID)")
+	fs.StringVar(&c.apiBase, "telegram-api-base", envOr("TELEGRAM_API_BASE", "https://api.telegram.org"), "Bot API address (env TELEGRAM_API_BASE)")
+	fs.DurationVar(&c.window, "telegram-window", envDuration("TELEGRAM_WINDOW", 5*time.Second),
+		"notifications arriving within this window go out as one message (env TELEGRAM_WINDOW)")
+	fs.DurationVar(&c.waitingAfter, "telegram-waiting-after", envDuration("TELEGRAM_WAITING_AFTER", 30*time.Minute),
+		"report a queued task nobody claimed for this long (env TELEGRAM_WAITING_AFTER)")
+}
+
+// build returns the telegram reactor (for the runner) and its sender's Run.
+// With the kill switch off the reactor still runs and moves its checkpoint,
+// so turning notifications on later does not announce the past.
+func (c telegramConfig) build(pool *pgxpool.Pool, hub *store.Hub, log zerolog.Logger) (reactors.Reactor, func(context.Context) error, error) {
+	cfg := reactors.TelegramConfig{Enabled: c.enabled, Token: c.token, ChatID: c.chatID, APIBase: c.apiBase,
+		Window: c.window, WaitingAfter: c.waitingAfter, Logger: log}
+	sender, err := reactors.NewTelegramSender(pool, hub, cfg)
+	if err != nil {
+		return reactors.Reactor{}, nil, err
+	}
+	cfg.OnEnqueue = sender.Poke
+	if c.enabled {
+		log.Info().Str("chat_id", c.chatID).Str("api", c.apiBase).Msg("telegram notifications are on")
+	} else {
+		log.Info().Msg("telegram notifications are off (set TELEGRAM_BOT_TOKEN and TELEGRAM_CHAT_ID to turn them on)")
+	}
+	return reactors.NewTelegramReactor(cfg), sender.Run, nil
+}
