@@ -22,6 +22,17 @@ type command struct {
 func commands() map[string]command {
 	return map[string]command{
 		"bench": {summary: "measure claim/complete throughput: bare SQL, store and HTTP side by side", run: runBench},
+
+		"login":   {summary: "log in to task-service and keep the token", run: entry((*app).login)},
+		"logout":  {summary: "forget the kept login", run: entry((*app).logout)},
+		"tasks":   {summary: "create, list, show, cancel, assign and retry tasks", run: entry(tasksCommand)},
+		"types":   {summary: "create, list and show task types (SOP and params schema)", run: entry(typesCommand)},
+		"workers": {summary: "create worker accounts and list what workers are doing", run: entry(workersCommand)},
+		"history": {summary: "a task's timeline: time, who, what", run: entry((*app).history)},
+		"chain":   {summary: "a task's retry lineage, original to latest", run: entry((*app).chain)},
+		"tail":    {summary: "follow the event log live (reconnects and resumes by itself)", run: entry((*app).tail)},
+		"stats":   {summary: "tasks per status, queue, workers online, retries, reactor lag", run: entry((*app).stats)},
+		"replay":  {summary: "rebuild the projections from the events, or --verify them (database access)", run: entry((*app).replay)},
 	}
 }
 

@@ -1,0 +1,197 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/clawdbot/task-service/api/client"
+	"github.com/clawdbot/task-service/events"
+)
+
+var typesCommand = group("types", "Define the kinds of work: each type has an SOP for workers and a JSON Schema for params.", map[string]subcommand{
+	"create": {"create a task type (SOP and schema from files)", (*app).typesCreate},
+	"list":   {"list task types", (*app).typesList},
+	"show":   {"show a type with its SOP and schema", (*app).typesShow},
+})
+
+var typesCreateSpec = cmdSpec{
+	name: "types create", args: "--name NAME [flags]",
+	summary: "Create a task type. The SOP (what a worker must do, in Markdown) comes from --sop-file and\n" +
+		"the params' JSON Schema from --schema-file; tasks of the type must satisfy that schema.",
+	example: `taskctl types create --name code_review --label "Code review" \
+  --sop-file sops/code_review.md --schema-file schemas/code_review.json \
+  --max-retries 2 --timeout 45m --backoff 30s`,
+}
+
+func (a *app) typesCreate(args []string) int {
+	spec := typesCreateSpec
+	fs := flagSet(spec)
+	api := apiFlag(fs)
+	name := fs.String("name", "", "lower_snake_case name (required)")
+	label := fs.String("label", "", "display name (default: the name)")
+	desc := fs.String("description", "", "what the type is for")
+	sopFile := fs.String("sop-file", "", "the SOP, a Markdown file")
+	schemaFile := fs.String("schema-file", "", "the params' JSON Schema, a JSON file")
+	maxRetries := fs.Int("max-retries", -1, "automatic retries after a failure (default: the server's, 3)")
+	timeout := fs.Duration("timeout", 0, "fail a task in progress for longer than this (0: never)")
+	backoff := fs.Duration("backoff", 0, "wait this long before a retry can be claimed")
+	asJSON := fs.Bool("json", false, "print the type as JSON")
+	pos, code, ok := a.parse(fs, spec, args)
+	if !ok {
+		return code
+	}
+	if !a.want(spec, fs, pos, 0, "") {
+		return exitUsage
+	}
+	if strings.TrimSpace(*name) == "" {
+		return a.fail(spec.name, usagef("--name is required"))
+	}
+	sop, err := textArg("", *sopFile, "sop")
+	if err != nil {
+		return a.fail(spec.name, err)
+	}
+	schema, err := jsonArg("", *schemaFile, "schema")
+	if err != nil {
+		return a.fail(spec.name, err)
+	}
+	nt := client.NewTaskType{Name: *name, Label: *label, Description: *desc, SOP: sop, ParamSchema: schema,
+		TimeoutSeconds: int(timeout.Seconds()), RetryBackoffSeconds: int(backoff.Seconds())}
+	if *maxRetries >= 0 {
+		nt.MaxRetries = maxRetries
+	}
+	c, err := a.client(*api)
+	if err != nil {
+		return a.fail(spec.name, err)
+	}
+	ctx, cancel := signalContext()
+	defer cancel()
+	tt, err := c.CreateTaskType(ctx, nt)
+	if err != nil {
+		return a.fail(spec.name, err)
+	}
+	if *asJSON {
+		return a.printJSON(tt)
+	}
+	fmt.Fprintf(a.stdout, "Created task type %s (%s), id %s.\nCreate a task: taskctl tasks create --type %s --title \"...\" --params '{...}'\n",
+		tt.Name, tt.Label, tt.ID, tt.Name)
+	return exitOK
+}
+
+var typesListSpec = cmdSpec{
+	name: "types list", args: "[--archived] [--json]",
+	summary: "List task types by name.",
+	example: "taskctl types list --archived",
+}
+
+func (a *app) typesList(args []string) int {
+	spec := typesListSpec
+	fs := flagSet(spec)
+	api := apiFlag(fs)
+	archived := fs.Bool("archived", false, "include archived types")
+	asJSON := fs.Bool("json", false, "print the types as JSON")
+	pos, code, ok := a.parse(fs, spec, args)
+	if !ok {
+		return code
+	}
+	if !a.want(spec, fs, pos, 0, "") {
+		return exitUsage
+	}
+	c, err := a.client(*api)
+	if err != nil {
+		return a.fail(spec.name, err)
+	}
+	ctx, cancel := signalContext()
+	defer cancel()
+	types, err := c.TaskTypes(ctx, *archived)
+	if err != nil {
+		return a.fail(spec.name, err)
+	}
+	if *asJSON {
+		return a.printJSON(types)
+	}
+	tw := a.table()
+	fmt.Fprintln(tw, "NAME\tLABEL\tRETRIES\tTIMEOUT\tBACKOFF\tARCHIVED\tID")
+	for _, t := range types {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%v\t%s\n", t.Name, clip(t.Label, 40), t.MaxRetries,
+			seconds(t.TimeoutSeconds), seconds(t.RetryBackoffSeconds), t.Archived, t.ID)
+	}
+	tw.Flush()
+	if len(types) == 0 {
+		fmt.Fprintln(a.stdout, "(no task types yet: taskctl types create --help)")
+	}
+	return exitOK
+}
+
+func seconds(n int) string {
+	if n == 0 {
+		return "-"
+	}
+	return (time.Duration(n) * time.Second).String()
+}
+
+var typesShowSpec = cmdSpec{
+	name: "types show", args: "TYPE [--json]",
+	summary: "Show a task type (by name or id) with its SOP and params schema.",
+	example: "taskctl types show code_review",
+}
+
+func (a *app) typesShow(args []string) int {
+	spec := typesShowSpec
+	fs := flagSet(spec)
+	api := apiFlag(fs)
+	asJSON := fs.Bool("json", false, "print the type as JSON")
+	pos, code, ok := a.parse(fs, spec, args)
+	if !ok {
+		return code
+	}
+	if !a.want(spec, fs, pos, 1, "TYPE (a name or id)") {
+		return exitUsage
+	}
+	c, err := a.client(*api)
+	if err != nil {
+		return a.fail(spec.name, err)
+	}
+	ctx, cancel := signalContext()
+	defer cancel()
+	tt, err := resolveType(ctx, c, pos[0])
+	if err != nil {
+		return a.fail(spec.name, err)
+	}
+	if *asJSON {
+		return a.printJSON(tt)
+	}
+	a.printType(tt)
+	return exitOK
+}
+
+func (a *app) printType(tt *events.TaskType) {
+	tw := a.table()
+	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+	row("Type", tt.Name)
+	row("Label", tt.Label)
+	row("ID", tt.ID)
+	row("Max retries", fmt.Sprint(tt.MaxRetries))
+	row("Timeout", seconds(tt.TimeoutSeconds))
+	row("Retry backoff", seconds(tt.RetryBackoffSeconds))
+	row("Archived", fmt.Sprint(tt.Archived))
+	row("Created", fmtTime(tt.CreatedAt))
+	row("Updated", fmtTime(tt.UpdatedAt))
+	tw.Flush()
+	if tt.Description != "" {
+		fmt.Fprintf(a.stdout, "\nDescription:\n%s\n", indent(tt.Description))
+	}
+	sop := tt.SOP
+	if strings.TrimSpace(sop) == "" {
+		sop = "(none)"
+	}
+	fmt.Fprintf(a.stdout, "\nSOP:\n%s\n", indent(sop))
+	var schema bytes.Buffer
+	if json.Indent(&schema, tt.ParamSchema, "", "  ") != nil {
+		schema.Reset()
+		schema.Write(tt.ParamSchema)
+	}
+	fmt.Fprintf(a.stdout, "\nParams schema:\n%s\n", indent(schema.String()))
+}

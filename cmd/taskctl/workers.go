@@ -1,0 +1,130 @@
+package main
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/clawdbot/task-service/api/client"
+)
+
+var workersCommand = group("workers", "Create the accounts workers log in with, and see what they are doing.", map[string]subcommand{
+	"create": {"create a worker account", (*app).workersCreate},
+	"list":   {"list workers with their activity and free slots", (*app).workersList},
+})
+
+var workersCreateSpec = cmdSpec{
+	name: "workers create", args: "--email EMAIL --name NAME [flags]",
+	summary: "Create a worker account. Without --password (or $TASKCTL_WORKER_PASSWORD) a random\n" +
+		"password is made and printed once: give it to the worker (task-worker, a ClawdBot) to log in.",
+	example: `taskctl workers create --email genesis@bots.example.com --name Genesis --max-concurrent 2`,
+}
+
+func (a *app) workersCreate(args []string) int {
+	spec := workersCreateSpec
+	fs := flagSet(spec)
+	api := apiFlag(fs)
+	email := fs.String("email", "", "the worker's login (required)")
+	name := fs.String("name", "", "display name (required)")
+	password := fs.String("password", "", "password, 8-72 bytes (default $TASKCTL_WORKER_PASSWORD, else generated)")
+	maxConc := fs.Int("max-concurrent", 1, "tasks it may hold at once (1-100)")
+	asJSON := fs.Bool("json", false, "print the worker as JSON")
+	pos, code, ok := a.parse(fs, spec, args)
+	if !ok {
+		return code
+	}
+	if !a.want(spec, fs, pos, 0, "") {
+		return exitUsage
+	}
+	if strings.TrimSpace(*email) == "" || strings.TrimSpace(*name) == "" {
+		return a.fail(spec.name, usagef("--email and --name are required"))
+	}
+	pw, generated := *password, false
+	if pw == "" {
+		pw = a.getenv("TASKCTL_WORKER_PASSWORD")
+	}
+	if pw == "" {
+		b := make([]byte, 18)
+		if _, err := rand.Read(b); err != nil {
+			return a.fail(spec.name, err)
+		}
+		pw, generated = base64.RawURLEncoding.EncodeToString(b), true
+	}
+	c, err := a.client(*api)
+	if err != nil {
+		return a.fail(spec.name, err)
+	}
+	ctx, cancel := signalContext()
+	defer cancel()
+	u, err := c.CreateWorker(ctx, client.NewWorker{Email: *email, Password: pw, FullName: *name, MaxConcurrentTasks: *maxConc})
+	if err != nil {
+		return a.fail(spec.name, err)
+	}
+	if *asJSON {
+		out := map[string]any{"worker": u}
+		if generated {
+			out["password"] = pw
+		}
+		return a.printJSON(out)
+	}
+	fmt.Fprintf(a.stdout, "Created worker %s <%s>, id %s, up to %d tasks at once.\n", u.FullName, u.Email, u.ID, u.MaxConcurrentTasks)
+	if generated {
+		fmt.Fprintf(a.stdout, "Password (shown once): %s\n", pw)
+	}
+	return exitOK
+}
+
+var workersListSpec = cmdSpec{
+	name: "workers list", args: "[--json]",
+	summary: "List workers: online or not, last heartbeat, tasks in progress, free slots.",
+	example: "taskctl workers list",
+}
+
+func (a *app) workersList(args []string) int {
+	spec := workersListSpec
+	fs := flagSet(spec)
+	api := apiFlag(fs)
+	asJSON := fs.Bool("json", false, "print the workers as JSON")
+	pos, code, ok := a.parse(fs, spec, args)
+	if !ok {
+		return code
+	}
+	if !a.want(spec, fs, pos, 0, "") {
+		return exitUsage
+	}
+	c, err := a.client(*api)
+	if err != nil {
+		return a.fail(spec.name, err)
+	}
+	ctx, cancel := signalContext()
+	defer cancel()
+	ws, err := c.Workers(ctx)
+	if err != nil {
+		return a.fail(spec.name, err)
+	}
+	if *asJSON {
+		return a.printJSON(ws)
+	}
+	now := time.Now()
+	tw := a.table()
+	fmt.Fprintln(tw, "NAME\tEMAIL\tONLINE\tLAST SEEN\tSTATUS\tRUNNING\tFREE\tDONE TODAY\tID")
+	for _, w := range ws {
+		seen := "never"
+		if w.LastActivityAt != nil {
+			seen = age(*w.LastActivityAt, now) + " ago"
+		}
+		online := "no"
+		if w.Online {
+			online = "yes"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d/%d\t%d\t%d\t%s\n", w.FullName, w.Email, online, seen,
+			orDash(deref(w.HeartbeatStatus)), w.InProgressCount, w.MaxConcurrentTasks, w.AvailableSlots, w.CompletedToday, w.ID)
+	}
+	tw.Flush()
+	if len(ws) == 0 {
+		fmt.Fprintln(a.stdout, "(no workers yet: taskctl workers create --help)")
+	}
+	return exitOK
+}
