@@ -38,7 +38,7 @@ type TelegramConfig struct {
 	Window       time.Duration // batching window (default 5 s)
 	MaxBatch     int           // rows per message batch, at most (default 50)
 	PollInterval time.Duration // slow catch-up ticker (default 2 s)
-	Lease        time.Duration // how long a claimed batch is ours (default 2 min)
+	Lease        time.Duration // how long a claimed batch is ours (default 1 min)
 	HTTPTimeout  time.Duration // one sendMessage call (default 15 s)
 	BackoffBase  time.Duration // first delay after a 5xx or network error (default 1 s)
 	BackoffMax   time.Duration // longest such delay (default 5 min)
@@ -69,7 +69,7 @@ func (c TelegramConfig) withDefaults() TelegramConfig {
 	}
 	setDur(&c.Window, 5*time.Second)
 	setDur(&c.PollInterval, 2*time.Second)
-	setDur(&c.Lease, 2*time.Minute)
+	setDur(&c.Lease, time.Minute)
 	setDur(&c.HTTPTimeout, 15*time.Second)
 	setDur(&c.BackoffBase, time.Second)
 	setDur(&c.BackoffMax, 5*time.Minute)

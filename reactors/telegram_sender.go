@@ -45,10 +45,10 @@ type TelegramSender struct {
 // NewTelegramSender returns a sender; Run starts it. hub may be nil (then
 // only the ticker wakes it).
 func NewTelegramSender(db outboxDB, hub *store.Hub, cfg TelegramConfig) (*TelegramSender, error) {
+	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg = cfg.withDefaults()
 	return &TelegramSender{
 		db: db, hub: hub, cfg: cfg, log: cfg.Logger.With().Str("component", "telegram").Logger(),
 		api: &botAPI{base: cfg.APIBase, token: cfg.Token, client: cfg.HTTPClient},

@@ -20,6 +20,7 @@ type telegramConfig struct {
 	chatID       string
 	apiBase      string
 	window       time.Duration
+	lease        time.Duration
 	waitingAfter time.Duration
 }
 
@@ -32,6 +33,8 @@ func (c *telegramConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.apiBase, "telegram-api-base", envOr("TELEGRAM_API_BASE", "https://api.telegram.org"), "Bot API address (env TELEGRAM_API_BASE)")
 	fs.DurationVar(&c.window, "telegram-window", envDuration("TELEGRAM_WINDOW", 5*time.Second),
 		"notifications arriving within this window go out as one message (env TELEGRAM_WINDOW)")
+	fs.DurationVar(&c.lease, "telegram-lease", envDuration("TELEGRAM_LEASE", time.Minute),
+		"how long a claimed batch belongs to its instance; a crashed instance's batch is sent by another after it (env TELEGRAM_LEASE)")
 	fs.DurationVar(&c.waitingAfter, "telegram-waiting-after", envDuration("TELEGRAM_WAITING_AFTER", 30*time.Minute),
 		"report a queued task nobody claimed for this long (env TELEGRAM_WAITING_AFTER)")
 }
@@ -41,7 +44,7 @@ func (c *telegramConfig) register(fs *flag.FlagSet) {
 // so turning notifications on later does not announce the past.
 func (c telegramConfig) build(pool *pgxpool.Pool, hub *store.Hub, log zerolog.Logger) (reactors.Reactor, func(context.Context) error, error) {
 	cfg := reactors.TelegramConfig{Enabled: c.enabled, Token: c.token, ChatID: c.chatID, APIBase: c.apiBase,
-		Window: c.window, WaitingAfter: c.waitingAfter, Logger: log}
+		Window: c.window, Lease: c.lease, WaitingAfter: c.waitingAfter, Logger: log}
 	sender, err := reactors.NewTelegramSender(pool, hub, cfg)
 	if err != nil {
 		return reactors.Reactor{}, nil, err
