@@ -248,13 +248,22 @@ func (w *Worker) report(ctx context.Context, log zerolog.Logger, t *claimedTask,
 			return err
 		})
 	case "fail":
-		reason := capText(o.reason, events.MaxReasonLen/2)
-		err = w.api.retry(ctx, "fail", func(ctx context.Context) error {
-			_, err := w.api.c.FailKind(ctx, t.ID, o.kind, reason)
-			return err
-		})
+		// Command output may hold NUL or broken UTF-8, which the service
+		// refuses; a refused failure would leave the task held forever.
+		reason := capText(sanitizeLine(o.reason), events.MaxReasonLen/2)
+		fail := func(reason string) error {
+			return w.api.retry(ctx, "fail", func(ctx context.Context) error {
+				_, err := w.api.c.FailKind(ctx, t.ID, o.kind, reason)
+				return err
+			})
+		}
+		err = fail(reason)
+		if err != nil && !gone(err) && ctx.Err() == nil {
+			log.Error().Err(err).Msg("the service refused the failure reason; failing the task with a plain one")
+			err = fail("the command failed; the service refused its failure reason: " + sanitizeLine(err.Error()))
+		}
 	case "release":
-		_, err = retryRelease(ctx, w.api, t.ID, o.reason)
+		_, err = retryRelease(ctx, w.api, t.ID, sanitizeLine(o.reason))
 	}
 	if err != nil {
 		if !w.reportFailed(ctx, log, err) {

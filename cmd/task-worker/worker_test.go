@@ -76,6 +76,7 @@ func TestAFailingCommandFailsTheTaskWithItsStderrTail(t *testing.T) {
 	id := f.newTask(f.newType("build", 0, ""), "build it", nil)
 	cmd := f.script("fail.sh", `i=0
 while [ $i -lt 200 ]; do echo "noise line $i with some padding to make stderr long" >&2; i=$((i+1)); done
+printf 'nul:\000: bad utf8:\377:\n' >&2
 echo "fatal: the repository is gone" >&2
 exit 3
 `)
@@ -85,8 +86,10 @@ exit 3
 	reason := *got.FailureReason
 	require.True(t, strings.HasPrefix(reason, "exit status 3: "), reason)
 	require.True(t, strings.HasSuffix(reason, "fatal: the repository is gone"), reason)
-	require.LessOrEqual(t, len(reason), len("exit status 3: ")+stderrTail, "only the tail of stderr")
+	// 2 KB of stderr; the one invalid byte became a 3-byte U+FFFD.
+	require.LessOrEqual(t, len(reason), len("exit status 3: ")+stderrTail+2, "only the tail of stderr")
 	require.NotContains(t, reason, "noise line 0 ")
+	require.Contains(t, reason, "nul:: bad utf8:\uFFFD:", "NUL and broken UTF-8, which the service refuses, are cleaned")
 }
 
 func TestAFloodOfOutputIsBatchedAndNothingIsLost(t *testing.T) {
