@@ -42,6 +42,7 @@ type TelegramConfig struct {
 	HTTPTimeout  time.Duration // one sendMessage call (default 15 s)
 	BackoffBase  time.Duration // first delay after a 5xx or network error (default 1 s)
 	BackoffMax   time.Duration // longest such delay (default 5 min)
+	MessageGap   time.Duration // least time between two messages of one instance (default 1 s)
 
 	WaitingAfter      time.Duration // a queued task unclaimed this long is reported (default 30 min)
 	WaitingCheckEvery time.Duration // how often to look for such tasks (default 1 min)
@@ -73,6 +74,7 @@ func (c TelegramConfig) withDefaults() TelegramConfig {
 	setDur(&c.HTTPTimeout, 15*time.Second)
 	setDur(&c.BackoffBase, time.Second)
 	setDur(&c.BackoffMax, 5*time.Minute)
+	setDur(&c.MessageGap, time.Second)
 	setDur(&c.WaitingAfter, 30*time.Minute)
 	setDur(&c.WaitingCheckEvery, time.Minute)
 	if c.MaxBatch <= 0 {

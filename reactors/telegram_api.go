@@ -46,7 +46,8 @@ type apiResponse struct {
 	ErrorCode   int    `json:"error_code"`
 	Description string `json:"description"`
 	Parameters  *struct {
-		RetryAfter int `json:"retry_after"`
+		RetryAfter      int   `json:"retry_after"`
+		MigrateToChatID int64 `json:"migrate_to_chat_id"`
 	} `json:"parameters"`
 }
 
@@ -100,6 +101,10 @@ func (a *botAPI) sendMessage(ctx context.Context, chatID, text string) sendResul
 		} else {
 			res.outcome = sendTransient // no hint: back off like any other failure
 		}
+	case code == http.StatusBadRequest && chatProblem(desc, ans):
+		// "chat not found", a group upgraded to a supergroup, no rights:
+		// wrong configuration, not a bad message. Keep the rows.
+		res.outcome = sendRefused
 	case code == http.StatusBadRequest:
 		res.outcome = sendRejected
 	case code == http.StatusUnauthorized || code == http.StatusForbidden || code == http.StatusNotFound:
@@ -108,6 +113,21 @@ func (a *botAPI) sendMessage(ctx context.Context, chatID, text string) sendResul
 		res.outcome = sendTransient
 	}
 	return res
+}
+
+// chatProblem tells a 400 about the chat (the same for every message) from a
+// 400 about one message (entities, length), which alone is dead-lettered.
+func chatProblem(desc string, ans apiResponse) bool {
+	if ans.Parameters != nil && ans.Parameters.MigrateToChatID != 0 {
+		return true
+	}
+	d := strings.ToLower(desc)
+	for _, s := range []string{"chat not found", "chat_id", "peer_id_invalid", "not enough rights", "chat_write_forbidden", "need administrator rights"} {
+		if strings.Contains(d, s) {
+			return true
+		}
+	}
+	return false
 }
 
 func truncateBytes(b []byte, n int) []byte {

@@ -40,6 +40,7 @@ type TelegramSender struct {
 	blockedUntil time.Time // after a 429 or a failure: send nothing before
 	failures     int       // consecutive 5xx/network failures, for the backoff
 	lastStep     time.Time
+	lastSend     time.Time // real time of the last sendMessage, for pacing
 }
 
 // NewTelegramSender returns a sender; Run starts it. hub may be nil (then
@@ -212,27 +213,27 @@ func (s *TelegramSender) claim(ctx context.Context, now time.Time) ([]outboxRow,
 	return out, nil
 }
 
-// deliver sends claimed rows (one message per chat, split at Telegram's
-// limit) and records each outcome. It ignores the caller's cancellation so a
+// deliver sends claimed rows (one message, split at Telegram's limit) to the
+// configured chat, whatever chat the row was recorded for: fixing a wrong
+// TELEGRAM_CHAT_ID re-routes what is still pending. It records each outcome. It ignores the caller's cancellation so a
 // stopping service finishes the batch in hand, but never starts a call that
 // could outlive the lease.
 func (s *TelegramSender) deliver(ctx context.Context, rows []outboxRow, leaseEnd time.Time) {
 	stopping := ctx.Done()
 	ctx = context.WithoutCancel(ctx)
 	lease := leaseCtx{end: leaseEnd, stopping: stopping}
-	var queue []chunk
-	for _, group := range groupByChat(rows) {
-		queue = append(queue, composeMessages(group)...)
-	}
+	queue := composeMessages(rows)
 	for i := 0; i < len(queue); i++ {
 		c := queue[i]
-		if !s.cfg.Now().Add(s.cfg.HTTPTimeout).Before(leaseEnd) {
+		if !s.cfg.Now().Add(s.cfg.HTTPTimeout + s.cfg.MessageGap).Before(leaseEnd) {
 			s.postpone(ctx, lease, rowsOf(queue[i:]), s.cfg.Now(), "lease ran out before sending")
 			return
 		}
+		s.pace()
 		callCtx, cancel := context.WithTimeout(ctx, s.cfg.HTTPTimeout)
-		res := s.api.sendMessage(callCtx, c.rows[0].ChatID, c.text)
+		res := s.api.sendMessage(callCtx, s.cfg.ChatID, c.text)
 		cancel()
+		s.lastSend = time.Now()
 		now := s.cfg.Now()
 		switch res.outcome {
 		case sendOK:
@@ -284,19 +285,17 @@ func (s *TelegramSender) backoff() time.Duration {
 	return half + time.Duration(rand.Int64N(int64(d-half)+1))
 }
 
-func groupByChat(rows []outboxRow) [][]outboxRow {
-	var out [][]outboxRow
-	index := map[string]int{}
-	for _, r := range rows {
-		i, ok := index[r.ChatID]
-		if !ok {
-			i = len(out)
-			index[r.ChatID] = i
-			out = append(out, nil)
-		}
-		out[i] = append(out[i], r)
+// pace keeps MessageGap between two messages of this instance: Telegram
+// allows a group about 20 messages a minute, and a burst of full batches
+// would otherwise run into 429s. Real time, not the injected clock: this is
+// about Telegram's clock.
+func (s *TelegramSender) pace() {
+	if s.lastSend.IsZero() {
+		return
 	}
-	return out
+	if wait := s.cfg.MessageGap - time.Since(s.lastSend); wait > 0 {
+		time.Sleep(wait)
+	}
 }
 
 func rowsOf(chunks []chunk) []outboxRow {
@@ -319,8 +318,9 @@ func ids(rows []outboxRow) []int64 {
 // attempt here widens the window in which another instance could send the
 // same rows again.
 func (s *TelegramSender) markSent(ctx context.Context, lease leaseCtx, rows []outboxRow, now time.Time) {
-	s.record(ctx, lease, "mark sent", `UPDATE telegram_outbox SET status = 'sent', sent_at = $2, last_error = NULL
-		WHERE id = ANY ($1) AND status = 'pending'`, ids(rows), now)
+	s.record(ctx, lease, "mark sent", `UPDATE telegram_outbox SET status = 'sent', sent_at = $2, last_error = NULL,
+		    chat_id = $3
+		WHERE id = ANY ($1) AND status = 'pending'`, ids(rows), now, s.cfg.ChatID)
 }
 
 func (s *TelegramSender) markDead(ctx context.Context, lease leaseCtx, row outboxRow, description string) {

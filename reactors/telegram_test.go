@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -77,6 +78,7 @@ func setupTelegram(t *testing.T) *tgEnv {
 		Enabled: true, Token: testToken, ChatID: testChat, APIBase: bot.srv.URL,
 		Window: 30 * time.Millisecond, PollInterval: 50 * time.Millisecond, Lease: 5 * time.Second,
 		HTTPTimeout: 500 * time.Millisecond, BackoffBase: 10 * time.Millisecond, BackoffMax: 80 * time.Millisecond,
+		MessageGap: time.Millisecond,
 		Logger: zerolog.New(logs).With().Timestamp().Logger(),
 	}}
 }
@@ -536,6 +538,32 @@ func TestTelegramDeadLettersA400(t *testing.T) {
 	require.Contains(t, e.logs.String(), "dead-lettered")
 }
 
+// A 400 about the chat (not about one message) dead-letters nothing: the rows
+// wait until the configuration is fixed, then go to the configured chat.
+func TestTelegramWrongChatKeepsRows(t *testing.T) {
+	t.Parallel()
+	e := setupTelegram(t)
+	ctx := context.Background()
+	want := enqueue(t, e.pool, 1, 3, time.Now().Add(-time.Minute), "kept")
+	wrong := e.cfg
+	wrong.ChatID = "-100999"
+	s, err := NewTelegramSender(e.pool, e.hub, wrong)
+	require.NoError(t, err)
+	_, err = s.step(ctx)
+	require.NoError(t, err)
+	require.Equal(t, map[string]int{"pending": 3}, countStatus(t, e.pool))
+	require.Contains(t, e.logs.String(), "chat not found")
+
+	_, err = e.pool.Exec(ctx, `UPDATE telegram_outbox SET next_attempt_at = now() - interval '1 second'`)
+	require.NoError(t, err)
+	s, err = NewTelegramSender(e.pool, e.hub, e.cfg)
+	require.NoError(t, err)
+	_, err = s.step(ctx)
+	require.NoError(t, err)
+	require.Equal(t, map[string]int{"sent": 3}, countStatus(t, e.pool))
+	requireExactlyOnce(t, e.bot.messages(), want)
+}
+
 func TestTelegramConcurrentSendersNoDuplicates(t *testing.T) {
 	t.Parallel()
 	e := setupTelegram(t)
@@ -671,4 +699,51 @@ func TestTelegramEndToEnd(t *testing.T) {
 	// anywhere on the test server delays the runner (DESIGN §2).
 	waitFor(t, time.Minute, "the completion notice", func() bool { return len(e.bot.messages()) == 1 })
 	require.Equal(t, "✅ "+nastyTitle+" (retry 1) completed by Nexus. 847 posts", e.bot.messages()[0].Plain)
+}
+
+func TestBotAPIClassifiesAnswers(t *testing.T) {
+	t.Parallel()
+	bot := newFakeBot(t, testToken, testChat)
+	api := &botAPI{base: bot.srv.URL, token: testToken, client: &http.Client{Timeout: time.Second}}
+	for _, tc := range []struct {
+		name    string
+		answer  fakeAnswer
+		chat    string
+		text    string
+		outcome sendOutcome
+		after   time.Duration
+		desc    string
+	}{
+		{name: "ok", text: "<b>hi</b>", outcome: sendOK},
+		{name: "ok with a body that is not JSON", answer: fakeAnswer{status: 200, body: "ok!"}, outcome: sendOK},
+		{name: "429 with retry_after", answer: fakeAnswer{status: 429, retryAfter: 3}, outcome: sendRetryAfter, after: 3 * time.Second, desc: "Too Many Requests: retry after 3"},
+		{name: "429 without parameters", answer: fakeAnswer{status: 429, body: `{"ok":false,"error_code":429,"description":"Too Many Requests"}`}, outcome: sendTransient},
+		{name: "500", answer: fakeAnswer{status: 500}, outcome: sendTransient, desc: "Internal Server Error"},
+		{name: "502 from a proxy", answer: fakeAnswer{status: 502, body: "<html>Bad Gateway</html>"}, outcome: sendTransient, desc: "HTTP 502 <html>Bad Gateway</html>"},
+		{name: "400 about the message", text: "<blink>x</blink>", outcome: sendRejected, desc: "Bad Request: can't parse entities"},
+		{name: "400 about the chat", chat: "-1", text: "x", outcome: sendRefused, desc: "Bad Request: chat not found"},
+		{name: "401", answer: fakeAnswer{status: 401, body: `{"ok":false,"error_code":401,"description":"Unauthorized"}`}, outcome: sendRefused, desc: "Unauthorized"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// Subtests run one after another, so the script can be swapped.
+			bot.setScript(func(int) fakeAnswer { return tc.answer })
+			chat, text := cmp.Or(tc.chat, testChat), cmp.Or(tc.text, "x")
+			res := api.sendMessage(context.Background(), chat, text)
+			require.Equal(t, tc.outcome, res.outcome, res.description)
+			require.Equal(t, tc.after, res.retryAfter)
+			require.Contains(t, res.description, tc.desc)
+		})
+	}
+
+	wrongToken := &botAPI{base: bot.srv.URL, token: "1:wrong", client: http.DefaultClient}
+	bot.setScript(nil)
+	require.Equal(t, sendRefused, wrongToken.sendMessage(context.Background(), testChat, "x").outcome)
+
+	down := newFakeBot(t, testToken, testChat)
+	down.srv.Close()
+	gone := &botAPI{base: down.srv.URL, token: testToken, client: http.DefaultClient}
+	res := gone.sendMessage(context.Background(), testChat, "x")
+	require.Equal(t, sendTransient, res.outcome)
+	require.NotContains(t, res.description, testToken)
+	require.Contains(t, res.description, "connection refused")
 }
