@@ -79,7 +79,7 @@ func setupTelegram(t *testing.T) *tgEnv {
 		Window: 30 * time.Millisecond, PollInterval: 50 * time.Millisecond, Lease: 5 * time.Second,
 		HTTPTimeout: 500 * time.Millisecond, BackoffBase: 10 * time.Millisecond, BackoffMax: 80 * time.Millisecond,
 		MessageGap: time.Millisecond,
-		Logger: zerolog.New(logs).With().Timestamp().Logger(),
+		Logger:     zerolog.New(logs).With().Timestamp().Logger(),
 	}}
 }
 
