@@ -17,7 +17,7 @@ import (
 	"github.com/clawdbot/task-service/events"
 )
 
-// Telegram notifications (DESIGN §5, ADR docs/adr/*-telegram-outbox.md).
+// Telegram notifications (DESIGN §5, ADR docs/adr/004-telegram-outbox.md).
 //
 // The reactor turns events into telegram_outbox rows inside the runner's
 // transaction, keyed UNIQUE (event_seq, kind), so a replayed batch inserts

@@ -10,7 +10,7 @@ import (
 	"unicode/utf8"
 )
 
-// Messages use parse_mode HTML (ADR: docs/adr/*-telegram-outbox.md): only
+// Messages use parse_mode HTML (ADR: docs/adr/004-telegram-outbox.md): only
 // <, > and & need escaping, where MarkdownV2 needs eighteen characters and a
 // backslash escaped differently inside and outside entities. Every piece of
 // user text goes through esc; nothing else is ever interpolated raw.
