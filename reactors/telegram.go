@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/rs/zerolog"
@@ -202,12 +203,14 @@ func recordNotifications(ctx context.Context, tx pgx.Tx, cfg TelegramConfig, evs
 func loadFacts(ctx context.Context, tx pgx.Tx, taskIDs, workerIDs []string) (map[string]taskFacts, map[string]string, error) {
 	tasks := map[string]taskFacts{}
 	names := map[string]string{}
-	workerIDs = nonEmpty(workerIDs)
+	taskIDs, workerIDs = validIDs(taskIDs), validIDs(workerIDs)
 	if len(taskIDs) == 0 && len(workerIDs) == 0 {
 		return tasks, names, nil
 	}
 	b := &pgx.Batch{}
-	b.Queue(`SELECT t.id::text, t.title, t.retry_count, coalesce(tt.max_retries, 0), t.result
+	// An archived type gets no retries (the retry reactor skips them).
+	b.Queue(`SELECT t.id::text, t.title, t.retry_count,
+		    CASE WHEN coalesce(tt.archived, true) THEN 0 ELSE tt.max_retries END, t.result
 		FROM worker_tasks t LEFT JOIN task_types tt ON tt.id = t.task_type_id
 		WHERE t.id = ANY ($1::uuid[])`, taskIDs).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
@@ -236,10 +239,12 @@ func loadFacts(ctx context.Context, tx pgx.Tx, taskIDs, workerIDs []string) (map
 	return tasks, names, nil
 }
 
-func nonEmpty(ids []string) []string {
-	out := ids[:0:0]
+// validIDs keeps the UUIDs: one malformed id in a payload must not make
+// the batch fail (and be retried) forever; its line names the raw id instead.
+func validIDs(ids []string) []string {
+	var out []string
 	for _, id := range ids {
-		if id != "" {
+		if _, err := uuid.Parse(id); err == nil {
 			out = append(out, id)
 		}
 	}
@@ -280,8 +285,12 @@ func notificationFor(e events.Envelope, tasks map[string]taskFacts, names map[st
 			}
 			r.Text = fmt.Sprintf("🧊 %s stuck — %s offline. %s", title, name(p.WorkerID), next)
 		} else {
+			answer := "no"
+			if retry {
+				answer = "yes"
+			}
 			r.Text = fmt.Sprintf("❌ %s failed. Reason: %s. Retry: %s", title,
-				esc(strings.TrimRight(p.Reason, ". "), budgetReason), map[bool]string{true: "yes", false: "no"}[retry])
+				esc(strings.TrimRight(p.Reason, ". "), budgetReason), answer)
 		}
 	case events.TaskRetried:
 		manual := ""
