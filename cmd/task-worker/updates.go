@@ -44,14 +44,15 @@ type updater struct {
 	log    zerolog.Logger
 	limits updateLimits
 
-	mu       sync.Mutex
-	pending  []string // each at most MaxMessage bytes
-	bytes    int
-	oldest   time.Time // arrival of pending[0]
-	overflow []string  // the tail kept while the backlog is full
-	omitted  int       // lines dropped from the overflow since the last note
-	closed   bool
-	dead     bool // the task is no longer ours: stop posting
+	mu        sync.Mutex
+	pending   []string // each at most MaxMessage bytes
+	bytes     int
+	oldest    time.Time // arrival of pending[0]
+	overflow  []string  // the tail kept while the backlog is full
+	overBytes int       // bytes in overflow
+	omitted   int       // lines dropped from the overflow since the last note
+	closed    bool
+	dead      bool // the task is no longer ours: stop posting
 
 	wake chan struct{}
 	done chan struct{}
@@ -85,7 +86,11 @@ func (u *updater) Add(line string) {
 		}
 		if len(u.overflow) > 0 || u.bytes+len(chunk)+1 > u.limits.MaxBacklog {
 			u.overflow = append(u.overflow, chunk)
-			if len(u.overflow) > u.limits.TailLines {
+			u.overBytes += len(chunk) + 1
+			// Keep at most TailLines lines and a quarter of the backlog,
+			// so the tail always fits back in.
+			for len(u.overflow) > 1 && (len(u.overflow) > u.limits.TailLines || u.overBytes > u.limits.MaxBacklog/4) {
+				u.overBytes -= len(u.overflow[0]) + 1
 				u.overflow = u.overflow[1:]
 				u.omitted++
 				u.omittedTotal++
@@ -168,7 +173,7 @@ func (u *updater) loop(ctx context.Context) {
 			u.log.Warn().Err(err).Msg("the task is no longer ours: output is no longer posted")
 			u.mu.Lock()
 			u.dead = true
-			u.pending, u.overflow, u.bytes = nil, nil, 0
+			u.pending, u.overflow, u.bytes, u.overBytes = nil, nil, 0, 0
 			u.mu.Unlock()
 		default:
 			// Rejected (400, 413): retrying the same text cannot help.
@@ -222,10 +227,7 @@ func (u *updater) refillLocked() {
 	if len(u.overflow) == 0 {
 		return
 	}
-	size := 0
-	for _, l := range u.overflow {
-		size += len(l) + 1
-	}
+	size := u.overBytes
 	if u.bytes+size+100 > u.limits.MaxBacklog && !u.closed {
 		return
 	}
@@ -240,7 +242,7 @@ func (u *updater) refillLocked() {
 	}
 	u.pending = append(u.pending, u.overflow...)
 	u.bytes += size
-	u.overflow = nil
+	u.overflow, u.overBytes = nil, 0
 }
 
 func (u *updater) giveUp() {
