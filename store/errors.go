@@ -23,7 +23,11 @@ func mapErr(err error) error {
 		switch pgErr.Code {
 		case "23505": // unique_violation
 			switch pgErr.ConstraintName {
-			case "task_events_stream_id_version_key":
+			case "task_events_stream_id_version_key",
+				// Projection rows are queued before the events (append.go), so
+				// a lost race can surface on the assignment row's (task_id,
+				// version) key before it reaches the event's.
+				"task_assignments_pkey":
 				return fmt.Errorf("%w: another write to the same stream won", events.ErrConflict)
 			case "users_email_key":
 				return &events.DuplicateError{Field: "email"}
