@@ -7,6 +7,7 @@
 #   make test-race  the same tests under the race detector (slower)
 #   make bench      taskctl bench: bare SQL vs store vs HTTP claim/complete at 1, 16, 64 workers
 #   make bench-go   Go benchmarks of the store hot paths (go test -bench)
+#   make bench-worker  task-worker's own overhead per task with a no-op command
 #   make lint       gofmt check + go vet
 #   make fuzz       fuzz the API's request decoding for FUZZTIME (default 30s)
 #   make devdb      start the dev cluster and print its URL
@@ -29,7 +30,7 @@ TEST_DB_ENV = \
 	fi; \
 	export TEST_DATABASE_URL
 
-.PHONY: build run test test-race bench bench-go lint fuzz devdb devdb-stop
+.PHONY: build run test test-race bench bench-go bench-worker lint fuzz devdb devdb-stop
 
 build:
 	$(GO) build -o bin/ ./cmd/...
@@ -67,6 +68,14 @@ bench:
 bench-go:
 	@set -e; $(TEST_DB_ENV); \
 	$(GO) test -run '^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) -count=1 -timeout 30m $(TESTFLAGS) ./store/...
+
+# The worker loop's overhead per task (claim -> start, exit -> completed), p50/p99,
+# over WORKER_BENCH_TASKS tasks of `true` (docs/examples/README.md).
+WORKER_BENCH_TASKS ?= 1000
+bench-worker:
+	@set -e; $(TEST_DB_ENV); \
+	TASK_WORKER_BENCH=1 TASK_WORKER_BENCH_TASKS=$(WORKER_BENCH_TASKS) \
+	$(GO) test -count=1 -run '^TestLoopOverhead$$' -v ./cmd/task-worker
 
 lint:
 	@set -e; \
