@@ -152,6 +152,9 @@ func newFixture(t *testing.T, serviceEnv ...string) *fixture {
 		"DATABASE_URL=" + dbURL, "JWT_SECRET=test-secret-0123456789abcdef",
 		"ADMIN_EMAIL=" + adminEmail, "ADMIN_PASSWORD=" + adminPassword,
 		"BCRYPT_COST=4", "LOG_FORMAT=json", "LOG_LEVEL=warn",
+		// The service's own retries and timeouts would race the worker's
+		// behaviour under test (retry tasks claimed, a timeout failed first).
+		"REACTORS=false", "STUCK_DETECTOR=false",
 	}, serviceEnv...)}
 	svc.addr = freeAddr(t)
 	svc.env = append(svc.env, "LISTEN_ADDR="+svc.addr)
