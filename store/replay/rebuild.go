@@ -55,7 +55,7 @@ type RebuildReport struct {
 //     indexes (copied from the live tables) and ANALYZE them;
 //  3. catch up without a lock: fold the events the snapshot could not see
 //     onto the fresh tables, as often as needed for few to remain;
-//  4. lock out writers (task_events EXCLUSIVE, the projections ACCESS
+//  4. lock out writers (the projections ACCESS EXCLUSIVE, task_events
 //     EXCLUSIVE), fold the last events, carry over the columns that are not
 //     events (heartbeats), drop the live tables and move the fresh ones in,
 //     all in one transaction. Only this step blocks anyone.
@@ -400,16 +400,20 @@ func (r *rebuilder) trySwap(ctx context.Context) (time.Duration, error) {
 	if _, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = '%dms'`, r.cfg.LockTimeout.Milliseconds())); err != nil {
 		return 0, err
 	}
-	// EXCLUSIVE on the log waits out every transaction that is appending and
-	// blocks new appends, while history reads go on.
-	if _, err := tx.Exec(ctx, `LOCK TABLE task_events IN EXCLUSIVE MODE`); err != nil {
-		return 0, err
-	}
+	// Lock in the order writers do: the projections first (ACCESS
+	// EXCLUSIVE, for the swap), then the log (EXCLUSIVE: it waits out every
+	// transaction that is appending and blocks new appends, while history
+	// reads go on). The store writes a command's projection rows before its
+	// events (store/append.go), so this order makes no cycle with a writer
+	// that is halfway through its batch.
 	live := make([]string, len(r.tables))
 	for i, t := range r.tables {
 		live[i] = r.qualified(t)
 	}
 	if _, err := tx.Exec(ctx, `LOCK TABLE `+strings.Join(live, ", ")+` IN ACCESS EXCLUSIVE MODE`); err != nil {
+		return 0, err
+	}
+	if _, err := tx.Exec(ctx, `LOCK TABLE task_events IN EXCLUSIVE MODE`); err != nil {
 		return 0, err
 	}
 	lockedAt := time.Now()
