@@ -52,7 +52,7 @@ type RunnerConfig struct {
 	// BatchTimeout bounds one batch's transaction (default 1 min).
 	BatchTimeout time.Duration
 	// MinInterval is the least time between two looks at the log after
-	// wakes (default 2 ms): the first wake after a quiet spell is served at
+	// wakes (default 5 ms): the first wake after a quiet spell is served at
 	// once, a storm of commits costs at most one look per interval.
 	MinInterval time.Duration
 	// Registerer receives the reactor metrics; none when nil.
@@ -103,7 +103,7 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 		cfg.BatchTimeout = time.Minute
 	}
 	if cfg.MinInterval <= 0 {
-		cfg.MinInterval = 2 * time.Millisecond
+		cfg.MinInterval = 5 * time.Millisecond
 	}
 	m, err := newRunnerMetrics(cfg.Registerer)
 	if err != nil {
