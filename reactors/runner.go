@@ -204,8 +204,10 @@ func (r *Runner) drain(ctx context.Context, re Reactor) (hidden bool, err error)
 		if err != nil {
 			return false, err
 		}
-		if res == batchSkipped {
-			return false, nil // another instance works this reactor now
+		if res == batchSkipped || res == batchEmpty {
+			// Another instance works this reactor now, or it moved on
+			// between the look and the batch: the next wake or tick looks again.
+			return false, nil
 		}
 	}
 	return false, nil
