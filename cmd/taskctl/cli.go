@@ -34,6 +34,8 @@ const defaultAPI = "http://127.0.0.1:8001"
 // app is what every API command needs: where to write, the environment and
 // the way to the API. One is made per run, so tests run commands in-process.
 type app struct {
+	// ctx is the parent of every command's context (tests cancel it).
+	ctx            context.Context
 	stdout, stderr io.Writer
 	stdin          io.Reader
 	getenv         func(string) string
@@ -42,7 +44,7 @@ type app struct {
 }
 
 func newApp(stdout, stderr io.Writer) *app {
-	return &app{stdout: stdout, stderr: stderr, stdin: os.Stdin, getenv: os.Getenv}
+	return &app{ctx: context.Background(), stdout: stdout, stderr: stderr, stdin: os.Stdin, getenv: os.Getenv}
 }
 
 // entry adapts an app method to the command table's signature.
@@ -51,8 +53,8 @@ func entry(fn func(a *app, args []string) int) func([]string, io.Writer, io.Writ
 }
 
 // signalContext ends on Ctrl-C or SIGTERM, so a command stops cleanly.
-func signalContext() (context.Context, context.CancelFunc) {
-	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+func (a *app) signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(a.ctx, os.Interrupt, syscall.SIGTERM)
 }
 
 // usageError is a mistake in the command line; it exits 2.

@@ -29,7 +29,7 @@ func (a *app) history(args []string) int {
 	if err != nil {
 		return a.fail(spec.name, err)
 	}
-	ctx, cancel := signalContext()
+	ctx, cancel := a.signalContext()
 	defer cancel()
 	evs, err := c.TaskEvents(ctx, pos[0])
 	if err != nil {
@@ -83,7 +83,7 @@ func (a *app) chain(args []string) int {
 	if err != nil {
 		return a.fail(spec.name, err)
 	}
-	ctx, cancel := signalContext()
+	ctx, cancel := a.signalContext()
 	defer cancel()
 	ch, err := c.TaskChain(ctx, pos[0])
 	if err != nil {

@@ -48,7 +48,7 @@ func (a *app) login(args []string) int {
 			return a.fail("login", err)
 		}
 	}
-	ctx, cancel := signalContext()
+	ctx, cancel := a.signalContext()
 	defer cancel()
 	c := client.New(addr, a.httpClient)
 	resp, err := c.Login(ctx, *email, pw)

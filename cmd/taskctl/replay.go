@@ -47,7 +47,7 @@ func (a *app) replay(args []string) int {
 	// The fold is a large heap that lives for the whole run: collecting it
 	// less often is most of the difference at a million events.
 	defer debug.SetGCPercent(debug.SetGCPercent(400))
-	ctx, cancel := signalContext()
+	ctx, cancel := a.signalContext()
 	defer cancel()
 	pool, err := store.Connect(ctx, *dbURL, 4)
 	if err != nil {

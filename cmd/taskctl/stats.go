@@ -31,7 +31,7 @@ func (a *app) stats(args []string) int {
 	if err != nil {
 		return a.fail(spec.name, err)
 	}
-	ctx, cancel := signalContext()
+	ctx, cancel := a.signalContext()
 	defer cancel()
 	st, err := c.Stats(ctx)
 	if err != nil {

@@ -44,7 +44,7 @@ func (a *app) tail(args []string) int {
 	if err != nil {
 		return a.fail(spec.name, err)
 	}
-	ctx, cancel := signalContext()
+	ctx, cancel := a.signalContext()
 	defer cancel()
 	q := client.EventQuery{After: *after, StreamID: *stream}
 	if *fromStart {

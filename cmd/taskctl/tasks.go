@@ -67,7 +67,7 @@ func (a *app) tasksCreate(args []string) int {
 	if err != nil {
 		return a.fail(spec.name, err)
 	}
-	ctx, cancel := signalContext()
+	ctx, cancel := a.signalContext()
 	defer cancel()
 	tt, err := resolveType(ctx, c, *typeRef)
 	if err != nil {
@@ -152,7 +152,7 @@ func (a *app) tasksList(args []string) int {
 	if err != nil {
 		return a.fail(spec.name, err)
 	}
-	ctx, cancel := signalContext()
+	ctx, cancel := a.signalContext()
 	defer cancel()
 	q := client.TaskQuery{Status: *status, Priority: *priority, Unassigned: *queue, Retries: *retries, After: *after, Limit: *limit}
 	if *typeRef != "" {
@@ -249,7 +249,7 @@ func (a *app) tasksShow(args []string) int {
 	if err != nil {
 		return a.fail(spec.name, err)
 	}
-	ctx, cancel := signalContext()
+	ctx, cancel := a.signalContext()
 	defer cancel()
 	n := loadNames(ctx, c)
 	if !when.IsZero() {
@@ -374,7 +374,7 @@ func (a *app) tasksCancel(args []string) int {
 	if err != nil {
 		return a.fail(spec.name, err)
 	}
-	ctx, cancel := signalContext()
+	ctx, cancel := a.signalContext()
 	defer cancel()
 	t, err := c.CancelTask(ctx, pos[0], *reason)
 	if err != nil {
@@ -414,7 +414,7 @@ func (a *app) tasksAssign(args []string) int {
 	if err != nil {
 		return a.fail(spec.name, err)
 	}
-	ctx, cancel := signalContext()
+	ctx, cancel := a.signalContext()
 	defer cancel()
 	w, err := resolveWorker(ctx, c, *worker)
 	if err != nil {
@@ -455,7 +455,7 @@ func (a *app) tasksRetry(args []string) int {
 	if err != nil {
 		return a.fail(spec.name, err)
 	}
-	ctx, cancel := signalContext()
+	ctx, cancel := a.signalContext()
 	defer cancel()
 	t, err := c.RetryTask(ctx, pos[0], *hint)
 	var apiErr *client.Error

@@ -66,7 +66,7 @@ func (a *app) typesCreate(args []string) int {
 	if err != nil {
 		return a.fail(spec.name, err)
 	}
-	ctx, cancel := signalContext()
+	ctx, cancel := a.signalContext()
 	defer cancel()
 	tt, err := c.CreateTaskType(ctx, nt)
 	if err != nil {
@@ -103,7 +103,7 @@ func (a *app) typesList(args []string) int {
 	if err != nil {
 		return a.fail(spec.name, err)
 	}
-	ctx, cancel := signalContext()
+	ctx, cancel := a.signalContext()
 	defer cancel()
 	types, err := c.TaskTypes(ctx, *archived)
 	if err != nil {
@@ -154,7 +154,7 @@ func (a *app) typesShow(args []string) int {
 	if err != nil {
 		return a.fail(spec.name, err)
 	}
-	ctx, cancel := signalContext()
+	ctx, cancel := a.signalContext()
 	defer cancel()
 	tt, err := resolveType(ctx, c, pos[0])
 	if err != nil {

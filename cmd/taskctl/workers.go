@@ -56,7 +56,7 @@ func (a *app) workersCreate(args []string) int {
 	if err != nil {
 		return a.fail(spec.name, err)
 	}
-	ctx, cancel := signalContext()
+	ctx, cancel := a.signalContext()
 	defer cancel()
 	u, err := c.CreateWorker(ctx, client.NewWorker{Email: *email, Password: pw, FullName: *name, MaxConcurrentTasks: *maxConc})
 	if err != nil {
@@ -98,7 +98,7 @@ func (a *app) workersList(args []string) int {
 	if err != nil {
 		return a.fail(spec.name, err)
 	}
-	ctx, cancel := signalContext()
+	ctx, cancel := a.signalContext()
 	defer cancel()
 	ws, err := c.Workers(ctx)
 	if err != nil {
