@@ -20,6 +20,7 @@ type fold struct {
 	users       map[key]*events.User
 	updates     [][]any
 	assignments [][]any
+	held        map[key][]events.Envelope // events waiting for their predecessor
 	events      int64
 	skipped     int64 // events of streams no projection reads (schedules, ...)
 }
@@ -49,6 +50,7 @@ func newFold(parent *fold) *fold {
 		tasks:  map[key]*events.Task{},
 		types:  map[key]*events.TaskType{},
 		users:  map[key]*events.User{},
+		held:   map[key][]events.Envelope{},
 	}
 }
 
@@ -70,11 +72,90 @@ func lookup[T any](f *fold, m map[key]*T, of func(*fold) map[key]*T, id key) *T 
 }
 
 // apply folds one decoded event of stream k. e.StreamID may be empty: it is
-// filled from the aggregate (one string per stream, not per event). Events
-// of a stream must come in version order without gaps: anything else means
-// the read order is broken, and a silently wrong rebuild is worse than none.
+// filled from the aggregate (one string per stream, not per event).
+//
+// Streams may interleave in any order, and within a stream an event may
+// arrive before its predecessor: the log is read in heap order, which is
+// not seq order (a concurrent insert can land on an earlier page). Such an
+// event is held until the versions before it are folded; finish reports a
+// version that never came. A version that comes twice is an error at once:
+// a silently wrong rebuild is worse than none.
 func (f *fold) apply(e events.Envelope, k key) error {
 	f.events++
+	if !knownStream(e.StreamType) {
+		f.skipped++
+		return nil
+	}
+	have := f.version(e.StreamType, k)
+	switch {
+	case e.Version <= have:
+		return fmt.Errorf("replay: event %d is version %d of %s %s, which is already at version %d",
+			e.Seq, e.Version, e.StreamType, k.text(), have)
+	case e.Version > have+1:
+		f.held[k] = append(f.held[k], e)
+		return nil
+	}
+	f.fold1(e, k)
+	for held := f.held[k]; len(held) > 0; held = f.held[k] {
+		next := -1
+		for i, h := range held {
+			if h.Version == e.Version+1 {
+				next = i
+				break
+			}
+		}
+		if next < 0 {
+			break
+		}
+		e = held[next]
+		f.held[k] = append(held[:next], held[next+1:]...)
+		f.fold1(e, k)
+	}
+	if len(f.held[k]) == 0 {
+		delete(f.held, k)
+	}
+	return nil
+}
+
+// finish checks that no event is still waiting for its predecessor.
+func (f *fold) finish() error {
+	for k, held := range f.held {
+		first := held[0]
+		for _, h := range held {
+			if h.Version < first.Version {
+				first = h
+			}
+		}
+		return fmt.Errorf("replay: %s %s has version %d (event %d) but not version %d: the log has a gap (%d streams wait)",
+			first.StreamType, k.text(), first.Version, first.Seq, f.version(first.StreamType, k)+1, len(f.held))
+	}
+	return nil
+}
+
+// version is the stream's folded version, 0 when it has none yet; it looks
+// through the parents without copying anything.
+func (f *fold) version(streamType string, k key) int {
+	for p := f; p != nil; p = p.parent {
+		switch streamType {
+		case events.StreamTask:
+			if t, ok := p.tasks[k]; ok {
+				return t.Version
+			}
+		case events.StreamTaskType:
+			if tt, ok := p.types[k]; ok {
+				return tt.Version
+			}
+		case events.StreamUser:
+			if u, ok := p.users[k]; ok {
+				return u.Version
+			}
+		}
+	}
+	return 0
+}
+
+// fold1 folds the next event of its stream.
+func (f *fold) fold1(e events.Envelope, k key) {
 	switch e.StreamType {
 	case events.StreamTask:
 		t := lookup(f, f.tasks, func(p *fold) map[key]*events.Task { return p.tasks }, k)
@@ -83,9 +164,6 @@ func (f *fold) apply(e events.Envelope, k key) error {
 			f.tasks[k] = t
 		}
 		e.StreamID = t.ID
-		if err := checkVersion(e, t.Version); err != nil {
-			return err
-		}
 		t.Apply(e)
 		if row := projections.UpdateRow(e); row != nil {
 			f.updates = append(f.updates, row)
@@ -100,9 +178,6 @@ func (f *fold) apply(e events.Envelope, k key) error {
 			f.types[k] = tt
 		}
 		e.StreamID = tt.ID
-		if err := checkVersion(e, tt.Version); err != nil {
-			return err
-		}
 		tt.Apply(e)
 	case events.StreamUser:
 		u := lookup(f, f.users, func(p *fold) map[key]*events.User { return p.users }, k)
@@ -111,22 +186,12 @@ func (f *fold) apply(e events.Envelope, k key) error {
 			f.users[k] = u
 		}
 		e.StreamID = u.ID
-		if err := checkVersion(e, u.Version); err != nil {
-			return err
-		}
 		u.Apply(e)
-	default:
-		f.skipped++
 	}
-	return nil
 }
 
-func checkVersion(e events.Envelope, have int) error {
-	if e.Version != have+1 {
-		return fmt.Errorf("replay: event %d is version %d of %s %s, which is at version %d: the log is not in stream order",
-			e.Seq, e.Version, e.StreamType, e.StreamID, have)
-	}
-	return nil
+func knownStream(t string) bool {
+	return t == events.StreamTask || t == events.StreamTaskType || t == events.StreamUser
 }
 
 // merge makes a committed delta part of f.
