@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -51,6 +52,28 @@ type histEnv struct {
 
 func newHistEnv(t *testing.T, tail api.TailConfig) *histEnv {
 	t.Helper()
+	return newHistEnvSockets(t, tail, 0)
+}
+
+// smallSockets caps the send buffer of every connection the server accepts,
+// so that a client that stops reading blocks the server's writes quickly.
+type smallSockets struct {
+	net.Listener
+	size int
+}
+
+func (l smallSockets) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetWriteBuffer(l.size)
+	}
+	return c, err
+}
+
+// newHistEnvSockets is newHistEnv with the server's socket send buffers
+// capped at sendBuffer bytes (0: the system's).
+func newHistEnvSockets(t *testing.T, tail api.TailConfig, sendBuffer int) *histEnv {
+	t.Helper()
 	e := &histEnv{t: t, ctx: context.Background(), pool: storetest.NewPool(t), hub: store.NewHub(), reg: prometheus.NewRegistry()}
 	db, err := store.New(e.pool, store.Config{Projector: projections.Projector{}, AfterCommit: e.hub.Wake})
 	require.NoError(t, err)
@@ -61,7 +84,11 @@ func newHistEnv(t *testing.T, tail api.TailConfig) *histEnv {
 		Now: func() time.Time { return time.Now().Add(time.Duration(e.offset.Load())) },
 	})
 	require.NoError(t, err)
-	ts := httptest.NewServer(e.srv.Handler())
+	ts := httptest.NewUnstartedServer(e.srv.Handler())
+	if sendBuffer > 0 {
+		ts.Listener = smallSockets{Listener: ts.Listener, size: sendBuffer}
+	}
+	ts.Start()
 	t.Cleanup(ts.Close) // runs after the tail stopped: no stream holds it up
 	e.url = ts.URL
 
@@ -127,12 +154,38 @@ func (e *histEnv) worker(name string, limit int) *histWorker {
 	return &histWorker{Client: c, ID: u.ID, Name: name}
 }
 
-// allEvents is the whole log in consumer order, read straight from the table.
+// horizonWait bounds waits on the consumer horizon. Generous: on a shared
+// server another database's long transaction (a replay benchmark, say)
+// holds every consumer back until it ends.
+const horizonWait = 2 * time.Minute
+
+// allEvents is the whole log in consumer order, read straight from the
+// table once every committed event is visible to consumers. Call it when no
+// writer runs. (The horizon is cluster-wide: a transaction in any database
+// of the server, such as another test cloning its database, holds it back.)
 func (e *histEnv) allEvents() []events.Envelope {
 	e.t.Helper()
-	evs, err := e.db.ReadLog(e.ctx, e.pool, events.Position{}, 1<<30, store.LogFilter{})
-	require.NoError(e.t, err)
-	return evs
+	var committed int
+	require.NoError(e.t, e.pool.QueryRow(e.ctx, `SELECT count(*) FROM task_events`).Scan(&committed))
+	var evs []events.Envelope
+	deadline := time.Now().Add(horizonWait)
+	for {
+		var err error
+		evs, err = e.db.ReadLog(e.ctx, e.pool, events.Position{}, 1<<30, store.LogFilter{})
+		require.NoError(e.t, err)
+		if len(evs) == committed {
+			return evs
+		}
+		if time.Now().After(deadline) {
+			var snap, maxTx string
+			var hidden int
+			_ = e.pool.QueryRow(e.ctx, `SELECT pg_current_snapshot()::text, (SELECT max(tx_id)::text FROM task_events),
+				(SELECT count(*) FROM task_events WHERE tx_id >= pg_snapshot_xmin(pg_current_snapshot()))`).Scan(&snap, &maxTx, &hidden)
+			e.t.Fatalf("the consumer horizon did not pass every committed event in %s: %d committed, %d visible; snapshot %s, max tx_id %s, %d rows at or above xmin",
+				horizonWait, committed, len(evs), snap, maxTx, hidden)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // matches is the documented meaning of the events filters, in the test's
@@ -165,14 +218,16 @@ func matchesFilter(ev events.Envelope, types []string, streamID, workerID string
 // workload appends a realistic mix of events through the store until ctx
 // ends or n loops ran (n <= 0: no limit): create, claim, updates, release
 // now and then, complete or fail or cancel. It returns how many events it
-// appended.
-func (e *histEnv) workload(ctx context.Context, workers []*histWorker, seed uint64, n int, descLen int) (int, error) {
+// appended. ctx only says when to stop: a command in flight finishes, so
+// nothing commits after workload returns.
+func (e *histEnv) workload(stop context.Context, workers []*histWorker, seed uint64, n int, descLen int) (int, error) {
+	ctx := context.WithoutCancel(stop)
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	appended := 0
 	adminMeta := events.Meta{Actor: events.Actor{Kind: events.ActorAdmin, ID: e.adminID}}
 	desc := strings.Repeat("d", descLen)
 	for i := 0; n <= 0 || i < n; i++ {
-		if ctx.Err() != nil {
+		if stop.Err() != nil {
 			return appended, nil
 		}
 		w := workers[rng.IntN(len(workers))]
@@ -181,7 +236,7 @@ func (e *histEnv) workload(ctx context.Context, workers []*histWorker, seed uint
 			Title: fmt.Sprintf("task %d-%d", seed, i), Description: desc, CreatedBy: e.adminID, AssignedTo: w.ID,
 		}}, adminMeta)
 		if err != nil {
-			return appended, ignoreCancel(ctx, err)
+			return appended, err
 		}
 		appended += 2 // created + assigned
 		cmd := func(decide store.TaskDecision) error {
@@ -215,19 +270,15 @@ func (e *histEnv) workload(ctx context.Context, workers []*histWorker, seed uint
 				func(t *events.Task) ([]events.Payload, error) { return t.Complete(w.ID) })
 		}
 		for _, step := range steps {
+			if stop.Err() != nil {
+				return appended, nil
+			}
 			if err := cmd(step); err != nil {
-				return appended, ignoreCancel(ctx, err)
+				return appended, err
 			}
 		}
 	}
 	return appended, nil
-}
-
-func ignoreCancel(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		return nil
-	}
-	return err
 }
 
 // scrape reads one counter or gauge from /metrics.

@@ -465,12 +465,18 @@ func TestEventsAPIPagesEveryEventOnceInConsumerOrder(t *testing.T) {
 		})
 	}
 	got := make([][]string, len(queries))
+	visible := make(chan struct{}) // closed when every event is visible to consumers
 	var pg sync.WaitGroup
 	for qi, q := range queries {
 		pg.Go(func() {
 			after := "0"
-			idle := 0
-			for idle < 3 { // three empty pages in a row after the writers stopped
+			for {
+				final := false
+				select {
+				case <-visible:
+					final = true
+				default:
+				}
 				page, err := e.admin.Events(e.ctx, func() client.EventQuery { x := q.q; x.After = after; return x }())
 				require.NoError(t, err)
 				for _, ev := range page.Events {
@@ -478,17 +484,18 @@ func TestEventsAPIPagesEveryEventOnceInConsumerOrder(t *testing.T) {
 				}
 				require.NotEmpty(t, page.Next)
 				after = page.Next
-				if len(page.Events) == 0 && ctx.Err() != nil {
-					idle++
+				if final && len(page.Events) == 0 {
+					return
 				}
 			}
 		})
 	}
 	wg.Wait()
 	stop()
+	all := e.allEvents()
+	close(visible)
 	pg.Wait()
 
-	all := e.allEvents()
 	for qi, q := range queries {
 		var want []string
 		for _, ev := range all {

@@ -23,11 +23,14 @@ import (
 // The live tail (GET /api/v1/admin/events/stream) is Server-Sent Events over
 // one broadcaster per instance: a single goroutine, woken by the hub (local
 // commits; other instances' through the listener) or a safety ticker, reads
-// the log after its own position (one read per wake, however many clients)
-// and pushes each event, encoded once, to every client's bounded buffer.
-// A client whose position is older than the broadcaster's window catches up
-// from the table on its own, then joins. Positions make the hand-over exact:
-// a client only ever sends events after the last position it sent.
+// the log after its own position (one read per wake, however many streams),
+// encodes each event once into a shared window of recent frames, and wakes
+// the streams. Each stream keeps only a cursor into that window and writes
+// what follows it; a stream that falls more than Window events behind is told
+// it is too slow and disconnected (the window is every stream's bounded
+// buffer, held once). A stream starting before the window catches up from
+// the table on its own, then joins. Positions make every hand-over exact: a
+// stream only sends events after the last position it considered.
 
 const (
 	streamPath     = "/api/v1/admin/events/stream"
@@ -41,13 +44,12 @@ const (
 type TailConfig struct {
 	// MaxClients caps concurrent streams per instance; beyond it, 503 (500).
 	MaxClients int
-	// Buffer is each client's queue of events not yet written (1024). A
-	// client whose queue is full is told it is too slow and disconnected.
-	Buffer int
-	// Window is how many recent events the broadcaster keeps so that a
-	// client close behind can join without reading the table (4096).
+	// Window is how many recent events the broadcaster keeps (8192, at
+	// least two pages): a stream may fall at most this far behind the live
+	// end before it is told it is too slow and disconnected, and a stream
+	// resuming within it joins without reading the table.
 	Window int
-	// Heartbeat is the interval of ": ping" comments (15 s).
+	// Heartbeat is the interval of ": ping" comments on an idle stream (15 s).
 	Heartbeat time.Duration
 	// WriteTimeout bounds each write to a client (10 s); the server itself
 	// has no WriteTimeout, which would cut every stream.
@@ -56,7 +58,7 @@ type TailConfig struct {
 	// even without a wake (1 s).
 	Poll time.Duration
 	// MinInterval spaces the broadcaster's reads so that wakes arriving
-	// together become one read and one write per client (20 ms).
+	// together become one read and one write per stream (20 ms).
 	MinInterval time.Duration
 	// PageSize is the most events read at once (1000).
 	PageSize int
@@ -74,9 +76,9 @@ func (c *TailConfig) defaults() {
 		}
 	}
 	def(&c.MaxClients, 500)
-	def(&c.Buffer, 1024)
-	def(&c.Window, 4096)
 	def(&c.PageSize, 1000)
+	def(&c.Window, 8192)
+	c.Window = max(c.Window, 2*c.PageSize)
 	defDur(&c.Heartbeat, 15*time.Second)
 	defDur(&c.WriteTimeout, 10*time.Second)
 	defDur(&c.Poll, time.Second)
@@ -135,9 +137,12 @@ func (s *Server) frames(ctx context.Context, evs []events.Envelope) ([]*frame, e
 // tailClient is one stream as the broadcaster sees it.
 type tailClient struct {
 	filter eventFilter
-	ch     chan *frame
-	// dropped is closed by the broadcaster when ch was full: the client
-	// fell behind and must reconnect.
+	// cursor: every event up to here was written or skipped by the filter.
+	// The handler moves it after each write; the broadcaster reads it.
+	cursor atomic.Pointer[events.Position]
+	wake   chan struct{} // capacity 1: the window has news
+	// dropped is closed by the broadcaster when the cursor fell out of the
+	// window: the stream must reconnect.
 	dropped chan struct{}
 }
 
@@ -150,7 +155,7 @@ type broadcaster struct {
 	streams atomic.Int64  // open streams, for the cap
 	m       tailMetrics
 
-	mu      sync.Mutex
+	mu      sync.RWMutex
 	started bool
 	running bool
 	pos     events.Position // last position read
@@ -164,7 +169,6 @@ type tailMetrics struct {
 	dropped prometheus.Counter
 	reads   prometheus.Counter
 	lag     prometheus.Histogram
-	drops   atomic.Int64 // dropped, readable by tests
 }
 
 func newBroadcaster(s *Server, hub *store.Hub, cfg TailConfig) *broadcaster {
@@ -173,7 +177,7 @@ func newBroadcaster(s *Server, hub *store.Hub, cfg TailConfig) *broadcaster {
 	b.m.streams = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "taskservice_tail_streams", Help: "Open event streams (SSE) on this instance."})
 	b.m.dropped = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "taskservice_tail_dropped_total", Help: "Event streams disconnected because the client fell behind."})
+		Name: "taskservice_tail_dropped_total", Help: "Event streams disconnected because they fell more than the window behind."})
 	b.m.reads = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "taskservice_tail_reads_total", Help: "Log reads by the tail broadcaster (one per wake, however many streams)."})
 	b.m.lag = prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -265,11 +269,18 @@ func (b *broadcaster) poll(ctx context.Context) {
 		if len(evs) < b.cfg.PageSize {
 			return
 		}
+		// Catching up on a backlog (the horizon held back by a long
+		// transaction, say): give the streams MinInterval to write each
+		// page before the next moves the window on.
+		select {
+		case <-ctx.Done():
+		case <-time.After(b.cfg.MinInterval):
+		}
 	}
 }
 
-// publish appends frames to the window and queues them for every live
-// client, never blocking: a client with a full queue is dropped.
+// publish appends frames to the window, drops the streams the window has
+// left behind and wakes the others. It never waits for a stream.
 func (b *broadcaster) publish(frames []*frame) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -280,46 +291,36 @@ func (b *broadcaster) publish(frames []*frame) {
 		b.window = b.window[over:] // append copies the live part when it grows
 	}
 	for c := range b.live {
-		for _, fr := range frames {
-			if !c.filter.matches(fr) {
-				continue
-			}
-			select {
-			case c.ch <- fr:
-				continue
-			default:
-			}
+		if c.cursor.Load().Less(b.floor) {
 			close(c.dropped)
 			delete(b.live, c)
 			b.m.dropped.Inc()
-			b.m.drops.Add(1)
-			break
+			continue
+		}
+		select {
+		case c.wake <- struct{}{}:
+		default:
 		}
 	}
 }
 
 var errTailStopped = errors.New("tail stopped")
 
-// join makes c live if cursor is within the window; it returns the window's
-// events after cursor that c wants. joined is false when c must first catch
-// up from the table.
-func (b *broadcaster) join(c *tailClient, cursor events.Position) (pending []*frame, joined bool, err error) {
+// join makes c live from cursor if the window reaches back that far; false
+// when c must first catch up from the table.
+func (b *broadcaster) join(c *tailClient, cursor events.Position) (bool, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !b.running {
-		return nil, false, errTailStopped
+		return false, errTailStopped
 	}
 	if cursor.Less(b.floor) {
-		return nil, false, nil
+		return false, nil
 	}
-	i := sort.Search(len(b.window), func(i int) bool { return cursor.Less(b.window[i].pos) })
-	for _, fr := range b.window[i:] {
-		if c.filter.matches(fr) {
-			pending = append(pending, fr)
-		}
-	}
+	c.cursor.Store(&cursor)
 	b.live[c] = struct{}{}
-	return pending, true, nil
+	c.wake <- struct{}{} // read the window at once
+	return true, nil
 }
 
 func (b *broadcaster) leave(c *tailClient) {
@@ -328,10 +329,33 @@ func (b *broadcaster) leave(c *tailClient) {
 	b.mu.Unlock()
 }
 
+// since returns up to max frames after c's cursor that c wants, and the
+// position the scan reached; ok is false when the window no longer reaches
+// back to the cursor.
+func (b *broadcaster) since(c *tailClient, max int) (out []*frame, reached events.Position, ok bool) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	cursor := *c.cursor.Load()
+	if cursor.Less(b.floor) {
+		return nil, cursor, false
+	}
+	reached = cursor
+	i := sort.Search(len(b.window), func(i int) bool { return cursor.Less(b.window[i].pos) })
+	for _, fr := range b.window[i:] {
+		reached = fr.pos
+		if c.filter.matches(fr) {
+			if out = append(out, fr); len(out) == max {
+				break
+			}
+		}
+	}
+	return out, reached, true
+}
+
 // position is the last position read: a client starting "now" joins there.
 func (b *broadcaster) position() (events.Position, bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	b.mu.RLock()
+	defer b.mu.RUnlock()
 	return b.pos, b.running
 }
 
@@ -445,18 +469,15 @@ func (s *Server) streamEvents(c echo.Context) error {
 	}
 
 	ctx := c.Request().Context()
-	client := &tailClient{filter: f, ch: make(chan *frame, b.cfg.Buffer), dropped: make(chan struct{})}
+	client := &tailClient{filter: f, wake: make(chan struct{}, 1), dropped: make(chan struct{})}
 	for {
-		pending, joined, err := b.join(client, cursor)
+		joined, err := b.join(client, cursor)
 		if err != nil {
 			_ = w.write(": server shutting down\n\n")
 			return nil
 		}
 		if joined {
 			defer b.leave(client)
-			if cursor, err = w.send(pending, cursor); err != nil {
-				return nil
-			}
 			break
 		}
 		// Behind the broadcaster's window: catch up from the table.
@@ -464,8 +485,7 @@ func (s *Server) streamEvents(c echo.Context) error {
 		if err == nil && len(evs) > 0 {
 			var frames []*frame
 			if frames, err = s.frames(ctx, evs); err == nil {
-				cursor, err = w.send(frames, cursor)
-				if err != nil {
+				if cursor, err = w.send(frames, cursor); err != nil {
 					return nil
 				}
 			}
@@ -490,23 +510,27 @@ func (s *Server) streamEvents(c echo.Context) error {
 
 	heartbeat := time.NewTicker(b.cfg.Heartbeat)
 	defer heartbeat.Stop()
-	batch := make([]*frame, 0, maxBatch)
 	for {
-		select {
-		case fr := <-client.ch:
-			batch = append(batch[:0], fr)
-		drain:
-			for len(batch) < maxBatch {
-				select {
-				case fr := <-client.ch:
-					batch = append(batch, fr)
-				default:
-					break drain
-				}
-			}
-			if cursor, err = w.send(batch, cursor); err != nil {
+		frames, reached, ok := b.since(client, maxBatch)
+		if !ok {
+			_ = w.write("event: error\ndata: " + tooSlow + "\n\n")
+			return nil
+		}
+		if len(frames) > 0 {
+			if _, err := w.send(frames, cursor); err != nil {
 				return nil
 			}
+			heartbeat.Reset(b.cfg.Heartbeat)
+		}
+		if cursor.Less(reached) {
+			cursor = reached
+			client.cursor.Store(&reached)
+		}
+		if len(frames) == maxBatch {
+			continue
+		}
+		select {
+		case <-client.wake:
 		case <-client.dropped:
 			_ = w.write("event: error\ndata: " + tooSlow + "\n\n")
 			return nil
