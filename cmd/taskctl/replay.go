@@ -32,7 +32,7 @@ func (a *app) replay(args []string) int {
 	verify := fs.Bool("verify", false, "diff instead of rebuilding (read only)")
 	dbURL := fs.String("database-url", a.getenv("DATABASE_URL"), "PostgreSQL URL (default $DATABASE_URL)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
-	maxDiffs := fs.Int("max-differences", 100, "differences printed per table and side (all are counted)")
+	maxDiffs := fs.Int("max-differences", 100, "differences printed per table (all are counted)")
 	seed := fs.Int("seed-synthetic", 0, "benchmarks only: write this many synthetic events into an empty database, then stop")
 	pos, code, ok := a.parse(fs, spec, args)
 	if !ok {

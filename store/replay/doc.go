@@ -5,7 +5,7 @@
 // transaction, writes the folded rows to temporary tables with COPY and
 // diffs them both ways against the live tables with SQL. Rebuild folds the
 // log the same way into fresh tables, catches up with the events appended
-// meanwhile and swaps the fresh tables in under a short lock (ADR 004).
+// meanwhile and swaps the fresh tables in under a short lock (ADR 006).
 //
 // It owns the projection tables while it runs and nothing else: it reads
 // task_events, never writes it, and never decides anything. Rows come from
