@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/clawdbot/task-service/api"
@@ -251,6 +252,7 @@ func (e *histEnv) benchWriters(workers []*histWorker, rate int, d time.Duration)
 				task, err := e.db.CreateTask(ctx, e.pool, store.NewTaskParams{TaskTypeID: e.taskType.ID, NewTaskParams: events.NewTaskParams{
 					Title: fmt.Sprintf("bench %d", n), CreatedBy: e.adminID, AssignedTo: w.ID}}, adminMeta)
 				if err != nil {
+					e.t.Errorf("bench writer: %v", err)
 					return
 				}
 				local = append(local, int64(time.Since(t0)))
@@ -258,7 +260,7 @@ func (e *histEnv) benchWriters(workers []*histWorker, rate int, d time.Duration)
 				steps := []store.TaskDecision{
 					func(t *events.Task) ([]events.Payload, error) { return t.Claim(w.ID) },
 					func(t *events.Task) ([]events.Payload, error) {
-						return t.PostUpdate(fmt.Sprintf("0190c6e2-9bd4-7c8a-b6a1-%012d", n+i*1_000_000), w.ID, "halfway", true)
+						return t.PostUpdate(uuid.Must(uuid.NewV7()).String(), w.ID, "halfway", true)
 					},
 					func(t *events.Task) ([]events.Payload, error) { return t.Complete(w.ID) },
 				}
@@ -268,6 +270,7 @@ func (e *histEnv) benchWriters(workers []*histWorker, rate int, d time.Duration)
 					}
 					t0 := time.Now()
 					if _, _, err := e.db.UpdateTask(ctx, e.pool, task.ID, wMeta, step); err != nil {
+						e.t.Errorf("bench writer: %v", err)
 						return
 					}
 					local = append(local, int64(time.Since(t0)))

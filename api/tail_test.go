@@ -162,7 +162,7 @@ func TestTailResumesExactlyOnceAcrossReconnects(t *testing.T) {
 func TestTailDropsASlowClientWithoutSlowingTheOthers(t *testing.T) {
 	// Small socket buffers, so a client that stops reading blocks the
 	// server's writes after kilobytes rather than megabytes.
-	e := newHistEnvSockets(t, api.TailConfig{Window: 512, PageSize: 100, WriteTimeout: 30 * time.Second}, 32<<10)
+	e := newHistEnvSockets(t, api.TailConfig{Window: 512, PageSize: 100, WriteTimeout: 2 * horizonWait}, 32<<10)
 	workers := []*histWorker{e.worker("Genesis", 100), e.worker("Exodus", 100)}
 	const desc = 2000
 	_, err := e.workload(e.ctx, workers, 1, 5, 0)
@@ -406,7 +406,7 @@ func TestTailAuthValidationCapHeartbeatAndShutdown(t *testing.T) {
 // TestTailClientReconnectsByItself: client.Tail resumes after the server
 // drops it (too slow) and delivers every event once.
 func TestTailClientReconnectsByItself(t *testing.T) {
-	e := newHistEnvSockets(t, api.TailConfig{Window: 64, PageSize: 32}, 16<<10)
+	e := newHistEnvSockets(t, api.TailConfig{Window: 64, PageSize: 32, WriteTimeout: 2 * horizonWait}, 16<<10)
 	workers := []*histWorker{e.worker("Genesis", 100)}
 	start := e.allEvents()
 	startPos := start[len(start)-1].Position().String()
