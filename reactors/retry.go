@@ -82,9 +82,12 @@ func (r *Retry) Reactor() Reactor {
 	return re
 }
 
+// typeCache keeps the task types one batch has read.
+type typeCache map[string]*events.TaskType
+
 // candidate reads what deciding on a failure needs; nil when the failure is
 // already decided (a replay, a manual retry first) and needs nothing.
-func (r *Retry) candidate(ctx context.Context, q store.Querier, ev events.Envelope) (*events.Task, *events.TaskType, error) {
+func (r *Retry) candidate(ctx context.Context, q store.Querier, ev events.Envelope, types typeCache) (*events.Task, *events.TaskType, error) {
 	t, err := r.db.GetTask(ctx, q, ev.StreamID)
 	if errors.Is(err, events.ErrNotFound) {
 		return nil, nil, nil
@@ -95,10 +98,14 @@ func (r *Retry) candidate(ctx context.Context, q store.Querier, ev events.Envelo
 	if t.Status != events.StatusFailed || t.RetryOutcome != nil {
 		return nil, nil, nil
 	}
+	if tt, ok := types[t.TaskTypeID]; ok {
+		return t, tt, nil
+	}
 	tt, err := r.db.GetTaskType(ctx, q, t.TaskTypeID)
 	if err != nil {
 		return nil, nil, err
 	}
+	types[t.TaskTypeID] = tt
 	return t, tt, nil
 }
 
@@ -122,12 +129,13 @@ func (r *Retry) prepare(ctx context.Context, evs []events.Envelope) error {
 		req AdviceRequest
 	}
 	var jobs []job
+	types := typeCache{}
 	for _, ev := range evs {
 		if a, ok := old[ev.Seq]; ok {
 			keep[ev.Seq] = a
 			continue
 		}
-		t, tt, err := r.candidate(ctx, r.db.Pool(), ev)
+		t, tt, err := r.candidate(ctx, r.db.Pool(), ev, types)
 		if err != nil {
 			return err
 		}
@@ -181,16 +189,17 @@ func (r *Retry) adviceFor(seq int64) Advice {
 
 // handle decides every failure of the batch inside the runner's transaction.
 func (r *Retry) handle(ctx context.Context, tx pgx.Tx, evs []events.Envelope) error {
+	types := typeCache{}
 	for _, ev := range evs {
-		if err := r.decide(ctx, tx, ev); err != nil {
+		if err := r.decide(ctx, tx, ev, types); err != nil {
 			return fmt.Errorf("event %d (task %s): %w", ev.Seq, ev.StreamID, err)
 		}
 	}
 	return nil
 }
 
-func (r *Retry) decide(ctx context.Context, tx pgx.Tx, ev events.Envelope) error {
-	t, tt, err := r.candidate(ctx, tx, ev)
+func (r *Retry) decide(ctx context.Context, tx pgx.Tx, ev events.Envelope, types typeCache) error {
+	t, tt, err := r.candidate(ctx, tx, ev, types)
 	if err != nil || t == nil {
 		return err
 	}
