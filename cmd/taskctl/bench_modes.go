@@ -175,8 +175,8 @@ func workerMeta(worker string) events.Meta {
 	return events.Meta{Actor: events.Actor{Kind: events.ActorWorker, ID: worker}}
 }
 
-// storeStep is the store-level lifecycle: Claim, then Complete through
-// UpdateTask, each its own transaction as the API runs them.
+// storeStep is the store-level lifecycle: Claim, then CompleteTask, each
+// its own transaction as the API runs them.
 func (env *benchEnv) storeStep(worker string) step {
 	meta := workerMeta(worker)
 	return func(ctx context.Context) (outcome, time.Duration, error) {
@@ -194,10 +194,7 @@ func (env *benchEnv) storeStep(worker string) step {
 }
 
 func (env *benchEnv) complete(ctx context.Context, worker, id string, meta events.Meta) error {
-	_, _, err := env.db.UpdateTask(ctx, env.pool, id, meta, func(t *events.Task) ([]events.Payload, error) {
-		return t.Complete(worker)
-	})
-	if err != nil {
+	if _, _, err := env.db.CompleteTask(ctx, id, worker, meta); err != nil {
 		return fmt.Errorf("complete %s: %w", id, err)
 	}
 	return nil
