@@ -231,7 +231,8 @@ func (a *app) fail(cmd string, err error) int {
 		fmt.Fprintf(a.stderr, "taskctl %s: cannot reach the API: %v\nIs task-service running? Point taskctl at it with --api or TASKCTL_API.\n", cmd, err)
 		return exitFailure
 	case errors.Is(err, context.Canceled):
-		return exitOK // Ctrl-C
+		fmt.Fprintf(a.stderr, "taskctl %s: interrupted\n", cmd)
+		return exitFailure
 	default:
 		fmt.Fprintf(a.stderr, "taskctl %s: %v\n", cmd, err)
 		return exitFailure

@@ -3,6 +3,7 @@ package replay
 import (
 	"encoding/hex"
 	"fmt"
+	"slices"
 
 	"github.com/clawdbot/task-service/events"
 	"github.com/clawdbot/task-service/projections"
@@ -86,35 +87,92 @@ func (f *fold) apply(e events.Envelope, k key) error {
 		f.skipped++
 		return nil
 	}
-	have := f.version(e.StreamType, k)
+	applied, err := f.next(e, k)
+	if err != nil || !applied || len(f.held) == 0 {
+		return err
+	}
+	// Fold the events of k that were waiting for this one.
+	for {
+		held := f.held[k]
+		i := slices.IndexFunc(held, func(h events.Envelope) bool { return h.Version == e.Version+1 })
+		if i < 0 {
+			return nil
+		}
+		e = held[i]
+		if held = slices.Delete(held, i, i+1); len(held) == 0 {
+			delete(f.held, k)
+		} else {
+			f.held[k] = held
+		}
+		if _, err := f.next(e, k); err != nil {
+			return err
+		}
+	}
+}
+
+// next folds e if it is its stream's next version, holds it if it comes
+// early, and fails if its version was folded already.
+func (f *fold) next(e events.Envelope, k key) (bool, error) {
+	switch e.StreamType {
+	case events.StreamTask:
+		t := lookup(f, f.tasks, func(p *fold) map[key]*events.Task { return p.tasks }, k)
+		if ok, err := f.inOrder(e, k, t != nil, func() int { return t.Version }); !ok {
+			return false, err
+		}
+		if t == nil {
+			t = &events.Task{ID: k.text()}
+			f.tasks[k] = t
+		}
+		e.StreamID = t.ID
+		t.Apply(e)
+		if row := projections.UpdateRow(e); row != nil {
+			f.updates = append(f.updates, row)
+		}
+		if row := projections.AssignmentRow(e); row != nil {
+			f.assignments = append(f.assignments, row)
+		}
+	case events.StreamTaskType:
+		tt := lookup(f, f.types, func(p *fold) map[key]*events.TaskType { return p.types }, k)
+		if ok, err := f.inOrder(e, k, tt != nil, func() int { return tt.Version }); !ok {
+			return false, err
+		}
+		if tt == nil {
+			tt = &events.TaskType{ID: k.text()}
+			f.types[k] = tt
+		}
+		e.StreamID = tt.ID
+		tt.Apply(e)
+	case events.StreamUser:
+		u := lookup(f, f.users, func(p *fold) map[key]*events.User { return p.users }, k)
+		if ok, err := f.inOrder(e, k, u != nil, func() int { return u.Version }); !ok {
+			return false, err
+		}
+		if u == nil {
+			u = &events.User{ID: k.text()}
+			f.users[k] = u
+		}
+		e.StreamID = u.ID
+		u.Apply(e)
+	}
+	return true, nil
+}
+
+// inOrder reports whether e is the next version of its stream (at version
+// have(), or 0 when !exists); an early event is held.
+func (f *fold) inOrder(e events.Envelope, k key, exists bool, have func() int) (bool, error) {
+	v := 0
+	if exists {
+		v = have()
+	}
 	switch {
-	case e.Version <= have:
-		return fmt.Errorf("replay: event %d is version %d of %s %s, which is already at version %d",
-			e.Seq, e.Version, e.StreamType, k.text(), have)
-	case e.Version > have+1:
+	case e.Version == v+1:
+		return true, nil
+	case e.Version > v+1:
 		f.held[k] = append(f.held[k], e)
-		return nil
+		return false, nil
 	}
-	f.fold1(e, k)
-	for held := f.held[k]; len(held) > 0; held = f.held[k] {
-		next := -1
-		for i, h := range held {
-			if h.Version == e.Version+1 {
-				next = i
-				break
-			}
-		}
-		if next < 0 {
-			break
-		}
-		e = held[next]
-		f.held[k] = append(held[:next], held[next+1:]...)
-		f.fold1(e, k)
-	}
-	if len(f.held[k]) == 0 {
-		delete(f.held, k)
-	}
-	return nil
+	return false, fmt.Errorf("replay: event %d is version %d of %s %s, which is already at version %d",
+		e.Seq, e.Version, e.StreamType, k.text(), v)
 }
 
 // finish checks that no event is still waiting for its predecessor.
@@ -152,42 +210,6 @@ func (f *fold) version(streamType string, k key) int {
 		}
 	}
 	return 0
-}
-
-// fold1 folds the next event of its stream.
-func (f *fold) fold1(e events.Envelope, k key) {
-	switch e.StreamType {
-	case events.StreamTask:
-		t := lookup(f, f.tasks, func(p *fold) map[key]*events.Task { return p.tasks }, k)
-		if t == nil {
-			t = &events.Task{ID: k.text()}
-			f.tasks[k] = t
-		}
-		e.StreamID = t.ID
-		t.Apply(e)
-		if row := projections.UpdateRow(e); row != nil {
-			f.updates = append(f.updates, row)
-		}
-		if row := projections.AssignmentRow(e); row != nil {
-			f.assignments = append(f.assignments, row)
-		}
-	case events.StreamTaskType:
-		tt := lookup(f, f.types, func(p *fold) map[key]*events.TaskType { return p.types }, k)
-		if tt == nil {
-			tt = &events.TaskType{ID: k.text()}
-			f.types[k] = tt
-		}
-		e.StreamID = tt.ID
-		tt.Apply(e)
-	case events.StreamUser:
-		u := lookup(f, f.users, func(p *fold) map[key]*events.User { return p.users }, k)
-		if u == nil {
-			u = &events.User{ID: k.text()}
-			f.users[k] = u
-		}
-		e.StreamID = u.ID
-		u.Apply(e)
-	}
 }
 
 func knownStream(t string) bool {

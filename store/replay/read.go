@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -23,8 +25,9 @@ type Progress struct {
 	Rate    float64
 }
 
-// ProgressFunc receives progress; it is called from the running goroutine,
-// at most every progressEvery events and at each phase's end.
+// ProgressFunc receives progress; it is called from the goroutine that
+// called Verify or Rebuild, at most every progressEvery events and at each
+// phase's end.
 type ProgressFunc func(Progress)
 
 const progressEvery = 16384
@@ -56,8 +59,8 @@ func (p *phase) report(done int64) {
 }
 
 // readEvents streams the events selected by where (a condition on
-// task_events, with args) into f. Rows are decoded one at a time as they
-// arrive: memory holds the fold, never the log.
+// task_events, with args) into f. Memory holds the fold and a few batches
+// in flight, never the log.
 //
 // There is no ORDER BY: a sequential scan costs the server a third less
 // than walking the primary key, and fold puts each stream back in version
@@ -66,52 +69,185 @@ func (p *phase) report(done int64) {
 // first page instead of joining another scan midway, which would hold back
 // every stream that crosses its starting point.
 //
-// Rows are read in binary and decoded by hand: at a million events the
-// generic scan's allocations and JSON validation cost more than the fold.
+// Decoding the JSON is most of the client's work, so it runs on every
+// core: one goroutine reads the rows (binary, copied into batches), decoders
+// turn batches into envelopes, and the calling goroutine folds the batches
+// in the order they were read. All of them end before readEvents returns.
 func readEvents(ctx context.Context, tx pgx.Tx, f *fold, where string, args []any, p *phase) error {
-	formats := pgx.QueryResultFormats{pgx.BinaryFormatCode, pgx.BinaryFormatCode, pgx.BinaryFormatCode,
-		pgx.BinaryFormatCode, pgx.BinaryFormatCode, pgx.BinaryFormatCode, pgx.BinaryFormatCode,
-		pgx.BinaryFormatCode, pgx.BinaryFormatCode}
 	if _, err := tx.Exec(ctx, `SET LOCAL synchronize_seqscans = off`); err != nil {
 		return fmt.Errorf("read events: %w", err)
+	}
+	parent := ctx
+	ctx, cancel := context.WithCancel(parent)
+	defer cancel()
+	formats := make(pgx.QueryResultFormats, eventFields)
+	for i := range formats {
+		formats[i] = pgx.BinaryFormatCode
 	}
 	rows, err := tx.Query(ctx, `SELECT seq, stream_type, stream_id, version, type, schema_version, data, meta, occurred_at
 		FROM task_events WHERE `+where, append([]any{formats}, args...)...)
 	if err != nil {
 		return fmt.Errorf("read events: %w", err)
 	}
-	defer rows.Close()
-	var done int64
-	types := interner{}
-	for rows.Next() {
-		e, k, meta, err := decodeRow(rows.RawValues(), types)
-		if err != nil {
-			return fmt.Errorf("read events: %w", err)
-		}
-		if knownStream(e.StreamType) { // other streams are counted and skipped by apply
-			if projections.ReadsMeta(e.Type) {
-				if err := json.Unmarshal(meta, &e.Meta); err != nil {
-					return fmt.Errorf("read event %d: meta: %w", e.Seq, err)
-				}
-			}
-			if err := e.Decode(); err != nil {
-				return err
-			}
-		}
-		e.Data = nil // it points into the row buffer, which the next row reuses; fold may hold e
-		if err := f.apply(e, k); err != nil {
+
+	workers := min(max(runtime.GOMAXPROCS(0), 1), 8)
+	raw := make(chan *rawBatch, 2*workers)
+	decoded := make(chan *decodedBatch, 2*workers)
+	errs := make(chan error, workers+1)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		defer close(raw)
+		defer rows.Close()
+		errs <- readBatches(ctx, rows, raw)
+	})
+	var decoders sync.WaitGroup
+	for range workers {
+		decoders.Go(func() { errs <- decodeBatches(ctx, raw, decoded) })
+	}
+	wg.Go(func() {
+		decoders.Wait()
+		close(decoded)
+	})
+
+	foldErr := foldBatches(f, decoded, p)
+	cancel() // after an error, stop the others; after success it changes nothing
+	for range decoded {
+	}
+	wg.Wait()
+	close(errs)
+	// A reader's or decoder's error explains a fold that ran short.
+	for err := range errs {
+		if err != nil && !errors.Is(err, context.Canceled) {
 			return err
 		}
-		done++
-		if p != nil && done%progressEvery == 0 {
-			p.report(done)
+	}
+	if foldErr != nil {
+		return foldErr
+	}
+	if err := parent.Err(); err != nil {
+		return err
+	}
+	return f.finish()
+}
+
+const (
+	eventFields = 9
+	batchRows   = 512
+)
+
+// rawBatch is rows copied out of pgx's buffer: field j of row i is
+// buf[ends[i*eventFields+j-1]:ends[i*eventFields+j]].
+type rawBatch struct {
+	n    int
+	buf  []byte
+	ends []int
+}
+
+func (b *rawBatch) field(i, j int) []byte {
+	k := i*eventFields + j
+	start := 0
+	if k > 0 {
+		start = b.ends[k-1]
+	}
+	return b.buf[start:b.ends[k]]
+}
+
+type decodedBatch struct {
+	n    int
+	evs  []events.Envelope
+	keys []key
+}
+
+// readBatches copies rows into batches numbered in read order.
+func readBatches(ctx context.Context, rows pgx.Rows, out chan<- *rawBatch) error {
+	b := &rawBatch{}
+	for rows.Next() {
+		for _, v := range rows.RawValues() {
+			b.buf = append(b.buf, v...)
+			b.ends = append(b.ends, len(b.buf))
+		}
+		if len(b.ends) == batchRows*eventFields {
+			select {
+			case out <- b:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			b = &rawBatch{n: b.n + 1, buf: make([]byte, 0, len(b.buf)), ends: make([]int, 0, cap(b.ends))}
 		}
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("read events: %w", err)
 	}
-	if err := f.finish(); err != nil {
-		return err
+	if len(b.ends) > 0 {
+		select {
+		case out <- b:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// decodeBatches turns raw batches into envelopes.
+func decodeBatches(ctx context.Context, in <-chan *rawBatch, out chan<- *decodedBatch) error {
+	types := interner{}
+	var row [eventFields][]byte
+	for b := range in {
+		rowsIn := len(b.ends) / eventFields
+		d := &decodedBatch{n: b.n, evs: make([]events.Envelope, rowsIn), keys: make([]key, rowsIn)}
+		for i := range rowsIn {
+			for j := range eventFields {
+				row[j] = b.field(i, j)
+			}
+			e, k, meta, err := decodeRow(row[:], types)
+			if err != nil {
+				return fmt.Errorf("read events: %w", err)
+			}
+			if knownStream(e.StreamType) { // other streams are counted and skipped by the fold
+				if projections.ReadsMeta(e.Type) {
+					if err := json.Unmarshal(meta, &e.Meta); err != nil {
+						return fmt.Errorf("read event %d: meta: %w", e.Seq, err)
+					}
+				}
+				if err := e.Decode(); err != nil {
+					return err
+				}
+			}
+			e.Data = nil // it points into the batch buffer; the fold keeps envelopes it holds
+			d.evs[i], d.keys[i] = e, k
+		}
+		select {
+		case out <- d:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// foldBatches folds decoded batches in the order they were read.
+func foldBatches(f *fold, in <-chan *decodedBatch, p *phase) error {
+	waiting := map[int]*decodedBatch{}
+	next := 0
+	var done int64
+	for d := range in {
+		waiting[d.n] = d
+		for d, ok := waiting[next]; ok; d, ok = waiting[next] {
+			delete(waiting, next)
+			next++
+			for i := range d.evs {
+				if err := f.apply(d.evs[i], d.keys[i]); err != nil {
+					return err
+				}
+				done++
+				if p != nil && done%progressEvery == 0 {
+					p.report(done)
+				}
+			}
+		}
+	}
+	if len(waiting) > 0 {
+		return fmt.Errorf("read events: batch %d never came", next)
 	}
 	if p != nil {
 		p.report(done)

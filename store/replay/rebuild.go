@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -52,7 +53,8 @@ type RebuildReport struct {
 //
 //  1. fold the log as of one snapshot, in memory;
 //  2. COPY it into fresh tables in schema replay_rebuild, then build their
-//     indexes (copied from the live tables) and ANALYZE them;
+//     indexes (copied from the live tables) and ANALYZE them, the tables
+//     side by side on connections of their own;
 //  3. catch up without a lock: fold the events the snapshot could not see
 //     onto the fresh tables, as often as needed for few to remain;
 //  4. lock out writers (the projections ACCESS EXCLUSIVE, task_events
@@ -111,10 +113,7 @@ func (r *rebuilder) run(ctx context.Context) error {
 	if err := r.createTables(ctx); err != nil {
 		return err
 	}
-	if err := r.load(ctx); err != nil {
-		return err
-	}
-	if err := r.buildIndexes(ctx); err != nil {
+	if err := r.loadTables(ctx); err != nil {
 		return err
 	}
 	// Unlocked catch-up: each round folds what the previous snapshot could
@@ -208,91 +207,134 @@ func (r *rebuilder) createTables(ctx context.Context) error {
 	})
 }
 
-// load copies the fold into the fresh tables, one short transaction per
-// table: nothing reads them yet, and a short write keeps consumers' horizon
-// moving (DESIGN §2).
-func (r *rebuilder) load(ctx context.Context) error {
+// loadTables fills each fresh table and then builds its indexes, each
+// table on a connection of its own, side by side: one table's COPY (mostly
+// the client encoding rows) overlaps another's index builds (the server
+// sorting). Each step is its own short transaction: nothing reads these
+// tables yet, and short writes keep consumers' horizon moving (DESIGN §2).
+func (r *rebuilder) loadTables(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type result struct {
+		table   string
+		rows    int64
+		indexed bool
+		err     error
+	}
+	results := make(chan result, 2*len(r.tables))
+	var wg sync.WaitGroup
 	var total int64
 	for _, t := range r.tables {
 		n, _ := t.rows(r.base)
 		total += int64(n)
-	}
-	p := startPhase(r.cfg.Progress, "write", total)
-	var done int64
-	for _, t := range r.tables {
-		err := pgx.BeginFunc(ctx, r.conn, func(tx pgx.Tx) error {
-			n, err := copyRows(ctx, tx, pgx.Identifier{rebuildSchema, t.name}, t, r.base)
-			r.rep.Rows[t.name] = n
-			done += n
-			return err
+		wg.Go(func() {
+			conn, err := pgx.ConnectConfig(ctx, r.conn.Config().Copy())
+			if err != nil {
+				results <- result{table: t.name, err: fmt.Errorf("connect: %w", err)}
+				return
+			}
+			defer conn.Close(context.WithoutCancel(ctx))
+			var n int64
+			err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+				n, err = copyRows(ctx, tx, pgx.Identifier{rebuildSchema, t.name}, t, r.base)
+				return err
+			})
+			if err != nil {
+				results <- result{table: t.name, err: err}
+				return
+			}
+			results <- result{table: t.name, rows: n}
+			results <- result{table: t.name, indexed: true, err: r.buildIndexes(ctx, conn, t)}
 		})
-		if err != nil {
-			return err
+	}
+	go func() { // ends with the last loader; the loop below waits for it
+		wg.Wait()
+		close(results)
+	}()
+	write := startPhase(r.cfg.Progress, "write", total)
+	var index *phase
+	var done int64
+	var copied, indexed int
+	var firstErr error
+	for res := range results {
+		switch {
+		case res.err != nil:
+			if firstErr == nil {
+				firstErr = fmt.Errorf("load %s: %w", res.table, res.err)
+				cancel()
+			}
+		case res.indexed:
+			indexed++
+			if index != nil {
+				index.report(int64(indexed))
+			}
+		default:
+			r.rep.Rows[res.table] = res.rows
+			done += res.rows
+			write.report(done)
+			if copied++; copied == len(r.tables) {
+				index = startPhase(r.cfg.Progress, "index", int64(len(r.tables)))
+				index.report(int64(indexed))
+			}
 		}
-		p.report(done)
+	}
+	if firstErr != nil {
+		return firstErr
 	}
 	r.base.dropRows()
 	return nil
 }
 
-// buildIndexes recreates every index and index-backed constraint of the
-// live tables on the fresh ones, under the same names, then analyzes them
-// so the planner knows them the moment they go live.
-func (r *rebuilder) buildIndexes(ctx context.Context) error {
-	p := startPhase(r.cfg.Progress, "index", int64(len(r.tables)))
-	for i, t := range r.tables {
-		// pg_get_indexdef names the table the way quote_ident does.
-		rows, err := r.conn.Query(ctx, `SELECT i.relname, pg_get_indexdef(i.oid), c.conname, pg_get_constraintdef(c.oid),
-			       quote_ident(n.nspname) || '.' || quote_ident(tc.relname)
-			FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid
-			JOIN pg_class tc ON tc.oid = x.indrelid JOIN pg_namespace n ON n.oid = tc.relnamespace
-			LEFT JOIN pg_constraint c ON c.conindid = x.indexrelid AND c.conrelid = x.indrelid AND c.contype IN ('p', 'u', 'x')
-			WHERE x.indrelid = $1::regclass ORDER BY x.indisprimary DESC, i.relname`, r.qualified(t))
-		if err != nil {
-			return fmt.Errorf("read indexes of %s: %w", t.name, err)
-		}
-		var stmts []string
-		for rows.Next() {
-			var name, def, tableName string
-			var con, condef *string
-			if err := rows.Scan(&name, &def, &con, &condef, &tableName); err != nil {
-				rows.Close()
-				return fmt.Errorf("read indexes of %s: %w", t.name, err)
-			}
-			if con != nil {
-				stmts = append(stmts, fmt.Sprintf(`ALTER TABLE %s ADD CONSTRAINT %s %s`,
-					r.fresh(t), pgx.Identifier{*con}.Sanitize(), *condef))
-				continue
-			}
-			on := " ON " + tableName + " "
-			if !strings.Contains(def, on) {
-				rows.Close()
-				return fmt.Errorf("index %s: cannot read its definition %q", name, def)
-			}
-			stmts = append(stmts, strings.Replace(def, on, " ON "+r.fresh(t)+" ", 1))
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("read indexes of %s: %w", t.name, err)
-		}
-		stmts = append(stmts, `ANALYZE `+r.fresh(t))
-		err = pgx.BeginFunc(ctx, r.conn, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, `SET LOCAL maintenance_work_mem = '256MB'`); err != nil {
-				return err
-			}
-			for _, s := range stmts {
-				if _, err := tx.Exec(ctx, s); err != nil {
-					return fmt.Errorf("%s: %w", s, err)
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("index %s: %w", t.name, err)
-		}
-		p.report(int64(i + 1))
+// buildIndexes recreates every index and index-backed constraint of t's
+// live table on the fresh one, under the same names, then analyzes it so
+// the planner knows it the moment it goes live.
+func (r *rebuilder) buildIndexes(ctx context.Context, conn *pgx.Conn, t table) error {
+	// pg_get_indexdef names the table the way quote_ident does.
+	rows, err := conn.Query(ctx, `SELECT i.relname, pg_get_indexdef(i.oid), c.conname, pg_get_constraintdef(c.oid),
+		       quote_ident(n.nspname) || '.' || quote_ident(tc.relname)
+		FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid
+		JOIN pg_class tc ON tc.oid = x.indrelid JOIN pg_namespace n ON n.oid = tc.relnamespace
+		LEFT JOIN pg_constraint c ON c.conindid = x.indexrelid AND c.conrelid = x.indrelid AND c.contype IN ('p', 'u', 'x')
+		WHERE x.indrelid = $1::regclass ORDER BY x.indisprimary DESC, i.relname`, r.qualified(t))
+	if err != nil {
+		return fmt.Errorf("read indexes: %w", err)
 	}
-	return nil
+	var stmts []string
+	for rows.Next() {
+		var name, def, tableName string
+		var con, condef *string
+		if err := rows.Scan(&name, &def, &con, &condef, &tableName); err != nil {
+			rows.Close()
+			return fmt.Errorf("read indexes: %w", err)
+		}
+		if con != nil {
+			stmts = append(stmts, fmt.Sprintf(`ALTER TABLE %s ADD CONSTRAINT %s %s`,
+				r.fresh(t), pgx.Identifier{*con}.Sanitize(), *condef))
+			continue
+		}
+		on := " ON " + tableName + " "
+		if !strings.Contains(def, on) {
+			rows.Close()
+			return fmt.Errorf("index %s: cannot read its definition %q", name, def)
+		}
+		stmts = append(stmts, strings.Replace(def, on, " ON "+r.fresh(t)+" ", 1))
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read indexes: %w", err)
+	}
+	stmts = append(stmts, `ANALYZE `+r.fresh(t))
+	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SET LOCAL maintenance_work_mem = '256MB'`); err != nil {
+			return err
+		}
+		for _, s := range stmts {
+			if _, err := tx.Exec(ctx, s); err != nil {
+				return fmt.Errorf("%s: %w", s, err)
+			}
+		}
+		return nil
+	})
 }
 
 // afterSeen selects the events that r.seen could not see: those of
