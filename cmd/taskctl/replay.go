@@ -218,6 +218,7 @@ type progressPrinter struct {
 	w        io.Writer
 	terminal bool
 	last     replay.Progress
+	shown    replay.Progress // what the last line said
 	drawn    time.Time
 	active   bool
 }
@@ -235,6 +236,9 @@ func (p *progressPrinter) update(pr replay.Progress) {
 	if p.terminal {
 		every = 100 * time.Millisecond
 	}
+	if pr.Done == 0 && pr.Total == 0 && !p.terminal {
+		return // a short phase of unknown size: its end line is enough
+	}
 	if time.Since(p.drawn) < every && pr.Done != 0 {
 		return
 	}
@@ -248,7 +252,9 @@ func (p *progressPrinter) finish() {
 }
 
 func (p *progressPrinter) endPhase() {
-	p.draw()
+	if p.last != p.shown {
+		p.draw()
+	}
 	if p.terminal {
 		fmt.Fprintln(p.w)
 	}
@@ -256,7 +262,7 @@ func (p *progressPrinter) endPhase() {
 }
 
 func (p *progressPrinter) draw() {
-	p.drawn = time.Now()
+	p.drawn, p.shown = time.Now(), p.last
 	pr := p.last
 	unit := map[string]string{"read": "events", "catch-up": "events", "write": "rows", "index": "tables", "diff": "tables", "swap": "steps"}[pr.Phase]
 	amount := count(pr.Done)

@@ -355,7 +355,7 @@ func (r *rebuilder) catchUp(ctx context.Context) (int64, error) {
 	if err := tx.QueryRow(ctx, `SELECT pg_current_snapshot()::text`).Scan(&now); err != nil {
 		return 0, fmt.Errorf("snapshot: %w", err)
 	}
-	d, err := r.applyDelta(ctx, tx)
+	d, err := r.applyDelta(ctx, tx, startPhase(r.cfg.Progress, "catch-up", 0))
 	if err != nil {
 		return 0, err
 	}
@@ -370,9 +370,8 @@ func (r *rebuilder) catchUp(ctx context.Context) (int64, error) {
 
 // applyDelta folds the events after r.seen into a delta of r.base and
 // writes it to the fresh tables in tx; the caller merges it after commit.
-func (r *rebuilder) applyDelta(ctx context.Context, tx pgx.Tx) (*fold, error) {
+func (r *rebuilder) applyDelta(ctx context.Context, tx pgx.Tx, p *phase) (*fold, error) {
 	d := newFold(r.base)
-	p := startPhase(r.cfg.Progress, "catch-up", 0)
 	if err := readEvents(ctx, tx, d, afterSeen, []any{r.seen}, p); err != nil {
 		return nil, err
 	}
@@ -402,7 +401,7 @@ func (r *rebuilder) applyDelta(ctx context.Context, tx pgx.Tx) (*fold, error) {
 // (or loses a deadlock with a writer that took its locks in another order)
 // rolls back, catches up once more without locks and tries again.
 func (r *rebuilder) swap(ctx context.Context) error {
-	p := startPhase(r.cfg.Progress, "swap", 0)
+	p := startPhase(r.cfg.Progress, "swap", 1)
 	for attempt := 1; ; attempt++ {
 		r.rep.LockAttempts = attempt
 		held, err := r.trySwap(ctx)
@@ -459,7 +458,7 @@ func (r *rebuilder) trySwap(ctx context.Context) (time.Duration, error) {
 		return 0, err
 	}
 	lockedAt := time.Now()
-	d, err := r.applyDelta(ctx, tx)
+	d, err := r.applyDelta(ctx, tx, nil)
 	if err != nil {
 		return 0, err
 	}
