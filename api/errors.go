@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"net/http"
 
@@ -49,6 +50,9 @@ func forbidden(msg string) error {
 	return &httpError{status: http.StatusForbidden, body: ErrorBody{Code: "forbidden", Message: msg}}
 }
 
+// statusClientClosed is nginx's 499: the client closed the request.
+const statusClientClosed = 499
+
 // classify maps any error to a status and body: the one place that does.
 func classify(err error) (int, ErrorBody) {
 	var he *httpError
@@ -68,6 +72,10 @@ func classify(err error) (int, ErrorBody) {
 		return ee.Code, ErrorBody{Code: statusCode(ee.Code), Message: http.StatusText(ee.Code)}
 	}
 	switch {
+	case errors.Is(err, context.Canceled):
+		// The client went away (a worker shutting down mid-claim): nobody reads
+		// the answer and the server did nothing wrong, so it is not a 5xx.
+		return statusClientClosed, ErrorBody{Code: "client_closed", Message: "the client closed the request"}
 	case errors.Is(err, events.ErrNotFound):
 		return http.StatusNotFound, ErrorBody{Code: "not_found", Message: err.Error()}
 	case errors.Is(err, events.ErrInvalid):
