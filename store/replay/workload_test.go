@@ -168,6 +168,10 @@ func (w *workload) step(ctx context.Context, rnd *rand.Rand) (err error) {
 			}); err != nil {
 				return err
 			}
+			if rnd.IntN(2) == 0 { // the fused statement the API uses, and the general command
+				_, _, err := db.CompleteTask(ctx, t.ID, worker, wm)
+				return err
+			}
 			return decide(func(t *events.Task) ([]events.Payload, error) { return t.Complete(worker) })
 		case r < 7:
 			return decide(func(t *events.Task) ([]events.Payload, error) {
