@@ -119,12 +119,13 @@ func (db *DB) CreateRetryOf(ctx context.Context, q Querier, failed *events.Task,
 	for _, e := range failedEvs {
 		after.Apply(e)
 	}
+	// Rows before events, the order every writer locks in (see appendStream).
 	b := &pgx.Batch{}
+	db.projector.Task(b, retry, retryEvs)
+	db.projector.Task(b, &after, failedEvs)
 	if err := queueEvents(b, append(retryEvs, failedEvs...)); err != nil {
 		return nil, err
 	}
-	db.projector.Task(b, retry, retryEvs)
-	db.projector.Task(b, &after, failedEvs)
 	if err := db.send(ctx, q, b); err != nil {
 		return nil, fmt.Errorf("create retry of %s: %w", failed.ID, err)
 	}
