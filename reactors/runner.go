@@ -51,9 +51,9 @@ type RunnerConfig struct {
 	PrepareTimeout time.Duration
 	// BatchTimeout bounds one batch's transaction (default 1 min).
 	BatchTimeout time.Duration
-	// MinInterval is the least time between two looks at the log after
-	// wakes (default 5 ms): the first wake after a quiet spell is served at
-	// once, a storm of commits costs at most one look per interval.
+	// MinInterval paces the looks at the log that wakes cause (default
+	// 5 ms): a burst of up to 4 looks goes at once, a storm of commits
+	// costs at most one look per interval.
 	MinInterval time.Duration
 	// Registerer receives the reactor metrics; none when nil.
 	Registerer prometheus.Registerer
@@ -145,7 +145,7 @@ func (r *Runner) loop(ctx context.Context, re Reactor) {
 	defer soon.Stop()
 	errBackoff := time.Duration(0)
 	hiddenBackoff := time.Duration(0)
-	var lastLook time.Time
+	pace := newPacer(r.cfg.MinInterval, lookBurst)
 	for {
 		select {
 		case <-ctx.Done():
@@ -154,10 +154,9 @@ func (r *Runner) loop(ctx context.Context, re Reactor) {
 		case <-ticker.C:
 		case <-soon.C:
 		}
-		if wait := r.cfg.MinInterval - time.Since(lastLook); wait > 0 && !sleep(ctx, wait) {
+		if wait := pace.take(time.Now()); wait > 0 && !sleep(ctx, wait) {
 			return
 		}
-		lastLook = time.Now()
 		hidden, err := r.drain(ctx, re)
 		if ctx.Err() != nil {
 			return
@@ -183,6 +182,36 @@ func (r *Runner) loop(ctx context.Context, re Reactor) {
 			errBackoff, hiddenBackoff = 0, 0
 		}
 	}
+}
+
+// lookBurst is how many looks may follow each other without pacing: the
+// few commits of one request or one small burst are served at once.
+const lookBurst = 4
+
+// pacer is a token bucket: up to burst looks at once, refilled one per
+// interval.
+type pacer struct {
+	interval time.Duration
+	burst    float64
+	tokens   float64
+	last     time.Time
+}
+
+func newPacer(interval time.Duration, burst int) *pacer {
+	return &pacer{interval: interval, burst: float64(burst), tokens: float64(burst)}
+}
+
+// take spends a token and says how long to wait for it first.
+func (p *pacer) take(now time.Time) time.Duration {
+	if !p.last.IsZero() {
+		p.tokens = min(p.burst, p.tokens+float64(now.Sub(p.last))/float64(p.interval))
+	}
+	p.last = now
+	p.tokens--
+	if p.tokens >= 0 {
+		return 0
+	}
+	return time.Duration(-p.tokens * float64(p.interval))
 }
 
 // maxHiddenBackoff ends the quick re-reads after a wake found hidden events.
