@@ -60,6 +60,13 @@ type TailConfig struct {
 	// MinInterval spaces the broadcaster's reads so that wakes arriving
 	// together become one read and one write per stream (20 ms).
 	MinInterval time.Duration
+	// WriteBudget is the stream writes per second the broadcaster aims at
+	// under sustained traffic (1500): with many streams it spaces its reads
+	// further (streams / WriteBudget, at most MaxInterval), so each write
+	// carries more events. Writes, not bytes, are what the fan-out costs.
+	WriteBudget int
+	// MaxInterval caps that spacing (200 ms): the price in latency under load.
+	MaxInterval time.Duration
 	// PageSize is the most events read at once (1000).
 	PageSize int
 }
@@ -83,6 +90,18 @@ func (c *TailConfig) defaults() {
 	defDur(&c.WriteTimeout, 10*time.Second)
 	defDur(&c.Poll, time.Second)
 	defDur(&c.MinInterval, 20*time.Millisecond)
+	def(&c.WriteBudget, 1500)
+	defDur(&c.MaxInterval, 200*time.Millisecond)
+	c.MaxInterval = max(c.MaxInterval, c.MinInterval)
+}
+
+// interval is the least time between two reads: MinInterval, or longer when
+// so many streams are open that one write each per read would exceed the
+// write budget. Sporadic events still go out at once: the spacing only
+// delays a read that follows another closely.
+func (b *broadcaster) interval() time.Duration {
+	d := time.Duration(b.streams.Load()) * time.Second / time.Duration(b.cfg.WriteBudget)
+	return min(max(d, b.cfg.MinInterval), b.cfg.MaxInterval)
 }
 
 // frame is one event encoded once for every client, with what filters need.
@@ -228,7 +247,7 @@ func (b *broadcaster) run(ctx context.Context) error {
 	defer space.Stop()
 	for {
 		b.poll(ctx)
-		space.Reset(b.cfg.MinInterval)
+		space.Reset(b.interval())
 		select {
 		case <-ctx.Done():
 			return nil
@@ -270,11 +289,11 @@ func (b *broadcaster) poll(ctx context.Context) {
 			return
 		}
 		// Catching up on a backlog (the horizon held back by a long
-		// transaction, say): give the streams MinInterval to write each
-		// page before the next moves the window on.
+		// transaction, say): give the streams time to write each page
+		// before the next moves the window on.
 		select {
 		case <-ctx.Done():
-		case <-time.After(b.cfg.MinInterval):
+		case <-time.After(b.interval()):
 		}
 	}
 }

@@ -31,7 +31,7 @@ import (
 //	TAIL_BENCH=1 go test ./api -run TestTailBench -v -timeout 30m
 //
 // TAIL_BENCH_CLIENTS, TAIL_BENCH_RATE and TAIL_BENCH_SECONDS change the load,
-// TAIL_BENCH_INTERVAL_MS the broadcaster's MinInterval.
+// TAIL_BENCH_WRITE_BUDGET the broadcaster's stream writes per second.
 func TestTailBench(t *testing.T) {
 	if os.Getenv("TAIL_BENCH") == "" {
 		t.Skip("set TAIL_BENCH=1 to run the tail benchmark")
@@ -39,8 +39,7 @@ func TestTailBench(t *testing.T) {
 	clients := envInt("TAIL_BENCH_CLIENTS", 200)
 	rate := envInt("TAIL_BENCH_RATE", 2000)
 	seconds := envInt("TAIL_BENCH_SECONDS", 20)
-	e := newHistEnv(t, api.TailConfig{MaxClients: clients + 10,
-		MinInterval: time.Duration(envInt("TAIL_BENCH_INTERVAL_MS", 20)) * time.Millisecond})
+	e := newHistEnv(t, api.TailConfig{MaxClients: clients + 10, WriteBudget: envInt("TAIL_BENCH_WRITE_BUDGET", 0)})
 	workers := make([]*histWorker, 8)
 	for i := range workers {
 		workers[i] = e.worker(fmt.Sprintf("Bench%d", i), 100)
