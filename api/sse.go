@@ -530,6 +530,12 @@ func (s *Server) streamEvents(c echo.Context) error {
 	heartbeat := time.NewTicker(b.cfg.Heartbeat)
 	defer heartbeat.Stop()
 	for {
+		select {
+		case <-client.dropped: // even if the write that held it up has since gone out
+			_ = w.write("event: error\ndata: " + tooSlow + "\n\n")
+			return nil
+		default:
+		}
 		frames, reached, ok := b.since(client, maxBatch)
 		if !ok {
 			_ = w.write("event: error\ndata: " + tooSlow + "\n\n")
