@@ -40,6 +40,10 @@ run: build
 	if [ -z "$${DATABASE_URL:-}" ]; then DATABASE_URL="$$(scripts/devdb.sh)"; fi; \
 	export DATABASE_URL; \
 	export ADMIN_EMAIL='$(ADMIN_EMAIL)' ADMIN_PASSWORD='$(ADMIN_PASSWORD)' JWT_SECRET='$(JWT_SECRET)'; \
+	LISTEN_ADDR="$${LISTEN_ADDR:-:8001}"; export LISTEN_ADDR; \
+	echo "task-service: API http://127.0.0.1:$${LISTEN_ADDR##*:}/api/v1"; \
+	echo "task-service: log in as $$ADMIN_EMAIL / $$ADMIN_PASSWORD (created if no admin exists yet)"; \
+	echo "task-service: database $$DATABASE_URL"; \
 	exec bin/task-service serve
 
 test:
