@@ -328,3 +328,50 @@ func isTerminal(w any) bool {
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
+
+// parseArgs is parse, then a check that there are n positional arguments
+// (what names them in the error).
+func (a *app) parseArgs(fs *flag.FlagSet, spec cmdSpec, args []string, n int, what string) (pos []string, code int, ok bool) {
+	pos, code, ok = a.parse(fs, spec, args)
+	if !ok {
+		return nil, code, false
+	}
+	if !a.want(spec, fs, pos, n, what) {
+		return nil, exitUsage, false
+	}
+	return pos, 0, true
+}
+
+// connect returns a logged-in client for the API and a context that ends on
+// Ctrl-C or SIGTERM.
+func (a *app) connect(apiFlagValue string) (*client.Client, context.Context, context.CancelFunc, error) {
+	c, err := a.client(apiFlagValue)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ctx, cancel := a.signalContext()
+	return c, ctx, cancel, nil
+}
+
+// apiCall is what a command that calls the API starts with.
+type apiCall struct {
+	pos    []string
+	c      *client.Client
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// start is parseArgs then connect, for the commands that check nothing in
+// between. A nil call means stop now with code (usage, help or login
+// trouble, already reported).
+func (a *app) start(fs *flag.FlagSet, spec cmdSpec, args []string, api *string, n int, what string) (*apiCall, int) {
+	pos, code, ok := a.parseArgs(fs, spec, args, n, what)
+	if !ok {
+		return nil, code
+	}
+	c, ctx, cancel, err := a.connect(*api) // read after parse filled it
+	if err != nil {
+		return nil, a.fail(spec.name, err)
+	}
+	return &apiCall{pos: pos, c: c, ctx: ctx, cancel: cancel}, 0
+}

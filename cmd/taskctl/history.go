@@ -18,19 +18,12 @@ func (a *app) history(args []string) int {
 	fs := flagSet(spec)
 	api := apiFlag(fs)
 	asJSON := fs.Bool("json", false, "print the events as JSON")
-	pos, code, ok := a.parse(fs, spec, args)
-	if !ok {
+	call, code := a.start(fs, spec, args, api, 1, "TASK (a task id)")
+	if call == nil {
 		return code
 	}
-	if !a.want(spec, fs, pos, 1, "TASK (a task id)") {
-		return exitUsage
-	}
-	c, err := a.client(*api)
-	if err != nil {
-		return a.fail(spec.name, err)
-	}
-	ctx, cancel := a.signalContext()
-	defer cancel()
+	defer call.cancel()
+	pos, c, ctx := call.pos, call.c, call.ctx
 	evs, err := c.TaskEvents(ctx, pos[0])
 	if err != nil {
 		return a.fail(spec.name, err)
@@ -72,19 +65,12 @@ func (a *app) chain(args []string) int {
 	fs := flagSet(spec)
 	api := apiFlag(fs)
 	asJSON := fs.Bool("json", false, "print the chain as JSON")
-	pos, code, ok := a.parse(fs, spec, args)
-	if !ok {
+	call, code := a.start(fs, spec, args, api, 1, "TASK (a task id)")
+	if call == nil {
 		return code
 	}
-	if !a.want(spec, fs, pos, 1, "TASK (a task id)") {
-		return exitUsage
-	}
-	c, err := a.client(*api)
-	if err != nil {
-		return a.fail(spec.name, err)
-	}
-	ctx, cancel := a.signalContext()
-	defer cancel()
+	defer call.cancel()
+	pos, c, ctx := call.pos, call.c, call.ctx
 	ch, err := c.TaskChain(ctx, pos[0])
 	if err != nil {
 		return a.fail(spec.name, err)

@@ -24,12 +24,9 @@ func (a *app) login(args []string) int {
 	email := fs.String("email", a.getenv("TASKCTL_EMAIL"), "your email (default $TASKCTL_EMAIL)")
 	password := fs.String("password", "", "your password (default $TASKCTL_PASSWORD, else asked)")
 	api := apiFlag(fs)
-	pos, code, ok := a.parse(fs, loginSpec, args)
+	_, code, ok := a.parseArgs(fs, loginSpec, args, 0, "")
 	if !ok {
 		return code
-	}
-	if !a.want(loginSpec, fs, pos, 0, "") {
-		return exitUsage
 	}
 	if strings.TrimSpace(*email) == "" {
 		return a.fail("login", usagef("--email is required"))
@@ -110,12 +107,9 @@ var logoutSpec = cmdSpec{
 func (a *app) logout(args []string) int {
 	fs := flagSet(logoutSpec)
 	api := apiFlag(fs)
-	pos, code, ok := a.parse(fs, logoutSpec, args)
+	_, code, ok := a.parseArgs(fs, logoutSpec, args, 0, "")
 	if !ok {
 		return code
-	}
-	if !a.want(logoutSpec, fs, pos, 0, "") {
-		return exitUsage
 	}
 	cfg, err := a.loadConfig()
 	if err != nil {

@@ -34,12 +34,9 @@ func (a *app) replay(args []string) int {
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	maxDiffs := fs.Int("max-differences", 100, "differences printed per table (all are counted)")
 	seed := fs.Int("seed-synthetic", 0, "benchmarks only: write this many synthetic events into an empty database, then stop")
-	pos, code, ok := a.parse(fs, spec, args)
+	_, code, ok := a.parseArgs(fs, spec, args, 0, "")
 	if !ok {
 		return code
-	}
-	if !a.want(spec, fs, pos, 0, "") {
-		return exitUsage
 	}
 	if *dbURL == "" {
 		return a.fail(spec.name, usagef("no database: give --database-url or set DATABASE_URL"))

@@ -20,19 +20,12 @@ func (a *app) stats(args []string) int {
 	fs := flagSet(spec)
 	api := apiFlag(fs)
 	asJSON := fs.Bool("json", false, "print the stats as JSON")
-	pos, code, ok := a.parse(fs, spec, args)
-	if !ok {
+	call, code := a.start(fs, spec, args, api, 0, "")
+	if call == nil {
 		return code
 	}
-	if !a.want(spec, fs, pos, 0, "") {
-		return exitUsage
-	}
-	c, err := a.client(*api)
-	if err != nil {
-		return a.fail(spec.name, err)
-	}
-	ctx, cancel := a.signalContext()
-	defer cancel()
+	defer call.cancel()
+	c, ctx := call.c, call.ctx
 	st, err := c.Stats(ctx)
 	if err != nil {
 		return a.fail(spec.name, err)

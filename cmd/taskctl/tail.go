@@ -30,21 +30,17 @@ func (a *app) tail(args []string) int {
 	worker := fs.String("worker", "", "only events about this worker (id, email or name)")
 	after := fs.String("after", "", "start after this position (an event's id); default: from now on")
 	fromStart := fs.Bool("from-start", false, "start at the beginning of the log")
-	pos, code, ok := a.parse(fs, spec, args)
+	_, code, ok := a.parseArgs(fs, spec, args, 0, "")
 	if !ok {
 		return code
-	}
-	if !a.want(spec, fs, pos, 0, "") {
-		return exitUsage
 	}
 	if *fromStart && *after != "" {
 		return a.fail(spec.name, usagef("give --after or --from-start, not both"))
 	}
-	c, err := a.client(*api)
+	c, ctx, cancel, err := a.connect(*api)
 	if err != nil {
 		return a.fail(spec.name, err)
 	}
-	ctx, cancel := a.signalContext()
 	defer cancel()
 	q := client.EventQuery{After: *after, StreamID: *stream}
 	if *fromStart {

@@ -45,12 +45,9 @@ func (a *app) tasksCreate(args []string) int {
 	assign := fs.String("assign", "", "give the task to this worker (id, email or name)")
 	reason := fs.String("reason", "", "why it goes to that worker")
 	asJSON := fs.Bool("json", false, "print the task as JSON")
-	pos, code, ok := a.parse(fs, spec, args)
+	_, code, ok := a.parseArgs(fs, spec, args, 0, "")
 	if !ok {
 		return code
-	}
-	if !a.want(spec, fs, pos, 0, "") {
-		return exitUsage
 	}
 	if *typeRef == "" || strings.TrimSpace(*title) == "" {
 		return a.fail(spec.name, usagef("--type and --title are required"))
@@ -63,11 +60,10 @@ func (a *app) tasksCreate(args []string) int {
 	if err != nil {
 		return a.fail(spec.name, err)
 	}
-	c, err := a.client(*api)
+	c, ctx, cancel, err := a.connect(*api)
 	if err != nil {
 		return a.fail(spec.name, err)
 	}
-	ctx, cancel := a.signalContext()
 	defer cancel()
 	tt, err := resolveType(ctx, c, *typeRef)
 	if err != nil {
@@ -141,19 +137,12 @@ func (a *app) tasksList(args []string) int {
 	limit := fs.Int("limit", 50, "page size (1-200)")
 	after := fs.String("after", "", "continue after this cursor (printed under a full page)")
 	asJSON := fs.Bool("json", false, "print the page as JSON")
-	pos, code, ok := a.parse(fs, spec, args)
-	if !ok {
+	call, code := a.start(fs, spec, args, api, 0, "")
+	if call == nil {
 		return code
 	}
-	if !a.want(spec, fs, pos, 0, "") {
-		return exitUsage
-	}
-	c, err := a.client(*api)
-	if err != nil {
-		return a.fail(spec.name, err)
-	}
-	ctx, cancel := a.signalContext()
-	defer cancel()
+	defer call.cancel()
+	c, ctx := call.c, call.ctx
 	q := client.TaskQuery{Status: *status, Priority: *priority, Unassigned: *queue, Retries: *retries, After: *after, Limit: *limit}
 	if *typeRef != "" {
 		tt, err := resolveType(ctx, c, *typeRef)
@@ -231,12 +220,9 @@ func (a *app) tasksShow(args []string) int {
 	api := apiFlag(fs)
 	at := fs.String("at", "", "show the task as it was at this RFC 3339 time")
 	asJSON := fs.Bool("json", false, "print the task as JSON")
-	pos, code, ok := a.parse(fs, spec, args)
+	pos, code, ok := a.parseArgs(fs, spec, args, 1, "TASK (a task id)")
 	if !ok {
 		return code
-	}
-	if !a.want(spec, fs, pos, 1, "TASK (a task id)") {
-		return exitUsage
 	}
 	var when time.Time
 	if *at != "" {
@@ -245,11 +231,10 @@ func (a *app) tasksShow(args []string) int {
 			return a.fail(spec.name, usagef("--at: %v (use RFC 3339, e.g. 2026-11-21T14:05:00Z)", err))
 		}
 	}
-	c, err := a.client(*api)
+	c, ctx, cancel, err := a.connect(*api)
 	if err != nil {
 		return a.fail(spec.name, err)
 	}
-	ctx, cancel := a.signalContext()
 	defer cancel()
 	n := loadNames(ctx, c)
 	if !when.IsZero() {
@@ -363,19 +348,12 @@ func (a *app) tasksCancel(args []string) int {
 	api := apiFlag(fs)
 	reason := fs.String("reason", "", "why")
 	asJSON := fs.Bool("json", false, "print the task as JSON")
-	pos, code, ok := a.parse(fs, spec, args)
-	if !ok {
+	call, code := a.start(fs, spec, args, api, 1, "TASK (a task id)")
+	if call == nil {
 		return code
 	}
-	if !a.want(spec, fs, pos, 1, "TASK (a task id)") {
-		return exitUsage
-	}
-	c, err := a.client(*api)
-	if err != nil {
-		return a.fail(spec.name, err)
-	}
-	ctx, cancel := a.signalContext()
-	defer cancel()
+	defer call.cancel()
+	pos, c, ctx := call.pos, call.c, call.ctx
 	t, err := c.CancelTask(ctx, pos[0], *reason)
 	if err != nil {
 		return a.fail(spec.name, err)
@@ -400,21 +378,17 @@ func (a *app) tasksAssign(args []string) int {
 	worker := fs.String("worker", "", "worker id, email or name (required)")
 	reason := fs.String("reason", "", "why this worker")
 	asJSON := fs.Bool("json", false, "print the task as JSON")
-	pos, code, ok := a.parse(fs, spec, args)
+	pos, code, ok := a.parseArgs(fs, spec, args, 1, "TASK (a task id)")
 	if !ok {
 		return code
-	}
-	if !a.want(spec, fs, pos, 1, "TASK (a task id)") {
-		return exitUsage
 	}
 	if *worker == "" {
 		return a.fail(spec.name, usagef("--worker is required"))
 	}
-	c, err := a.client(*api)
+	c, ctx, cancel, err := a.connect(*api)
 	if err != nil {
 		return a.fail(spec.name, err)
 	}
-	ctx, cancel := a.signalContext()
 	defer cancel()
 	w, err := resolveWorker(ctx, c, *worker)
 	if err != nil {
@@ -444,19 +418,12 @@ func (a *app) tasksRetry(args []string) int {
 	api := apiFlag(fs)
 	hint := fs.String("hint", "", "advice for the next attempt")
 	asJSON := fs.Bool("json", false, "print the new task as JSON")
-	pos, code, ok := a.parse(fs, spec, args)
-	if !ok {
+	call, code := a.start(fs, spec, args, api, 1, "TASK (a failed task's id)")
+	if call == nil {
 		return code
 	}
-	if !a.want(spec, fs, pos, 1, "TASK (a failed task's id)") {
-		return exitUsage
-	}
-	c, err := a.client(*api)
-	if err != nil {
-		return a.fail(spec.name, err)
-	}
-	ctx, cancel := a.signalContext()
-	defer cancel()
+	defer call.cancel()
+	pos, c, ctx := call.pos, call.c, call.ctx
 	t, err := c.RetryTask(ctx, pos[0], *hint)
 	var apiErr *client.Error
 	if errors.As(err, &apiErr) && (apiErr.Status == http.StatusMethodNotAllowed ||

@@ -39,12 +39,9 @@ func (a *app) typesCreate(args []string) int {
 	timeout := fs.Duration("timeout", 0, "fail a task in progress for longer than this (0: never)")
 	backoff := fs.Duration("backoff", 0, "wait this long before a retry can be claimed")
 	asJSON := fs.Bool("json", false, "print the type as JSON")
-	pos, code, ok := a.parse(fs, spec, args)
+	_, code, ok := a.parseArgs(fs, spec, args, 0, "")
 	if !ok {
 		return code
-	}
-	if !a.want(spec, fs, pos, 0, "") {
-		return exitUsage
 	}
 	if strings.TrimSpace(*name) == "" {
 		return a.fail(spec.name, usagef("--name is required"))
@@ -62,11 +59,10 @@ func (a *app) typesCreate(args []string) int {
 	if *maxRetries >= 0 {
 		nt.MaxRetries = maxRetries
 	}
-	c, err := a.client(*api)
+	c, ctx, cancel, err := a.connect(*api)
 	if err != nil {
 		return a.fail(spec.name, err)
 	}
-	ctx, cancel := a.signalContext()
 	defer cancel()
 	tt, err := c.CreateTaskType(ctx, nt)
 	if err != nil {
@@ -92,19 +88,12 @@ func (a *app) typesList(args []string) int {
 	api := apiFlag(fs)
 	archived := fs.Bool("archived", false, "include archived types")
 	asJSON := fs.Bool("json", false, "print the types as JSON")
-	pos, code, ok := a.parse(fs, spec, args)
-	if !ok {
+	call, code := a.start(fs, spec, args, api, 0, "")
+	if call == nil {
 		return code
 	}
-	if !a.want(spec, fs, pos, 0, "") {
-		return exitUsage
-	}
-	c, err := a.client(*api)
-	if err != nil {
-		return a.fail(spec.name, err)
-	}
-	ctx, cancel := a.signalContext()
-	defer cancel()
+	defer call.cancel()
+	c, ctx := call.c, call.ctx
 	types, err := c.TaskTypes(ctx, *archived)
 	if err != nil {
 		return a.fail(spec.name, err)
@@ -143,19 +132,12 @@ func (a *app) typesShow(args []string) int {
 	fs := flagSet(spec)
 	api := apiFlag(fs)
 	asJSON := fs.Bool("json", false, "print the type as JSON")
-	pos, code, ok := a.parse(fs, spec, args)
-	if !ok {
+	call, code := a.start(fs, spec, args, api, 1, "TYPE (a name or id)")
+	if call == nil {
 		return code
 	}
-	if !a.want(spec, fs, pos, 1, "TYPE (a name or id)") {
-		return exitUsage
-	}
-	c, err := a.client(*api)
-	if err != nil {
-		return a.fail(spec.name, err)
-	}
-	ctx, cancel := a.signalContext()
-	defer cancel()
+	defer call.cancel()
+	pos, c, ctx := call.pos, call.c, call.ctx
 	tt, err := resolveType(ctx, c, pos[0])
 	if err != nil {
 		return a.fail(spec.name, err)

@@ -31,12 +31,9 @@ func (a *app) workersCreate(args []string) int {
 	password := fs.String("password", "", "password, 8-72 bytes (default $TASKCTL_WORKER_PASSWORD, else generated)")
 	maxConc := fs.Int("max-concurrent", 1, "tasks it may hold at once (1-100)")
 	asJSON := fs.Bool("json", false, "print the worker as JSON")
-	pos, code, ok := a.parse(fs, spec, args)
+	_, code, ok := a.parseArgs(fs, spec, args, 0, "")
 	if !ok {
 		return code
-	}
-	if !a.want(spec, fs, pos, 0, "") {
-		return exitUsage
 	}
 	if strings.TrimSpace(*email) == "" || strings.TrimSpace(*name) == "" {
 		return a.fail(spec.name, usagef("--email and --name are required"))
@@ -52,11 +49,10 @@ func (a *app) workersCreate(args []string) int {
 		}
 		pw, generated = base64.RawURLEncoding.EncodeToString(b), true
 	}
-	c, err := a.client(*api)
+	c, ctx, cancel, err := a.connect(*api)
 	if err != nil {
 		return a.fail(spec.name, err)
 	}
-	ctx, cancel := a.signalContext()
 	defer cancel()
 	u, err := c.CreateWorker(ctx, client.NewWorker{Email: *email, Password: pw, FullName: *name, MaxConcurrentTasks: *maxConc})
 	if err != nil {
@@ -87,19 +83,12 @@ func (a *app) workersList(args []string) int {
 	fs := flagSet(spec)
 	api := apiFlag(fs)
 	asJSON := fs.Bool("json", false, "print the workers as JSON")
-	pos, code, ok := a.parse(fs, spec, args)
-	if !ok {
+	call, code := a.start(fs, spec, args, api, 0, "")
+	if call == nil {
 		return code
 	}
-	if !a.want(spec, fs, pos, 0, "") {
-		return exitUsage
-	}
-	c, err := a.client(*api)
-	if err != nil {
-		return a.fail(spec.name, err)
-	}
-	ctx, cancel := a.signalContext()
-	defer cancel()
+	defer call.cancel()
+	c, ctx := call.c, call.ctx
 	ws, err := c.Workers(ctx)
 	if err != nil {
 		return a.fail(spec.name, err)
