@@ -3,9 +3,9 @@ package store
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/clawdbot/task-service/events"
@@ -20,18 +20,22 @@ type TaskWithType struct {
 	PreviousAttempts []Attempt `json:"previous_attempts,omitempty"`
 }
 
-// lockWorker serializes one worker's claims so its capacity holds under
-// concurrent claims; it is the batch's first statement, so the claim that
-// follows takes its snapshot after any earlier claim by the same worker
-// committed.
-const lockWorker = `SELECT max_concurrent_tasks FROM users WHERE id = $1 AND is_worker FOR NO KEY UPDATE`
+// lockWorkers serializes each worker's claims so its capacity holds under
+// concurrent claims (from other service instances: one instance's batcher
+// already never runs two claims of a worker at once). It is the batch's
+// first statement, so the claim that follows takes its snapshot after any
+// earlier claim by the same workers committed. Locks are taken in id order,
+// so two batches never wait on each other in a cycle. A worker missing here
+// does not exist or is no worker.
+const lockWorkers = `SELECT id FROM users WHERE id = ANY($1::uuid[]) AND is_worker ORDER BY id FOR NO KEY UPDATE`
 
-// claimTask is the claim (DESIGN §3): pick the first claimable task with
-// SKIP LOCKED (tasks assigned to the worker first, then the pool, which is
-// only scanned when there is none; priority, then FIFO), unless the worker
-// is at capacity; mark it in progress; append task.claimed and the
-// assignment row, all in one statement. Both gates are one-time filters:
-// a worker at capacity locks nothing.
+// claimTasks is the claim (DESIGN §3) for a batch of distinct workers, in
+// one statement: each worker below its max_concurrent_tasks gets the first
+// claimable task assigned to it, else one from the pool (priority, then
+// FIFO; the pool's first n unlocked tasks go to the n workers in request
+// order), all picked with SKIP LOCKED; the tasks are marked in progress and
+// task.claimed and the assignment row appended. A worker at capacity locks
+// nothing.
 //
 // held's status is a parameter ($5, always 'in_progress'), not a literal,
 // for the plan: with the literal, a generic plan built while few tasks are
@@ -41,40 +45,56 @@ const lockWorker = `SELECT max_concurrent_tasks FROM users WHERE id = $1 AND is_
 // 40-80 buffers instead of 4). A parameter's generic estimate is a whole
 // status's share of the table, so the plan is always worker_tasks_holder
 // on (assigned_to, status): this worker's rows only.
-const claimTask = `WITH held AS (
-    SELECT count(*) AS n FROM worker_tasks WHERE assigned_to = $1 AND status = $5
-), cap AS (
-    SELECT max_concurrent_tasks AS m FROM users WHERE id = $1
+const claimTasks = `WITH req AS (
+    SELECT worker, data, meta, ord FROM unnest($1::uuid[], $3::text[], $4::text[]) WITH ORDINALITY AS r(worker, data, meta, ord)
+), elig AS (
+    SELECT r.worker, r.ord FROM req r JOIN users u ON u.id = r.worker AND u.is_worker
+     WHERE (SELECT count(*) FROM worker_tasks h WHERE h.assigned_to = r.worker AND h.status = $5) < u.max_concurrent_tasks
 ), mine AS (
-    SELECT id FROM worker_tasks
-     WHERE status = 'pending' AND assigned_to = $1 AND available_at <= $2
-       AND (SELECT n FROM held) < (SELECT m FROM cap)
-     ORDER BY priority_rank, created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED
+    SELECT e.worker, m.id FROM elig e CROSS JOIN LATERAL (
+        SELECT id FROM worker_tasks
+         WHERE status = 'pending' AND assigned_to = e.worker AND available_at <= $2
+         ORDER BY priority_rank, created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) m
+), rest AS (
+    SELECT e.worker, row_number() OVER (ORDER BY e.ord) AS n FROM elig e
+     WHERE NOT EXISTS (SELECT 1 FROM mine WHERE mine.worker = e.worker)
 ), pool AS (
-    SELECT id FROM worker_tasks
-     WHERE status = 'pending' AND assigned_to IS NULL AND available_at <= $2
-       AND (SELECT n FROM held) < (SELECT m FROM cap) AND NOT EXISTS (SELECT 1 FROM mine)
-     ORDER BY priority_rank, created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED
+    SELECT p.id, row_number() OVER (ORDER BY p.priority_rank, p.created_at, p.id) AS n FROM (
+        SELECT id, priority_rank, created_at FROM worker_tasks
+         WHERE status = 'pending' AND assigned_to IS NULL AND available_at <= $2
+         ORDER BY priority_rank, created_at, id LIMIT (SELECT count(*) FROM rest) FOR UPDATE SKIP LOCKED) p
 ), picked AS (
-    SELECT id FROM mine UNION ALL SELECT id FROM pool
+    SELECT id, worker FROM mine UNION ALL SELECT pool.id, rest.worker FROM pool JOIN rest USING (n)
 ), t AS (
     UPDATE worker_tasks w
-       SET status = 'in_progress', assigned_to = $1, started_at = $2, updated_at = $2, version = w.version + 1
+       SET status = 'in_progress', assigned_to = picked.worker, started_at = $2, updated_at = $2, version = w.version + 1
       FROM picked WHERE w.id = picked.id
     RETURNING w.*
 ), ev AS (
     INSERT INTO task_events (stream_type, stream_id, version, type, data, meta, occurred_at)
-    SELECT 'task', t.id, t.version, 'task.claimed', $3::jsonb, $4::jsonb, $2 FROM t
+    SELECT 'task', t.id, t.version, 'task.claimed', req.data::jsonb, req.meta::jsonb, $2 FROM t JOIN req ON req.worker = t.assigned_to
 ), asg AS (
     INSERT INTO task_assignments (task_id, version, worker_id, assigned_by, kind, reason, at)
-    SELECT t.id, t.version, $1, $1, 'claimed', '', $2 FROM t
+    SELECT t.id, t.version, t.assigned_to, t.assigned_to, 'claimed', '', $2 FROM t
 )
 SELECT ` + taskColumns + `, ` + taskTypeColumns + `
   FROM t JOIN task_types tt ON tt.id = t.task_type_id`
 
+// claimRequest is one worker's claim, its event data and meta marshalled.
+type claimRequest struct {
+	worker, data, meta string
+}
+
 // Claim gives workerID its next task, or nil when nothing is claimable or
-// the worker is at its max_concurrent_tasks.
+// the worker is at its max_concurrent_tasks. Concurrent claims of different
+// workers share one statement (see batcher).
 func (db *DB) Claim(ctx context.Context, workerID string, meta events.Meta) (*TaskWithType, error) {
+	// Canonical form: the batch matches claimed rows to requests by it.
+	w, err := uuid.Parse(workerID)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %q is not a worker id", events.ErrForbidden, workerID)
+	}
+	workerID = w.String()
 	data, err := json.Marshal(events.TaskClaimed{WorkerID: workerID})
 	if err != nil {
 		return nil, err
@@ -83,33 +103,79 @@ func (db *DB) Claim(ctx context.Context, workerID string, meta events.Meta) (*Ta
 	if err != nil {
 		return nil, err
 	}
+	return db.claims.do(ctx, claimRequest{worker: workerID, data: string(data), meta: string(metaJSON)})
+}
+
+// runClaims runs a batch of claims of distinct workers as one implicit
+// transaction. If the batch fails as a whole, each claim runs again alone,
+// so a claim that cannot succeed fails only itself.
+func (db *DB) runClaims(ctx context.Context, reqs []claimRequest) []outcome[*TaskWithType] {
+	outs, err := db.claimBatch(ctx, reqs)
+	if err == nil {
+		return outs
+	}
+	if len(reqs) == 1 {
+		return []outcome[*TaskWithType]{{err: err}}
+	}
+	outs = make([]outcome[*TaskWithType], len(reqs))
+	for i := range reqs {
+		outs[i] = db.runClaims(ctx, reqs[i:i+1])[0]
+	}
+	return outs
+}
+
+func (db *DB) claimBatch(ctx context.Context, reqs []claimRequest) ([]outcome[*TaskWithType], error) {
+	workers, data, metas := make([]string, len(reqs)), make([]string, len(reqs)), make([]string, len(reqs))
+	for i, r := range reqs {
+		workers[i], data[i], metas[i] = r.worker, r.data, r.meta
+	}
 	b := &pgx.Batch{}
-	b.Queue(lockWorker, workerID)
-	b.Queue(claimTask, workerID, db.Now(), string(data), string(metaJSON), string(events.StatusInProgress))
+	b.Queue(lockWorkers, workers)
+	b.Queue(claimTasks, workers, db.Now(), data, metas, string(events.StatusInProgress))
 	br := db.pool.SendBatch(ctx, b)
 	defer br.Close()
 
-	var limit int
-	if err := br.QueryRow().Scan(&limit); err != nil {
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil, fmt.Errorf("%w: %s is not a worker", events.ErrForbidden, workerID)
-		}
-		return nil, mapErr(fmt.Errorf("claim: lock worker: %w", err))
-	}
-	var out TaskWithType
-	out.TaskType = &events.TaskType{}
-	dest := append(taskDest(&out.Task), taskTypeDest(out.TaskType)...)
-	err = br.QueryRow().Scan(dest...)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, br.Close()
-	}
+	isWorker := make(map[string]bool, len(reqs))
+	rows, err := br.Query()
 	if err != nil {
+		return nil, mapErr(fmt.Errorf("claim: lock workers: %w", err))
+	}
+	var id string
+	if _, err := pgx.ForEachRow(rows, []any{&id}, func() error { isWorker[id] = true; return nil }); err != nil {
+		return nil, mapErr(fmt.Errorf("claim: lock workers: %w", err))
+	}
+
+	claimed := make(map[string]*TaskWithType, len(reqs))
+	rows, err = br.Query()
+	if err != nil {
+		return nil, mapErr(fmt.Errorf("claim: %w", err))
+	}
+	for rows.Next() {
+		out := &TaskWithType{TaskType: &events.TaskType{}}
+		if err := rows.Scan(append(taskDest(&out.Task), taskTypeDest(out.TaskType)...)...); err != nil {
+			rows.Close()
+			return nil, mapErr(fmt.Errorf("claim: %w", err))
+		}
+		normalizeTask(&out.Task)
+		claimed[*out.AssignedTo] = out
+	}
+	if err := rows.Err(); err != nil {
 		return nil, mapErr(fmt.Errorf("claim: %w", err))
 	}
 	if err := br.Close(); err != nil {
 		return nil, mapErr(fmt.Errorf("claim: %w", err))
 	}
-	normalizeTask(&out.Task)
-	db.afterCommit()
-	return &out, nil
+	if len(claimed) > 0 {
+		db.afterCommit()
+	}
+
+	outs := make([]outcome[*TaskWithType], len(reqs))
+	for i, r := range reqs {
+		if !isWorker[r.worker] {
+			outs[i].err = fmt.Errorf("%w: %s is not a worker", events.ErrForbidden, r.worker)
+			continue
+		}
+		outs[i].res = claimed[r.worker]
+	}
+	return outs, nil
 }

@@ -3,35 +3,56 @@ package store
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/google/uuid"
 
 	"github.com/clawdbot/task-service/events"
 )
 
-// completeTask is the hot path's other half, fused like the claim (ADR 001):
-// when the worker holds the task in progress, mark it completed and append
-// task.completed in one statement. The guard is events.Task.Complete's rule;
-// the SET is the fold of task.completed. Row before event, the order every
-// writer locks in.
-const completeTask = `WITH t AS (
-    UPDATE worker_tasks
-       SET status = 'completed', completed_at = $3, updated_at = $3, version = version + 1
-     WHERE id = $1 AND status = 'in_progress' AND assigned_to = $2
-    RETURNING *
+// completeTasks is the hot path's other half, fused like the claim (ADR 001)
+// and batched like it (ADR 008): each task its worker holds in progress is
+// marked completed and task.completed appended, in one statement. The guard
+// is events.Task.Complete's rule; the SET is the fold of task.completed.
+// Row before event, the order every writer locks in; rows in id order (the
+// batch is sorted), so two batches never wait on each other in a cycle.
+const completeTasks = `WITH req AS (
+    SELECT id, worker, data, meta FROM unnest($1::uuid[], $2::uuid[], $4::text[], $5::text[]) AS r(id, worker, data, meta)
+), t AS (
+    UPDATE worker_tasks w
+       SET status = 'completed', completed_at = $3, updated_at = $3, version = w.version + 1
+      FROM req WHERE w.id = req.id AND w.status = 'in_progress' AND w.assigned_to = req.worker
+    RETURNING w.*
 ), ev AS (
     INSERT INTO task_events (stream_type, stream_id, version, type, data, meta, occurred_at)
-    SELECT 'task', t.id, t.version, 'task.completed', $4::jsonb, $5::jsonb, $3 FROM t
+    SELECT 'task', t.id, t.version, 'task.completed', req.data::jsonb, req.meta::jsonb, $3 FROM t JOIN req ON req.id = t.id
 )
 SELECT ` + taskColumns + ` FROM t`
 
-// CompleteTask completes the worker's task in one round trip. When the fast
-// path matches nothing (not the holder, not in progress, no such task) it
-// falls back to the general command, which returns the precise typed error.
+// completeRequest is one completion, its event data and meta marshalled.
+type completeRequest struct {
+	id, worker, data, meta string
+}
+
+// CompleteTask completes the worker's task. Concurrent completions share
+// one statement (see batcher); one the fast path does not match (not the
+// holder, not in progress, no such task) runs as the general command, which
+// returns the precise typed error.
 func (db *DB) CompleteTask(ctx context.Context, id, workerID string, meta events.Meta) (*events.Task, []events.Envelope, error) {
-	data, err := json.Marshal(events.TaskCompleted{WorkerID: workerID})
+	complete := func() (*events.Task, []events.Envelope, error) {
+		return db.UpdateTask(ctx, db.pool, id, meta, func(t *events.Task) ([]events.Payload, error) {
+			return t.Complete(workerID)
+		})
+	}
+	// Canonical forms: the batch matches rows to requests by id.
+	tid, err1 := uuid.Parse(id)
+	wid, err2 := uuid.Parse(workerID)
+	if err1 != nil || err2 != nil {
+		return complete()
+	}
+	data, err := json.Marshal(events.TaskCompleted{WorkerID: wid.String()})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -39,19 +60,66 @@ func (db *DB) CompleteTask(ctx context.Context, id, workerID string, meta events
 	if err != nil {
 		return nil, nil, err
 	}
-	var t events.Task
-	err = db.pool.QueryRow(ctx, completeTask, id, workerID, db.Now(), string(data), string(metaJSON)).Scan(taskDest(&t)...)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return db.UpdateTask(ctx, db.pool, id, meta, func(t *events.Task) ([]events.Payload, error) {
-			return t.Complete(workerID)
-		})
-	}
+	t, err := db.completions.do(ctx, completeRequest{id: tid.String(), worker: wid.String(), data: string(data), meta: string(metaJSON)})
 	if err != nil {
-		return nil, nil, mapErr(fmt.Errorf("complete task: %w", err))
+		return nil, nil, err
 	}
-	normalizeTask(&t)
-	db.afterCommit()
-	e := events.New(events.StreamTask, id, events.TaskCompleted{WorkerID: workerID}, meta, *t.CompletedAt)
+	if t == nil {
+		return complete()
+	}
+	e := events.New(events.StreamTask, t.ID, events.TaskCompleted{WorkerID: wid.String()}, meta, *t.CompletedAt)
 	e.Version, e.Data = t.Version, data
-	return &t, []events.Envelope{e}, nil
+	return t, []events.Envelope{e}, nil
+}
+
+// runCompletions runs a batch of completions of distinct tasks as one
+// implicit transaction; a task it does not complete gets nil. If the batch
+// fails as a whole, each completion runs again alone.
+func (db *DB) runCompletions(ctx context.Context, reqs []completeRequest) []outcome[*events.Task] {
+	outs, err := db.completeBatch(ctx, reqs)
+	if err == nil {
+		return outs
+	}
+	if len(reqs) == 1 {
+		return []outcome[*events.Task]{{err: err}}
+	}
+	outs = make([]outcome[*events.Task], len(reqs))
+	for i := range reqs {
+		outs[i] = db.runCompletions(ctx, reqs[i:i+1])[0]
+	}
+	return outs
+}
+
+func (db *DB) completeBatch(ctx context.Context, reqs []completeRequest) ([]outcome[*events.Task], error) {
+	n := len(reqs)
+	ids, workers, data, metas := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	sorted := slices.SortedFunc(slices.Values(reqs), func(a, b completeRequest) int { return strings.Compare(a.id, b.id) })
+	for i, r := range sorted {
+		ids[i], workers[i], data[i], metas[i] = r.id, r.worker, r.data, r.meta
+	}
+	rows, err := db.pool.Query(ctx, completeTasks, ids, workers, db.Now(), data, metas)
+	if err != nil {
+		return nil, mapErr(fmt.Errorf("complete: %w", err))
+	}
+	done := make(map[string]*events.Task, n)
+	for rows.Next() {
+		t := &events.Task{}
+		if err := rows.Scan(taskDest(t)...); err != nil {
+			rows.Close()
+			return nil, mapErr(fmt.Errorf("complete: %w", err))
+		}
+		normalizeTask(t)
+		done[t.ID] = t
+	}
+	if err := rows.Err(); err != nil {
+		return nil, mapErr(fmt.Errorf("complete: %w", err))
+	}
+	if len(done) > 0 {
+		db.afterCommit()
+	}
+	outs := make([]outcome[*events.Task], n)
+	for i, r := range reqs {
+		outs[i].res = done[r.id]
+	}
+	return outs, nil
 }

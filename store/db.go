@@ -49,7 +49,18 @@ type DB struct {
 	now          func() time.Time
 	afterCommit  func()
 	offlineAfter time.Duration
+
+	claims      *batcher[claimRequest, *TaskWithType]
+	completions *batcher[completeRequest, *events.Task]
 }
+
+// The hot path's batch sizes (ADR 008): up to batchMax commands a statement,
+// up to batchesRunning statements of each kind in flight, so one batch's
+// commit wait overlaps the next one's work.
+const (
+	batchMax       = 64
+	batchesRunning = 2
+)
 
 // New wraps an open pool.
 func New(pool *pgxpool.Pool, cfg Config) (*DB, error) {
@@ -65,8 +76,11 @@ func New(pool *pgxpool.Pool, cfg Config) (*DB, error) {
 	if cfg.OfflineAfter <= 0 {
 		cfg.OfflineAfter = 10 * time.Minute
 	}
-	return &DB{pool: pool, projector: cfg.Projector, now: cfg.Now, afterCommit: cfg.AfterCommit,
-		offlineAfter: cfg.OfflineAfter}, nil
+	db := &DB{pool: pool, projector: cfg.Projector, now: cfg.Now, afterCommit: cfg.AfterCommit,
+		offlineAfter: cfg.OfflineAfter}
+	db.claims = newBatcher(batchMax, batchesRunning, func(r claimRequest) string { return r.worker }, db.runClaims)
+	db.completions = newBatcher(batchMax, batchesRunning, func(r completeRequest) string { return r.id }, db.runCompletions)
+	return db, nil
 }
 
 // Connect opens a pool for url with sizes fit for the service.

@@ -1,0 +1,140 @@
+package store
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// batcher runs the hot path's commands (claim, complete) several to a
+// statement: group commit done by the service (ADR 008). A call made while
+// the batcher is idle runs at once, alone; calls that arrive while batches
+// are in flight wait and leave together with the next one. There is no
+// timer, so a lone call never waits, and under load one statement, one
+// round trip and one commit carry up to maxBatch commands.
+//
+// Each call has a key (the claiming worker, the completed task); calls with
+// the same key never share a batch or run at the same time, so a batch holds
+// at most one command per worker or per task and runs them independently.
+type batcher[Req, Res any] struct {
+	key        func(Req) string
+	run        func(ctx context.Context, reqs []Req) []outcome[Res]
+	maxBatch   int
+	maxRunning int
+
+	mu      sync.Mutex
+	queue   []*batchCall[Req, Res]
+	busy    map[string]bool // keys of calls in flight
+	running int             // batches in flight (each its own goroutine)
+}
+
+// outcome is one call's result.
+type outcome[Res any] struct {
+	res Res
+	err error
+}
+
+type batchCall[Req, Res any] struct {
+	req  Req
+	done chan struct{}
+	out  outcome[Res]
+}
+
+// batchTimeout bounds one batch; the batch does not run under any one
+// caller's context, since the other calls in it do not share its deadline.
+const batchTimeout = time.Minute
+
+func newBatcher[Req, Res any](maxBatch, maxRunning int, key func(Req) string,
+	run func(context.Context, []Req) []outcome[Res]) *batcher[Req, Res] {
+	return &batcher[Req, Res]{key: key, run: run, maxBatch: maxBatch, maxRunning: maxRunning, busy: map[string]bool{}}
+}
+
+// do runs req in the next batch and returns its result. If ctx ends while
+// req is still queued, it is dropped and never runs; once its batch has been
+// taken it runs to the end and its result is returned, as a single command
+// that had reached the database would commit anyway.
+func (b *batcher[Req, Res]) do(ctx context.Context, req Req) (Res, error) {
+	c := &batchCall[Req, Res]{req: req, done: make(chan struct{})}
+	b.mu.Lock()
+	b.queue = append(b.queue, c)
+	if b.running < b.maxRunning {
+		b.running++
+		go b.loop()
+	}
+	b.mu.Unlock()
+
+	select {
+	case <-c.done:
+		return c.out.res, c.out.err
+	case <-ctx.Done():
+	}
+	b.mu.Lock()
+	taken := !b.dropQueued(c)
+	b.mu.Unlock()
+	if taken {
+		<-c.done
+		return c.out.res, c.out.err
+	}
+	var zero Res
+	return zero, ctx.Err()
+}
+
+// dropQueued removes c from the queue; false when a batch already took it.
+func (b *batcher[Req, Res]) dropQueued(c *batchCall[Req, Res]) bool {
+	for i, q := range b.queue {
+		if q == c {
+			b.queue = append(b.queue[:i], b.queue[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// loop runs batches until nothing it may take is left in the queue.
+func (b *batcher[Req, Res]) loop() {
+	for {
+		b.mu.Lock()
+		batch := b.take()
+		if len(batch) == 0 {
+			b.running--
+			b.mu.Unlock()
+			return
+		}
+		b.mu.Unlock()
+
+		reqs := make([]Req, len(batch))
+		for i, c := range batch {
+			reqs[i] = c.req
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
+		outs := b.run(ctx, reqs)
+		cancel()
+
+		b.mu.Lock()
+		for i, c := range batch {
+			delete(b.busy, b.key(c.req))
+			c.out = outs[i]
+			close(c.done)
+		}
+		b.mu.Unlock()
+	}
+}
+
+// take removes up to maxBatch calls from the queue, oldest first, skipping
+// those whose key is in flight or already in the batch; under mu.
+func (b *batcher[Req, Res]) take() []*batchCall[Req, Res] {
+	var batch []*batchCall[Req, Res]
+	rest := b.queue[:0]
+	for _, c := range b.queue {
+		k := b.key(c.req)
+		if len(batch) == b.maxBatch || b.busy[k] {
+			rest = append(rest, c)
+			continue
+		}
+		b.busy[k] = true
+		batch = append(batch, c)
+	}
+	clear(b.queue[len(rest):])
+	b.queue = rest
+	return batch
+}
