@@ -51,6 +51,7 @@ type Server struct {
 	dummyHash []byte
 	drain     *drainer
 	names     *nameCache
+	tokens    verifiedTokens
 	tail      *broadcaster
 }
 

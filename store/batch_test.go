@@ -201,7 +201,7 @@ func TestBatcher(t *testing.T) {
 		}
 		return outs
 	}
-	b := newBatcher(8, 2, keyOf, run)
+	b := newBatcher(8, keyOf, run)
 
 	got, err := b.do(context.Background(), "k0/alone")
 	require.NoError(t, err)
@@ -235,7 +235,7 @@ func TestBatcher(t *testing.T) {
 	// A call whose context ends while it waits is dropped, not run.
 	block := make(chan struct{})
 	var ran atomic.Int64
-	slow := newBatcher(8, 1, keyOf, func(_ context.Context, reqs []string) []outcome[string] {
+	slow := newBatcher(8, keyOf, func(_ context.Context, reqs []string) []outcome[string] {
 		ran.Add(int64(len(reqs)))
 		<-block
 		return make([]outcome[string], len(reqs))

@@ -8,24 +8,24 @@ import (
 
 // batcher runs the hot path's commands (claim, complete) several to a
 // statement: group commit done by the service (ADR 008). A call made while
-// the batcher is idle runs at once, alone; calls that arrive while batches
-// are in flight wait and leave together with the next one. There is no
+// the batcher is idle runs at once, alone; calls that arrive while a batch
+// is in flight wait and leave together with the next one. There is no
 // timer, so a lone call never waits, and under load one statement, one
-// round trip and one commit carry up to maxBatch commands.
+// round trip and one commit carry up to maxBatch commands. One batch is in
+// flight at a time: in taskctl bench, two or more made smaller batches that
+// cost more CPU per task and were no faster.
 //
 // Each call has a key (the claiming worker, the completed task); calls with
-// the same key never share a batch or run at the same time, so a batch holds
-// at most one command per worker or per task and runs them independently.
+// the same key never share a batch, so a batch holds at most one command per
+// worker or per task, and one instance runs a worker's claims one at a time.
 type batcher[Req, Res any] struct {
-	key        func(Req) string
-	run        func(ctx context.Context, reqs []Req) []outcome[Res]
-	maxBatch   int
-	maxRunning int
+	key      func(Req) string
+	run      func(ctx context.Context, reqs []Req) []outcome[Res]
+	maxBatch int
 
 	mu      sync.Mutex
 	queue   []*batchCall[Req, Res]
-	busy    map[string]bool // keys of calls in flight
-	running int             // batches in flight (each its own goroutine)
+	running bool // a goroutine is running batches
 }
 
 // outcome is one call's result.
@@ -44,9 +44,9 @@ type batchCall[Req, Res any] struct {
 // caller's context, since the other calls in it do not share its deadline.
 const batchTimeout = time.Minute
 
-func newBatcher[Req, Res any](maxBatch, maxRunning int, key func(Req) string,
+func newBatcher[Req, Res any](maxBatch int, key func(Req) string,
 	run func(context.Context, []Req) []outcome[Res]) *batcher[Req, Res] {
-	return &batcher[Req, Res]{key: key, run: run, maxBatch: maxBatch, maxRunning: maxRunning, busy: map[string]bool{}}
+	return &batcher[Req, Res]{key: key, run: run, maxBatch: maxBatch}
 }
 
 // do runs req in the next batch and returns its result. If ctx ends while
@@ -57,8 +57,8 @@ func (b *batcher[Req, Res]) do(ctx context.Context, req Req) (Res, error) {
 	c := &batchCall[Req, Res]{req: req, done: make(chan struct{})}
 	b.mu.Lock()
 	b.queue = append(b.queue, c)
-	if b.running < b.maxRunning {
-		b.running++
+	if !b.running {
+		b.running = true
 		go b.loop()
 	}
 	b.mu.Unlock()
@@ -96,7 +96,7 @@ func (b *batcher[Req, Res]) loop() {
 		b.mu.Lock()
 		batch := b.take()
 		if len(batch) == 0 {
-			b.running--
+			b.running = false
 			b.mu.Unlock()
 			return
 		}
@@ -110,28 +110,26 @@ func (b *batcher[Req, Res]) loop() {
 		outs := b.run(ctx, reqs)
 		cancel()
 
-		b.mu.Lock()
 		for i, c := range batch {
-			delete(b.busy, b.key(c.req))
 			c.out = outs[i]
 			close(c.done)
 		}
-		b.mu.Unlock()
 	}
 }
 
 // take removes up to maxBatch calls from the queue, oldest first, skipping
-// those whose key is in flight or already in the batch; under mu.
+// those whose key is already in the batch; under mu.
 func (b *batcher[Req, Res]) take() []*batchCall[Req, Res] {
 	var batch []*batchCall[Req, Res]
+	keys := make(map[string]bool)
 	rest := b.queue[:0]
 	for _, c := range b.queue {
 		k := b.key(c.req)
-		if len(batch) == b.maxBatch || b.busy[k] {
+		if len(batch) == b.maxBatch || keys[k] {
 			rest = append(rest, c)
 			continue
 		}
-		b.busy[k] = true
+		keys[k] = true
 		batch = append(batch, c)
 	}
 	clear(b.queue[len(rest):])

@@ -54,13 +54,8 @@ type DB struct {
 	completions *batcher[completeRequest, *events.Task]
 }
 
-// The hot path's batch sizes (ADR 008): up to batchMax commands a statement,
-// up to batchesRunning statements of each kind in flight, so one batch's
-// commit wait overlaps the next one's work.
-const (
-	batchMax       = 64
-	batchesRunning = 2
-)
+// batchMax bounds the commands in one batched claim or completion (ADR 008).
+const batchMax = 64
 
 // New wraps an open pool.
 func New(pool *pgxpool.Pool, cfg Config) (*DB, error) {
@@ -78,8 +73,8 @@ func New(pool *pgxpool.Pool, cfg Config) (*DB, error) {
 	}
 	db := &DB{pool: pool, projector: cfg.Projector, now: cfg.Now, afterCommit: cfg.AfterCommit,
 		offlineAfter: cfg.OfflineAfter}
-	db.claims = newBatcher(batchMax, batchesRunning, func(r claimRequest) string { return r.worker }, db.runClaims)
-	db.completions = newBatcher(batchMax, batchesRunning, func(r completeRequest) string { return r.id }, db.runCompletions)
+	db.claims = newBatcher(batchMax, func(r claimRequest) string { return r.worker }, db.runClaims)
+	db.completions = newBatcher(batchMax, func(r completeRequest) string { return r.id }, db.runCompletions)
 	return db, nil
 }
 

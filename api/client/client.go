@@ -105,12 +105,20 @@ func (c *Client) Do(ctx context.Context, method, path string, body, out any) err
 	if err != nil {
 		return fmt.Errorf("%s %s: read response: %w", method, path, err)
 	}
-	var env struct {
-		Success bool            `json:"success"`
-		Data    json.RawMessage `json:"data"`
-		Error   *Error          `json:"error"`
-	}
+	// One pass: data decodes straight into out (json fills the value an
+	// interface's non-nil pointer points to); an error response has none.
+	env := struct {
+		Success bool   `json:"success"`
+		Data    any    `json:"data"`
+		Error   *Error `json:"error"`
+	}{Data: out}
 	if err := json.Unmarshal(raw, &env); err != nil {
+		if resp.StatusCode < 400 {
+			var probe struct{ Success bool }
+			if json.Unmarshal(raw, &probe) == nil {
+				return fmt.Errorf("%s %s: decode data: %w", method, path, err)
+			}
+		}
 		return fmt.Errorf("%s %s: %d, not an API envelope: %.200s", method, path, resp.StatusCode, raw)
 	}
 	if !env.Success || resp.StatusCode >= 400 {
@@ -121,10 +129,7 @@ func (c *Client) Do(ctx context.Context, method, path string, body, out any) err
 		e.Status = resp.StatusCode
 		return e
 	}
-	if out == nil || len(env.Data) == 0 || string(env.Data) == "null" {
-		return nil
-	}
-	return json.Unmarshal(env.Data, out)
+	return nil
 }
 
 // Login authenticates and keeps the token.
