@@ -1,0 +1,72 @@
+package store
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+)
+
+// At a million tasks (most of them done, as in a long-lived queue) the
+// claim and the completion read worker_tasks through its indexes only,
+// under the generic plan a prepared statement settles on as under a custom
+// one.
+func TestClaimPlanAtAMillionRows(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fills a million rows; skipped with -short")
+	}
+	e := newBatchEnv(t)
+	w := e.user(t, "w", true, 2)
+	_, err := e.db.pool.Exec(e.ctx, `INSERT INTO worker_tasks (id, title, task_type_id, priority, status, assigned_to,
+		created_at, updated_at, available_at, version)
+		SELECT gen_random_uuid(), 'task ' || g, $1, (ARRAY['urgent','high','medium','low'])[1 + g % 4],
+		       CASE WHEN g % 20 = 0 THEN 'pending' ELSE 'completed' END,
+		       CASE WHEN g % 20 = 0 THEN NULL ELSE $2::uuid END,
+		       now() - (g || ' ms')::interval, now(), now() - interval '1 day', 3
+		  FROM generate_series(1, 1000000) g`, e.typeID, w)
+	require.NoError(t, err)
+	_, err = e.db.pool.Exec(e.ctx, `ANALYZE worker_tasks; ANALYZE users`)
+	require.NoError(t, err)
+
+	workers := "ARRAY['" + w + "']::uuid[]"
+	claim := "EXECUTE claim(" + workers + ", now(), ARRAY['{}'], ARRAY['{}'], 'in_progress')"
+	complete := "EXECUTE complete(" + workers + ", " + workers + ", now(), ARRAY['{}'], ARRAY['{}'])"
+	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+		for name, run := range map[string]string{"claim": claim, "complete": complete} {
+			plan := explain(t, e, mode, run)
+			require.NotContains(t, plan, "Seq Scan on worker_tasks", "%s, %s:\n%s", name, mode, plan)
+			if name == "claim" {
+				require.Contains(t, plan, "worker_tasks_queue", "%s, %s:\n%s", name, mode, plan)
+			}
+		}
+	}
+}
+
+// explain is the plan of a prepared claim or completion under
+// plan_cache_mode mode (plain EXPLAIN: nothing runs).
+func explain(t *testing.T, e *batchEnv, mode, execute string) string {
+	t.Helper()
+	conn, err := e.db.pool.Acquire(e.ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	for _, sql := range []string{
+		`DEALLOCATE ALL`,
+		`SET plan_cache_mode = ` + mode,
+		`PREPARE claim(uuid[], timestamptz, text[], text[], text) AS ` + claimTasks,
+		`PREPARE complete(uuid[], uuid[], timestamptz, text[], text[]) AS ` + completeTasks,
+	} {
+		_, err := conn.Exec(e.ctx, sql, pgx.QueryExecModeSimpleProtocol)
+		require.NoError(t, err)
+	}
+	defer func() { _, _ = conn.Exec(e.ctx, `DEALLOCATE ALL; RESET plan_cache_mode`, pgx.QueryExecModeSimpleProtocol) }()
+	rows, err := conn.Query(e.ctx, `EXPLAIN `+execute, pgx.QueryExecModeSimpleProtocol)
+	require.NoError(t, err)
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	plan := strings.Join(lines, "\n")
+	if testing.Verbose() {
+		t.Logf("%s:\n%s", mode, plan)
+	}
+	return plan
+}
