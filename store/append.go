@@ -76,27 +76,11 @@ func appendStream[T any, A aggregate[T]](ctx context.Context, db *DB, q Querier,
 	before *T, ps []events.Payload, meta events.Meta,
 	project func(*pgx.Batch, *T, []events.Envelope), extra func(*pgx.Batch),
 ) (*T, []events.Envelope, error) {
-	var after T
-	version := 0
-	if before != nil {
-		after = *before
-		version = A(before).StreamVersion()
-	}
-	evs, err := stamp(streamType, id, version, ps, meta, db.Now())
+	b := &pgx.Batch{}
+	after, evs, err := projectStream[T, A](b, db.Now(), streamType, id, before, ps, meta, project)
 	if err != nil {
 		return nil, nil, err
 	}
-	for _, e := range evs {
-		A(&after).Apply(e)
-	}
-	// Projection rows first, events second: the row lock comes before the
-	// event's (stream_id, version) key, the same order as the claim (which
-	// locks the row FOR UPDATE, then inserts task.claimed). The other order
-	// deadlocks against a concurrent claim of the same task. A lost race
-	// still ends in the event's unique violation, which rolls the overwritten
-	// row back with it.
-	b := &pgx.Batch{}
-	project(b, &after, evs)
 	if err := queueEvents(b, evs); err != nil {
 		return nil, nil, err
 	}
@@ -106,6 +90,34 @@ func appendStream[T any, A aggregate[T]](ctx context.Context, db *DB, q Querier,
 	if err := db.send(ctx, q, b); err != nil {
 		return nil, nil, err
 	}
+	return after, evs, nil
+}
+
+// projectStream stamps ps onto a stream after before (nil for a new
+// stream), folds them, and queues the projection writes of the state after
+// them on b. The caller queues the events after: projection rows first,
+// events second, the row lock before the event's (stream_id, version) key,
+// the same order as the claim (which locks the row FOR UPDATE, then inserts
+// task.claimed). The other order deadlocks against a concurrent claim of
+// the same task. A lost race still ends in the event's unique violation,
+// which rolls the overwritten row back with it.
+func projectStream[T any, A aggregate[T]](b *pgx.Batch, at time.Time, streamType, id string,
+	before *T, ps []events.Payload, meta events.Meta, project func(*pgx.Batch, *T, []events.Envelope),
+) (*T, []events.Envelope, error) {
+	var after T
+	version := 0
+	if before != nil {
+		after = *before
+		version = A(before).StreamVersion()
+	}
+	evs, err := stamp(streamType, id, version, ps, meta, at)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, e := range evs {
+		A(&after).Apply(e)
+	}
+	project(b, &after, evs)
 	return &after, evs, nil
 }
 

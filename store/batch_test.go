@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -260,4 +261,51 @@ func keyOf(req string) string {
 		}
 	}
 	return req
+}
+
+// A batch of creations checks each task on its own (type, assignee, title)
+// and writes the rest in one transaction; each row equals the fold of its
+// events, and an assigned task carries its assignment.
+func TestCreateBatch(t *testing.T) {
+	e := newBatchEnv(t)
+	w := e.user(t, "w", true, 1)
+	admin := e.user(t, "admin", false, 1)
+	archived, err := e.db.CreateTaskType(e.ctx, events.TaskTypeSpec{Name: "old", Label: "Old", ParamSchema: []byte(`{"type":"object"}`)}, e.admin)
+	require.NoError(t, err)
+	_, err = e.db.UpdateTaskType(e.ctx, archived.ID, e.admin, func(tt *events.TaskType) ([]events.Payload, error) { return tt.Archive() })
+	require.NoError(t, err)
+
+	req := func(title, typeID, assignee string) createRequest {
+		return createRequest{meta: e.admin, params: NewTaskParams{TaskTypeID: typeID, NewTaskParams: events.NewTaskParams{
+			Title: title, Priority: events.PriorityHigh, Params: json.RawMessage(`{"n":1}`), AssignedTo: assignee}}}
+	}
+	outs := e.db.runCreations(e.ctx, []createRequest{
+		req("plain", e.typeID, ""),
+		req("no type", "00000000-0000-0000-0000-000000000000", ""),
+		req("archived type", archived.ID, ""),
+		req("to an admin", e.typeID, admin),
+		req("  ", e.typeID, ""),
+		req("assigned", strings.ToUpper(e.typeID), w),
+	})
+	fieldOf := func(err error) string {
+		var ve *events.ValidationError
+		require.ErrorAs(t, err, &ve)
+		return ve.Field
+	}
+	require.NoError(t, outs[0].err)
+	require.Equal(t, "task_type_id", fieldOf(outs[1].err))
+	require.Equal(t, "task_type_id", fieldOf(outs[2].err))
+	require.Equal(t, "assigned_to", fieldOf(outs[3].err))
+	require.Equal(t, "title", fieldOf(outs[4].err))
+	require.NoError(t, outs[5].err)
+	require.Equal(t, w, *outs[5].res.AssignedTo)
+
+	for _, i := range []int{0, 5} {
+		e.requireRowIsFold(t, outs[i].res.ID)
+	}
+	var tasks, assignments int
+	require.NoError(t, e.db.pool.QueryRow(e.ctx, `SELECT (SELECT count(*) FROM worker_tasks),
+		(SELECT count(*) FROM task_assignments WHERE kind = 'assigned')`).Scan(&tasks, &assignments))
+	require.Equal(t, 2, tasks, "only the valid tasks were written")
+	require.Equal(t, 1, assignments)
 }

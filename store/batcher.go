@@ -15,9 +15,10 @@ import (
 // flight at a time: in taskctl bench, two or more made smaller batches that
 // cost more CPU per task and were no faster.
 //
-// Each call has a key (the claiming worker, the completed task); calls with
-// the same key never share a batch, so a batch holds at most one command per
-// worker or per task, and one instance runs a worker's claims one at a time.
+// A call may have a key (the claiming worker, the completed task); calls
+// with the same key never share a batch, so a batch holds at most one
+// command per worker or per task, and one instance runs a worker's claims
+// one at a time. A nil key func puts no such limit.
 type batcher[Req, Res any] struct {
 	key      func(Req) string
 	run      func(ctx context.Context, reqs []Req) []outcome[Res]
@@ -124,12 +125,18 @@ func (b *batcher[Req, Res]) take() []*batchCall[Req, Res] {
 	keys := make(map[string]bool)
 	rest := b.queue[:0]
 	for _, c := range b.queue {
-		k := b.key(c.req)
-		if len(batch) == b.maxBatch || keys[k] {
+		if len(batch) == b.maxBatch {
 			rest = append(rest, c)
 			continue
 		}
-		keys[k] = true
+		if b.key != nil {
+			k := b.key(c.req)
+			if keys[k] {
+				rest = append(rest, c)
+				continue
+			}
+			keys[k] = true
+		}
 		batch = append(batch, c)
 	}
 	clear(b.queue[len(rest):])

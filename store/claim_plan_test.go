@@ -59,7 +59,9 @@ func explain(t *testing.T, e *batchEnv, mode, execute string) string {
 		_, err := conn.Exec(e.ctx, sql, pgx.QueryExecModeSimpleProtocol)
 		require.NoError(t, err)
 	}
-	defer func() { _, _ = conn.Exec(e.ctx, `DEALLOCATE ALL; RESET plan_cache_mode`, pgx.QueryExecModeSimpleProtocol) }()
+	defer func() {
+		_, _ = conn.Exec(e.ctx, `DEALLOCATE ALL; RESET plan_cache_mode`, pgx.QueryExecModeSimpleProtocol)
+	}()
 	rows, err := conn.Query(e.ctx, `EXPLAIN `+execute, pgx.QueryExecModeSimpleProtocol)
 	require.NoError(t, err)
 	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])

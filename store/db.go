@@ -52,6 +52,7 @@ type DB struct {
 
 	claims      *batcher[claimRequest, *TaskWithType]
 	completions *batcher[completeRequest, *events.Task]
+	creations   *batcher[createRequest, *events.Task]
 }
 
 // batchMax bounds the commands in one batched claim or completion (ADR 008).
@@ -75,6 +76,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*DB, error) {
 		offlineAfter: cfg.OfflineAfter}
 	db.claims = newBatcher(batchMax, func(r claimRequest) string { return r.worker }, db.runClaims)
 	db.completions = newBatcher(batchMax, func(r completeRequest) string { return r.id }, db.runCompletions)
+	db.creations = newBatcher(batchMax, nil, db.runCreations)
 	return db, nil
 }
 

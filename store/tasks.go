@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/clawdbot/task-service/events"
@@ -84,33 +83,6 @@ func (db *DB) UpdateTask(ctx context.Context, q Querier, id string, meta events.
 type NewTaskParams struct {
 	events.NewTaskParams
 	TaskTypeID string
-}
-
-// CreateTask creates a task; params must already satisfy the type's schema.
-// A missing type or assignee is a validation error on that field.
-func (db *DB) CreateTask(ctx context.Context, q Querier, p NewTaskParams, meta events.Meta) (*events.Task, error) {
-	tt, err := db.GetTaskType(ctx, q, p.TaskTypeID)
-	if errors.Is(err, events.ErrNotFound) {
-		return nil, events.Invalid("task_type_id", "no task type %s", p.TaskTypeID)
-	}
-	if err != nil {
-		return nil, err
-	}
-	if p.AssignedTo != "" {
-		if err := db.checkWorker(ctx, q, p.AssignedTo, "assigned_to"); err != nil {
-			return nil, err
-		}
-	}
-	ps, err := events.NewTask(p.NewTaskParams, tt)
-	if err != nil {
-		return nil, err
-	}
-	id, err := uuid.NewV7()
-	if err != nil {
-		return nil, fmt.Errorf("new task id: %w", err)
-	}
-	t, _, err := db.appendTask(ctx, q, id.String(), nil, ps, meta)
-	return t, err
 }
 
 // AssignTask gives a pending task to a worker, with a reason.

@@ -84,8 +84,9 @@ scratch database, at each worker count:
 
   bare          claim + complete on worker_tasks with plain SQL and no events:
                 the limit of this machine; every other line is a ratio to it
-  store         store.DB.Claim then store.DB.UpdateTask(Complete): the real
-                write path with events and projections; tasks pre-created
+  store         store.DB.Claim then store.DB.CompleteTask: the real write
+                path with events and projections, which batches concurrent
+                claims and completions (docs/adr/008); tasks pre-created
   store+create  the same with store.DB.CreateTask inside the timed loop
                 (create -> claim -> complete per task)
   http          the real API with one api/client per worker (each its own
