@@ -136,6 +136,17 @@ func TestClaimsRaceAdminCommands(t *testing.T) {
 	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 'completed'),
 		count(*) FILTER (WHERE status = 'cancelled'), count(*) FILTER (WHERE status NOT IN ('completed', 'cancelled'))
 		FROM worker_tasks`).Scan(&completed, &cancelledRows, &other))
+	if other != 0 { // say which, and their events: a claim its worker never heard of looks like this
+		rows, err := b.pool.Query(ctx, `SELECT w.id::text, w.status, coalesce(w.assigned_to::text, ''),
+			(SELECT string_agg(e.version || ' ' || e.type, ', ' ORDER BY e.version) FROM task_events e WHERE e.stream_id = w.id)
+			FROM worker_tasks w WHERE status NOT IN ('completed', 'cancelled')`)
+		require.NoError(t, err)
+		for rows.Next() {
+			var id, status, assigned, evs string
+			require.NoError(t, rows.Scan(&id, &status, &assigned, &evs))
+			t.Logf("task %s left %s, assigned to %q; events: %s", id, status, assigned, evs)
+		}
+	}
 	require.Zero(t, other)
 	require.Equal(t, n, completed+cancelledRows)
 	require.Equal(t, int(cancelled.Load()), cancelledRows)

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/clawdbot/task-service/events"
 )
@@ -97,7 +98,15 @@ func (db *DB) completeBatch(ctx context.Context, reqs []completeRequest) ([]outc
 	for i, r := range sorted {
 		ids[i], workers[i], data[i], metas[i] = r.id, r.worker, r.data, r.meta
 	}
-	rows, err := db.pool.Query(ctx, completeTasks, ids, workers, db.Now(), data, metas)
+	b := &pgx.Batch{}
+	b.Queue(noSeqScans)
+	b.Queue(completeTasks, ids, workers, db.Now(), data, metas)
+	br := db.pool.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return nil, mapErr(fmt.Errorf("complete: %w", err))
+	}
+	rows, err := br.Query()
 	if err != nil {
 		return nil, mapErr(fmt.Errorf("complete: %w", err))
 	}
@@ -112,6 +121,9 @@ func (db *DB) completeBatch(ctx context.Context, reqs []completeRequest) ([]outc
 		done[t.ID] = t
 	}
 	if err := rows.Err(); err != nil {
+		return nil, mapErr(fmt.Errorf("complete: %w", err))
+	}
+	if err := br.Close(); err != nil {
 		return nil, mapErr(fmt.Errorf("complete: %w", err))
 	}
 	if len(done) > 0 {
