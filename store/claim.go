@@ -87,17 +87,31 @@ const claimTasks = `WITH req AS (
 SELECT ` + taskColumns + `, ` + taskTypeColumns + `
   FROM t JOIN task_types tt ON tt.id = t.task_type_id`
 
-// noSeqScans opens each batch of claims or completions. Every lookup these
-// statements make has an index, and they must use it whatever the planner
-// believes about the table's size. pgx prepares each statement once per
-// connection, and PostgreSQL settles on a generic plan after five runs. A
-// generic plan made while worker_tasks was small (a fresh database, or a
-// burst of new tasks before autovacuum's next ANALYZE) scans the whole
-// table for every worker in every batch until the next ANALYZE. In taskctl
-// bench (store+create, 16 workers) that read 35 million rows in 9 s and cut
-// throughput to 0.4 x. Forcing custom plans instead also fixes it, but pays
-// the claim's planning in every batch: about 150 us per task at 16 workers.
-const noSeqScans = `SELECT set_config('enable_seqscan', 'off', true)`
+// indexLookupsOnly opens each batch of claims or completions. These
+// statements start from at most batchMax requests, and every lookup they
+// make has an index, so the right plan is always nested loops over index
+// scans, whatever the planner believes about the table's size. pgx prepares
+// each statement once per connection, and PostgreSQL settles on a generic
+// plan after five runs. A generic plan made while worker_tasks was small (a
+// fresh database, or a burst of new tasks before autovacuum's next ANALYZE)
+// can be wrong for as long as the connection lives. These are the wrong
+// plans taskctl bench (store+create, 16 workers) met, each stuck until the
+// next ANALYZE:
+//   - a sequential scan for every worker in every batch: 35 million rows
+//     read in 9 s, at 0.4 x the throughput;
+//   - a bitmap scan for the capacity count, which reads every dead index
+//     entry of the worker's earlier claims, since bitmap scans never mark
+//     them dead;
+//   - a merge join against a full scan of the primary key: 34 million index
+//     entries read in one run.
+//
+// force_custom_plan also fixed the first, but paid for planning the claim in
+// every batch: about 150 us more PostgreSQL CPU per task at 16 workers.
+// set_config(..., true) lasts until the batch's implicit transaction ends.
+// SET LOCAL would do the same but logs a warning every time outside an
+// explicit transaction block.
+const indexLookupsOnly = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
+       set_config('enable_mergejoin', 'off', true), set_config('enable_hashjoin', 'off', true)`
 
 // claimRequest is one worker's claim, its event data and meta marshalled.
 type claimRequest struct {
@@ -149,7 +163,7 @@ func (db *DB) claimBatch(ctx context.Context, reqs []claimRequest) ([]outcome[*T
 		workers[i], data[i], metas[i] = r.worker, r.data, r.meta
 	}
 	b := &pgx.Batch{}
-	b.Queue(noSeqScans)
+	b.Queue(indexLookupsOnly)
 	b.Queue(lockWorkers, workers)
 	b.Queue(claimTasks, workers, db.Now(), data, metas, string(events.StatusInProgress))
 	br := db.pool.SendBatch(ctx, b)

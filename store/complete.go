@@ -99,7 +99,7 @@ func (db *DB) completeBatch(ctx context.Context, reqs []completeRequest) ([]outc
 		ids[i], workers[i], data[i], metas[i] = r.id, r.worker, r.data, r.meta
 	}
 	b := &pgx.Batch{}
-	b.Queue(noSeqScans)
+	b.Queue(indexLookupsOnly)
 	b.Queue(completeTasks, ids, workers, db.Now(), data, metas)
 	br := db.pool.SendBatch(ctx, b)
 	defer br.Close()
