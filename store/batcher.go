@@ -59,8 +59,21 @@ func (b *batcher[Req, Res]) do(ctx context.Context, req Req) (Res, error) {
 	b.mu.Lock()
 	b.queue = append(b.queue, c)
 	if !b.running {
+		// Idle: the queue held nothing, so the batch is this call alone, and
+		// it runs here, without a hand-off to another goroutine. Calls that
+		// arrive meanwhile queue up for a goroutine that carries on after.
 		b.running = true
-		go b.loop()
+		batch := b.take()
+		b.mu.Unlock()
+		b.runBatch(batch)
+		b.mu.Lock()
+		if len(b.queue) > 0 {
+			go b.loop()
+		} else {
+			b.running = false
+		}
+		b.mu.Unlock()
+		return c.out.res, c.out.err
 	}
 	b.mu.Unlock()
 
@@ -102,19 +115,22 @@ func (b *batcher[Req, Res]) loop() {
 			return
 		}
 		b.mu.Unlock()
+		b.runBatch(batch)
+	}
+}
 
-		reqs := make([]Req, len(batch))
-		for i, c := range batch {
-			reqs[i] = c.req
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
-		outs := b.run(ctx, reqs)
-		cancel()
-
-		for i, c := range batch {
-			c.out = outs[i]
-			close(c.done)
-		}
+// runBatch runs one batch and answers its calls.
+func (b *batcher[Req, Res]) runBatch(batch []*batchCall[Req, Res]) {
+	reqs := make([]Req, len(batch))
+	for i, c := range batch {
+		reqs[i] = c.req
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
+	outs := b.run(ctx, reqs)
+	cancel()
+	for i, c := range batch {
+		c.out = outs[i]
+		close(c.done)
 	}
 }
 
