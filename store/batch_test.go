@@ -85,7 +85,7 @@ func TestClaimBatchFollowsTheClaimRules(t *testing.T) {
 	high2 := e.task(t, "high 2", events.PriorityHigh, "")
 	mine := e.task(t, "pre's own, low", events.PriorityLow, pre)
 
-	outs := e.db.runClaims(e.ctx, []claimRequest{claimReq(t, a), claimReq(t, full), claimReq(t, pre), claimReq(t, admin), claimReq(t, b)})
+	outs := e.db.claims.runAll(e.ctx, []claimRequest{claimReq(t, a), claimReq(t, full), claimReq(t, pre), claimReq(t, admin), claimReq(t, b)})
 	require.Len(t, outs, 5)
 	require.NoError(t, outs[0].err)
 	require.Equal(t, high1, outs[0].res.ID, "first in the batch gets the pool's first task")
@@ -109,7 +109,7 @@ func TestClaimBatchFollowsTheClaimRules(t *testing.T) {
 	require.Equal(t, 4, assignments, "one assignment row per claim, the first claim's included")
 
 	// b has room for one more: the next batch gives it the last pool task.
-	outs = e.db.runClaims(e.ctx, []claimRequest{claimReq(t, b), claimReq(t, a)})
+	outs = e.db.claims.runAll(e.ctx, []claimRequest{claimReq(t, b), claimReq(t, a)})
 	require.Equal(t, low, outs[0].res.ID)
 	require.Nil(t, outs[1].res, "a is at its limit")
 }
@@ -124,7 +124,7 @@ func TestClaimBatchFailureFailsOnlyTheBrokenClaim(t *testing.T) {
 
 	broken := claimReq(t, b)
 	broken.meta = "{not json"
-	outs := e.db.runClaims(e.ctx, []claimRequest{claimReq(t, a), broken})
+	outs := e.db.claims.runAll(e.ctx, []claimRequest{claimReq(t, a), broken})
 	require.NoError(t, outs[0].err)
 	require.NotNil(t, outs[0].res)
 	require.Error(t, outs[1].err)
@@ -148,7 +148,7 @@ func TestCompleteBatch(t *testing.T) {
 		return completeRequest{id: id, worker: worker, data: fmt.Sprintf(`{"worker_id":%q}`, worker), meta: meta}
 	}
 	meta := `{"actor":{"kind":"worker","id":"x"}}`
-	outs := e.db.runCompletions(e.ctx, []completeRequest{req(tb, a, meta), req(ta, a, meta), req(tb, b, "{not json")})
+	outs := e.db.completions.runAll(e.ctx, []completeRequest{req(tb, a, meta), req(ta, a, meta), req(tb, b, "{not json")})
 	require.NoError(t, outs[0].err)
 	require.Nil(t, outs[0].res, "a does not hold b's task")
 	require.NoError(t, outs[1].err)
@@ -182,7 +182,7 @@ func (e *batchEnv) requireRowIsFold(t *testing.T, id string) {
 func TestBatcher(t *testing.T) {
 	var inFlight sync.Map
 	var batches, biggest atomic.Int64
-	run := func(_ context.Context, reqs []string) []outcome[string] {
+	run := func(_ context.Context, reqs []string) ([]outcome[string], error) {
 		batches.Add(1)
 		if n := int64(len(reqs)); n > biggest.Load() {
 			biggest.Store(n)
@@ -200,7 +200,7 @@ func TestBatcher(t *testing.T) {
 				outs[i].res = "done " + r
 			}
 		}
-		return outs
+		return outs, nil
 	}
 	b := newBatcher(8, keyOf, run)
 
@@ -236,10 +236,10 @@ func TestBatcher(t *testing.T) {
 	// A call whose context ends while it waits is dropped, not run.
 	block := make(chan struct{})
 	var ran atomic.Int64
-	slow := newBatcher(8, keyOf, func(_ context.Context, reqs []string) []outcome[string] {
+	slow := newBatcher(8, keyOf, func(_ context.Context, reqs []string) ([]outcome[string], error) {
 		ran.Add(int64(len(reqs)))
 		<-block
-		return make([]outcome[string], len(reqs))
+		return make([]outcome[string], len(reqs)), nil
 	})
 	go func() { _, _ = slow.do(context.Background(), "a/1") }()
 	require.Eventually(t, func() bool { return ran.Load() == 1 }, time.Second, time.Millisecond)
@@ -279,7 +279,7 @@ func TestCreateBatch(t *testing.T) {
 		return createRequest{meta: e.admin, params: NewTaskParams{TaskTypeID: typeID, NewTaskParams: events.NewTaskParams{
 			Title: title, Priority: events.PriorityHigh, Params: json.RawMessage(`{"n":1}`), AssignedTo: assignee}}}
 	}
-	outs := e.db.runCreations(e.ctx, []createRequest{
+	outs := e.db.creations.runAll(e.ctx, []createRequest{
 		req("plain", e.typeID, ""),
 		req("no type", "00000000-0000-0000-0000-000000000000", ""),
 		req("archived type", archived.ID, ""),

@@ -21,7 +21,7 @@ import (
 // one at a time. A nil key func puts no such limit.
 type batcher[Req, Res any] struct {
 	key      func(Req) string
-	run      func(ctx context.Context, reqs []Req) []outcome[Res]
+	run      func(ctx context.Context, reqs []Req) ([]outcome[Res], error)
 	maxBatch int
 
 	mu      sync.Mutex
@@ -45,8 +45,10 @@ type batchCall[Req, Res any] struct {
 // caller's context, since the other calls in it do not share its deadline.
 const batchTimeout = time.Minute
 
+// run executes a batch as one transaction and answers each request; an
+// error fails the batch as a whole (see runAll).
 func newBatcher[Req, Res any](maxBatch int, key func(Req) string,
-	run func(context.Context, []Req) []outcome[Res]) *batcher[Req, Res] {
+	run func(context.Context, []Req) ([]outcome[Res], error)) *batcher[Req, Res] {
 	return &batcher[Req, Res]{key: key, run: run, maxBatch: maxBatch}
 }
 
@@ -126,12 +128,31 @@ func (b *batcher[Req, Res]) runBatch(batch []*batchCall[Req, Res]) {
 		reqs[i] = c.req
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
-	outs := b.run(ctx, reqs)
+	outs := b.runAll(ctx, reqs)
 	cancel()
 	for i, c := range batch {
 		c.out = outs[i]
 		close(c.done)
 	}
+}
+
+// runAll runs reqs as one batch. If the batch fails as a whole (a deadlock,
+// or a value in one request the database refuses), each request runs again
+// alone, so a command that cannot succeed fails only itself.
+func (b *batcher[Req, Res]) runAll(ctx context.Context, reqs []Req) []outcome[Res] {
+	outs, err := b.run(ctx, reqs)
+	if err == nil {
+		return outs
+	}
+	outs = make([]outcome[Res], len(reqs))
+	if len(reqs) == 1 {
+		outs[0].err = err
+		return outs
+	}
+	for i := range reqs {
+		outs[i] = b.runAll(ctx, reqs[i:i+1])[0]
+	}
+	return outs
 }
 
 // take removes up to maxBatch calls from the queue, oldest first, skipping

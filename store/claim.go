@@ -139,24 +139,8 @@ func (db *DB) Claim(ctx context.Context, workerID string, meta events.Meta) (*Ta
 	return db.claims.do(ctx, claimRequest{worker: workerID, data: string(data), meta: string(metaJSON)})
 }
 
-// runClaims runs a batch of claims of distinct workers as one implicit
-// transaction. If the batch fails as a whole, each claim runs again alone,
-// so a claim that cannot succeed fails only itself.
-func (db *DB) runClaims(ctx context.Context, reqs []claimRequest) []outcome[*TaskWithType] {
-	outs, err := db.claimBatch(ctx, reqs)
-	if err == nil {
-		return outs
-	}
-	if len(reqs) == 1 {
-		return []outcome[*TaskWithType]{{err: err}}
-	}
-	outs = make([]outcome[*TaskWithType], len(reqs))
-	for i := range reqs {
-		outs[i] = db.runClaims(ctx, reqs[i:i+1])[0]
-	}
-	return outs
-}
-
+// claimBatch runs a batch of claims of distinct workers as one implicit
+// transaction.
 func (db *DB) claimBatch(ctx context.Context, reqs []claimRequest) ([]outcome[*TaskWithType], error) {
 	workers, data, metas := make([]string, len(reqs)), make([]string, len(reqs)), make([]string, len(reqs))
 	for i, r := range reqs {

@@ -73,24 +73,8 @@ func (db *DB) CompleteTask(ctx context.Context, id, workerID string, meta events
 	return t, []events.Envelope{e}, nil
 }
 
-// runCompletions runs a batch of completions of distinct tasks as one
-// implicit transaction; a task it does not complete gets nil. If the batch
-// fails as a whole, each completion runs again alone.
-func (db *DB) runCompletions(ctx context.Context, reqs []completeRequest) []outcome[*events.Task] {
-	outs, err := db.completeBatch(ctx, reqs)
-	if err == nil {
-		return outs
-	}
-	if len(reqs) == 1 {
-		return []outcome[*events.Task]{{err: err}}
-	}
-	outs = make([]outcome[*events.Task], len(reqs))
-	for i := range reqs {
-		outs[i] = db.runCompletions(ctx, reqs[i:i+1])[0]
-	}
-	return outs
-}
-
+// completeBatch runs a batch of completions of distinct tasks as one
+// implicit transaction; a task it does not complete gets nil.
 func (db *DB) completeBatch(ctx context.Context, reqs []completeRequest) ([]outcome[*events.Task], error) {
 	n := len(reqs)
 	ids, workers, data, metas := make([]string, n), make([]string, n), make([]string, n), make([]string, n)

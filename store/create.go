@@ -56,21 +56,9 @@ func (db *DB) createTask(ctx context.Context, q Querier, p NewTaskParams, meta e
 	return t, err
 }
 
-// runCreations creates a batch of tasks in one round trip for the reads
-// (their types and assignees) and one implicit transaction for the writes.
-// If the writes fail as a whole, each creation runs again alone.
-func (db *DB) runCreations(ctx context.Context, reqs []createRequest) []outcome[*events.Task] {
-	outs, err := db.createBatch(ctx, reqs)
-	if err == nil {
-		return outs
-	}
-	outs = make([]outcome[*events.Task], len(reqs))
-	for i, r := range reqs {
-		outs[i].res, outs[i].err = db.createTask(ctx, db.pool, r.params, r.meta)
-	}
-	return outs
-}
-
+// createBatch creates a batch of tasks: one round trip reads their types
+// and assignees, one implicit transaction writes them. Each task is checked
+// on its own; one that fails a check gets its error and is not written.
 func (db *DB) createBatch(ctx context.Context, reqs []createRequest) ([]outcome[*events.Task], error) {
 	types, workers, err := db.typesAndWorkers(ctx, reqs)
 	if err != nil {

@@ -74,9 +74,9 @@ func New(pool *pgxpool.Pool, cfg Config) (*DB, error) {
 	}
 	db := &DB{pool: pool, projector: cfg.Projector, now: cfg.Now, afterCommit: cfg.AfterCommit,
 		offlineAfter: cfg.OfflineAfter}
-	db.claims = newBatcher(batchMax, func(r claimRequest) string { return r.worker }, db.runClaims)
-	db.completions = newBatcher(batchMax, func(r completeRequest) string { return r.id }, db.runCompletions)
-	db.creations = newBatcher(batchMax, nil, db.runCreations)
+	db.claims = newBatcher(batchMax, func(r claimRequest) string { return r.worker }, db.claimBatch)
+	db.completions = newBatcher(batchMax, func(r completeRequest) string { return r.id }, db.completeBatch)
+	db.creations = newBatcher(batchMax, nil, db.createBatch)
 	return db, nil
 }
 
