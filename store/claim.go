@@ -94,16 +94,20 @@ SELECT ` + taskColumns + `, ` + taskTypeColumns + `
 // each statement once per connection, and PostgreSQL settles on a generic
 // plan after five runs. A generic plan made while worker_tasks was small (a
 // fresh database, or a burst of new tasks before autovacuum's next ANALYZE)
-// can be wrong for as long as the connection lives. These are the wrong
-// plans taskctl bench (store+create, 16 workers) met, each stuck until the
-// next ANALYZE:
+// can be wrong for as long as the connection lives. taskctl bench
+// (store+create, 16 workers) met these:
 //   - a sequential scan for every worker in every batch: 35 million rows
 //     read in 9 s, at 0.4 x the throughput;
 //   - a bitmap scan for the capacity count, which reads every dead index
 //     entry of the worker's earlier claims, since bitmap scans never mark
-//     them dead;
-//   - a merge join against a full scan of the primary key: 34 million index
-//     entries read in one run.
+//     them dead.
+//
+// Merge and hash joins are off as well, so every join is a nested loop
+// from the few request rows. One wrong plan no setting prevents: after an
+// ANALYZE that recorded worker_tasks as empty, every index path costs zero
+// and the planner picked unrelated indexes (the UPDATE found each picked id
+// by scanning worker_tasks_status), reading 34 million index entries in one
+// run. Statistics prevent that one (see taskctl bench's reset).
 //
 // force_custom_plan also fixed the first, but paid for planning the claim in
 // every batch: about 150 us more PostgreSQL CPU per task at 16 workers.
