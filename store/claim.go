@@ -109,13 +109,18 @@ SELECT ` + taskColumns + `, ` + taskTypeColumns + `
 // by scanning worker_tasks_status), reading 34 million index entries in one
 // run. Statistics prevent that one (see taskctl bench's reset).
 //
-// force_custom_plan also fixed the first, but paid for planning the claim in
-// every batch: about 150 us more PostgreSQL CPU per task at 16 workers.
+// The plan is forced generic too: left to choose, PostgreSQL kept planning
+// the claim afresh for every small batch (a custom plan knows the arrays are
+// short, so it always looked cheaper than the generic one), which cost a lone
+// worker about 300 us of PostgreSQL CPU per task. force_custom_plan instead
+// would fix the first wrong plan above, but paid for planning the claim in
+// every batch: about 150 us more per task at 16 workers.
 // set_config(..., true) lasts until the batch's implicit transaction ends.
 // SET LOCAL would do the same but logs a warning every time outside an
 // explicit transaction block.
 const indexLookupsOnly = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
-       set_config('enable_mergejoin', 'off', true), set_config('enable_hashjoin', 'off', true)`
+       set_config('enable_mergejoin', 'off', true), set_config('enable_hashjoin', 'off', true),
+       set_config('plan_cache_mode', 'force_generic_plan', true)`
 
 // claimRequest is one worker's claim, its event data and meta marshalled.
 type claimRequest struct {
