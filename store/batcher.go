@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// batcher runs the hot path's commands (claim, complete) several to a
-// statement: group commit done by the service (ADR 008). A call made while
+// batcher runs the hot path's commands (create, claim, complete) several to
+// a statement: group commit done by the service (ADR 008). A call made while
 // the batcher is idle runs at once, alone; calls that arrive while a batch
 // is in flight wait and leave together with the next one. There is no
 // timer, so a lone call never waits, and under load one statement, one
@@ -45,8 +45,9 @@ type batchCall[Req, Res any] struct {
 // caller's context, since the other calls in it do not share its deadline.
 const batchTimeout = time.Minute
 
-// run executes a batch as one transaction and answers each request; an
-// error fails the batch as a whole (see runAll).
+// newBatcher makes a batcher whose run executes a batch as one transaction
+// and answers each request; an error from run fails the batch as a whole
+// (see runAll).
 func newBatcher[Req, Res any](maxBatch int, key func(Req) string,
 	run func(context.Context, []Req) ([]outcome[Res], error)) *batcher[Req, Res] {
 	return &batcher[Req, Res]{key: key, run: run, maxBatch: maxBatch}
