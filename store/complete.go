@@ -19,12 +19,18 @@ import (
 // is events.Task.Complete's rule; the SET is the fold of task.completed.
 // Row before event, the order every writer locks in; rows in id order (the
 // batch is sorted), so two batches never wait on each other in a cycle.
+//
+// The guard is written with IS NOT DISTINCT FROM, which no index serves, so
+// the primary key is the only index the lookup can use. With plain
+// equalities the generic plan found each id by scanning every in-progress
+// entry of worker_tasks_status. The meaning is the same: status is never
+// NULL, and a NULL assignee fails either way.
 const completeTasks = `WITH req AS (
     SELECT id, worker, data, meta FROM unnest($1::uuid[], $2::uuid[], $4::text[], $5::text[]) AS r(id, worker, data, meta)
 ), t AS (
     UPDATE worker_tasks w
        SET status = 'completed', completed_at = $3, updated_at = $3, version = w.version + 1
-      FROM req WHERE w.id = req.id AND w.status = 'in_progress' AND w.assigned_to = req.worker
+      FROM req WHERE w.id = req.id AND (w.status, w.assigned_to) IS NOT DISTINCT FROM ('in_progress'::text, req.worker)
     RETURNING w.*
 ), ev AS (
     INSERT INTO task_events (stream_type, stream_id, version, type, data, meta, occurred_at)
