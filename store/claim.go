@@ -44,6 +44,10 @@ const lockWorkers = `SELECT id FROM users WHERE id = ANY($1::uuid[]) AND is_work
 // evaluation can pair the row with another worker. The test that found it
 // ended with one worker given two tasks in a batch and another given none.
 //
+// The UPDATE names its rows twice, "id = ANY(ARRAY(...))" besides the join,
+// so that whichever side of the join a plan puts worker_tasks on, it is read
+// by primary key for the picked ids only (see completeTasks).
+//
 // held's status is a parameter ($5, always 'in_progress'), not a literal,
 // for the plan: with the literal, a generic plan built while few tasks are
 // in progress (a fresh or bursty queue, pages not yet all-visible) counts
@@ -75,7 +79,7 @@ const claimTasks = `WITH req AS (
 ), t AS (
     UPDATE worker_tasks w
        SET status = 'in_progress', assigned_to = picked.worker, started_at = $2, updated_at = $2, version = w.version + 1
-      FROM picked WHERE w.id = picked.id
+      FROM picked WHERE w.id = ANY(ARRAY(SELECT id FROM picked)) AND w.id = picked.id
     RETURNING w.*
 ), ev AS (
     INSERT INTO task_events (stream_type, stream_id, version, type, data, meta, occurred_at)
