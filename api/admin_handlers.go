@@ -211,7 +211,7 @@ func (s *Server) createTask(c echo.Context) error {
 		return err
 	}
 	meta := actor(c, events.ActorAdmin)
-	t, err := s.db.CreateTask(ctx, s.db.Pool(), store.NewTaskParams{TaskTypeID: typeID, NewTaskParams: events.NewTaskParams{
+	t, err := s.db.CreateTask(ctx, s.db.Pool(), store.NewTaskParams{TaskTypeID: typeID, TaskType: tt, NewTaskParams: events.NewTaskParams{
 		Title: req.Title, Description: req.Description, Params: req.Params, Priority: req.Priority,
 		AssignedTo: assignee, AssignReason: req.Reason, CreatedBy: meta.Actor.ID,
 	}}, meta)

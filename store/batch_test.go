@@ -163,6 +163,13 @@ func TestCompleteBatch(t *testing.T) {
 	require.ErrorAs(t, err, &te, "completing twice")
 }
 
+func (e *batchEnv) typeOf(t *testing.T) *events.TaskType {
+	t.Helper()
+	tt, err := e.db.GetTaskType(e.ctx, e.db.pool, e.typeID)
+	require.NoError(t, err)
+	return tt
+}
+
 // requireRowIsFold checks the task's row against the fold of its events.
 func (e *batchEnv) requireRowIsFold(t *testing.T, id string) {
 	t.Helper()
@@ -272,8 +279,12 @@ func TestCreateBatch(t *testing.T) {
 	admin := e.user(t, "admin", false, 1)
 	archived, err := e.db.CreateTaskType(e.ctx, events.TaskTypeSpec{Name: "old", Label: "Old", ParamSchema: []byte(`{"type":"object"}`)}, e.admin)
 	require.NoError(t, err)
-	_, err = e.db.UpdateTaskType(e.ctx, archived.ID, e.admin, func(tt *events.TaskType) ([]events.Payload, error) { return tt.Archive() })
+	archivedType, err := e.db.UpdateTaskType(e.ctx, archived.ID, e.admin, func(tt *events.TaskType) ([]events.Payload, error) { return tt.Archive() })
 	require.NoError(t, err)
+	handedOver := func(r createRequest, tt *events.TaskType) createRequest {
+		r.params.TaskType = tt
+		return r
+	}
 
 	req := func(title, typeID, assignee string) createRequest {
 		return createRequest{meta: e.admin, params: NewTaskParams{TaskTypeID: typeID, NewTaskParams: events.NewTaskParams{
@@ -286,6 +297,8 @@ func TestCreateBatch(t *testing.T) {
 		req("to an admin", e.typeID, admin),
 		req("  ", e.typeID, ""),
 		req("assigned", strings.ToUpper(e.typeID), w),
+		handedOver(req("type handed over", e.typeID, ""), e.typeOf(t)),
+		handedOver(req("archived type handed over", archived.ID, ""), archivedType),
 	})
 	fieldOf := func(err error) string {
 		var ve *events.ValidationError
@@ -299,13 +312,15 @@ func TestCreateBatch(t *testing.T) {
 	require.Equal(t, "title", fieldOf(outs[4].err))
 	require.NoError(t, outs[5].err)
 	require.Equal(t, w, *outs[5].res.AssignedTo)
+	require.NoError(t, outs[6].err)
+	require.Equal(t, "task_type_id", fieldOf(outs[7].err))
 
-	for _, i := range []int{0, 5} {
+	for _, i := range []int{0, 5, 6} {
 		e.requireRowIsFold(t, outs[i].res.ID)
 	}
 	var tasks, assignments int
 	require.NoError(t, e.db.pool.QueryRow(e.ctx, `SELECT (SELECT count(*) FROM worker_tasks),
 		(SELECT count(*) FROM task_assignments WHERE kind = 'assigned')`).Scan(&tasks, &assignments))
-	require.Equal(t, 2, tasks, "only the valid tasks were written")
+	require.Equal(t, 3, tasks, "only the valid tasks were written")
 	require.Equal(t, 1, assignments)
 }

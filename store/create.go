@@ -32,12 +32,16 @@ func (db *DB) CreateTask(ctx context.Context, q Querier, p NewTaskParams, meta e
 // createTask creates one task in q: the general path, and the fallback of a
 // failed batch.
 func (db *DB) createTask(ctx context.Context, q Querier, p NewTaskParams, meta events.Meta) (*events.Task, error) {
-	tt, err := db.GetTaskType(ctx, q, p.TaskTypeID)
-	if errors.Is(err, events.ErrNotFound) {
-		return nil, events.Invalid("task_type_id", "no task type %s", p.TaskTypeID)
-	}
-	if err != nil {
-		return nil, err
+	tt := p.TaskType
+	if tt == nil {
+		var err error
+		tt, err = db.GetTaskType(ctx, q, p.TaskTypeID)
+		if errors.Is(err, events.ErrNotFound) {
+			return nil, events.Invalid("task_type_id", "no task type %s", p.TaskTypeID)
+		}
+		if err != nil {
+			return nil, err
+		}
 	}
 	if p.AssignedTo != "" {
 		if err := db.checkWorker(ctx, q, p.AssignedTo, "assigned_to"); err != nil {
@@ -57,7 +61,7 @@ func (db *DB) createTask(ctx context.Context, q Querier, p NewTaskParams, meta e
 }
 
 // createBatch creates a batch of tasks: one round trip reads their types
-// and assignees, one implicit transaction writes them. Each task is checked
+// (unless handed over) and assignees, one implicit transaction writes them. Each task is checked
 // on its own; one that fails a check gets its error and is not written.
 func (db *DB) createBatch(ctx context.Context, reqs []createRequest) ([]outcome[*events.Task], error) {
 	types, workers, err := db.typesAndWorkers(ctx, reqs)
@@ -70,7 +74,10 @@ func (db *DB) createBatch(ctx context.Context, reqs []createRequest) ([]outcome[
 	now := db.Now()
 	for i, r := range reqs {
 		p := r.params
-		tt := types[canonicalUUID(p.TaskTypeID)]
+		tt := p.TaskType
+		if tt == nil {
+			tt = types[canonicalUUID(p.TaskTypeID)]
+		}
 		switch {
 		case tt == nil:
 			outs[i].err = events.Invalid("task_type_id", "no task type %s", p.TaskTypeID)
@@ -119,14 +126,20 @@ func canonicalUUID(id string) string {
 }
 
 // typesAndWorkers reads, in one round trip, the task types the requests
-// name and which of their assignees are workers.
+// name (those the caller did not hand over) and which of their assignees
+// are workers; nothing when there is nothing to read.
 func (db *DB) typesAndWorkers(ctx context.Context, reqs []createRequest) (map[string]*events.TaskType, map[string]bool, error) {
 	var typeIDs, assignees []string
 	for _, r := range reqs {
-		typeIDs = append(typeIDs, r.params.TaskTypeID)
+		if r.params.TaskType == nil {
+			typeIDs = append(typeIDs, r.params.TaskTypeID)
+		}
 		if r.params.AssignedTo != "" {
 			assignees = append(assignees, r.params.AssignedTo)
 		}
+	}
+	if len(typeIDs) == 0 && len(assignees) == 0 {
+		return map[string]*events.TaskType{}, map[string]bool{}, nil
 	}
 	b := &pgx.Batch{}
 	b.Queue(`SELECT `+taskTypeColumns+` FROM task_types tt WHERE tt.id = ANY($1::uuid[])`, typeIDs)

@@ -83,6 +83,9 @@ func (db *DB) UpdateTask(ctx context.Context, q Querier, id string, meta events.
 type NewTaskParams struct {
 	events.NewTaskParams
 	TaskTypeID string
+	// TaskType, when the caller has just read it (the API does, for the
+	// params schema), saves the store reading it again.
+	TaskType *events.TaskType
 }
 
 // AssignTask gives a pending task to a worker, with a reason.
