@@ -146,28 +146,22 @@ func (s *Stuck) Tick(ctx context.Context) (StuckReport, error) {
 		return rep, err
 	}
 	for _, t := range stuck {
-		evidence, err := json.Marshal(map[string]any{
+		did, err := s.failTask(ctx, t.ID, "failed_worker_offline", store.SystemFailure{
+			StartedAt: t.StartedAt, Kind: events.FailureWorkerOffline,
+			Reason: fmt.Sprintf("Worker %s went offline", t.WorkerName),
+			Update: fmt.Sprintf("Worker %s went offline. Task marked as failed for retry.", t.WorkerName),
+		}, map[string]any{
 			"last_heartbeat":            formatTime(t.LastHeartbeat),
 			"offline_threshold_seconds": int(s.cfg.OfflineAfter / time.Second),
 			"stuck_threshold_seconds":   int(s.cfg.StuckAfter / time.Second),
 			"started_at":                t.StartedAt.Format(time.RFC3339Nano),
 			"worker_id":                 t.WorkerID,
-		})
+		}, meta)
 		if err != nil {
 			return rep, err
 		}
-		did, err := s.db.FailInProgress(ctx, t.ID, store.SystemFailure{
-			StartedAt: t.StartedAt, Kind: events.FailureWorkerOffline,
-			Reason:   fmt.Sprintf("Worker %s went offline", t.WorkerName),
-			Evidence: evidence,
-			Update:   fmt.Sprintf("Worker %s went offline. Task marked as failed for retry.", t.WorkerName),
-		}, meta)
-		if err != nil {
-			return rep, fmt.Errorf("fail stuck task %s: %w", t.ID, err)
-		}
 		if did {
 			rep.FailedOffline++
-			s.actions.WithLabelValues("failed_worker_offline").Inc()
 		}
 	}
 
@@ -176,30 +170,43 @@ func (s *Stuck) Tick(ctx context.Context) (StuckReport, error) {
 		return rep, err
 	}
 	for _, t := range timedOut {
-		evidence, err := json.Marshal(map[string]any{
+		did, err := s.failTask(ctx, t.ID, "failed_timeout", store.SystemFailure{
+			StartedAt: t.StartedAt, Kind: events.FailureTimeout,
+			Reason: fmt.Sprintf("Task ran longer than its type's timeout of %d s", t.TimeoutSeconds),
+			Update: fmt.Sprintf("Task exceeded its timeout of %d s. Task marked as failed for retry.", t.TimeoutSeconds),
+		}, map[string]any{
 			"started_at":      t.StartedAt.Format(time.RFC3339Nano),
 			"timeout_seconds": t.TimeoutSeconds,
 			"detected_at":     now.Format(time.RFC3339Nano),
 			"worker_id":       t.WorkerID,
-		})
+		}, meta)
 		if err != nil {
 			return rep, err
 		}
-		did, err := s.db.FailInProgress(ctx, t.ID, store.SystemFailure{
-			StartedAt: t.StartedAt, Kind: events.FailureTimeout,
-			Reason:   fmt.Sprintf("Task ran longer than its type's timeout of %d s", t.TimeoutSeconds),
-			Evidence: evidence,
-			Update:   fmt.Sprintf("Task exceeded its timeout of %d s. Task marked as failed for retry.", t.TimeoutSeconds),
-		}, meta)
-		if err != nil {
-			return rep, fmt.Errorf("fail timed out task %s: %w", t.ID, err)
-		}
 		if did {
 			rep.FailedTimedOut++
-			s.actions.WithLabelValues("failed_timeout").Inc()
 		}
 	}
 	return rep, nil
+}
+
+// failTask fails one task still in progress with the detector's evidence,
+// and counts it under action (a label of the actions metric); false when
+// the task had moved on already.
+func (s *Stuck) failTask(ctx context.Context, id, action string, f store.SystemFailure, evidence map[string]any, meta events.Meta) (bool, error) {
+	raw, err := json.Marshal(evidence)
+	if err != nil {
+		return false, err
+	}
+	f.Evidence = raw
+	did, err := s.db.FailInProgress(ctx, id, f, meta)
+	if err != nil {
+		return false, fmt.Errorf("%s: task %s: %w", action, id, err)
+	}
+	if did {
+		s.actions.WithLabelValues(action).Inc()
+	}
+	return did, nil
 }
 
 func formatTime(t *time.Time) any {
