@@ -104,8 +104,8 @@ func reportTasksPerSec(b *testing.B) {
 }
 
 // BenchmarkClaimComplete is a worker's lifecycle through the store on a
-// pre-filled queue: Claim, then UpdateTask(Complete), each its own
-// transaction as the API runs them. One op is one task.
+// pre-filled queue: Claim, then CompleteTask, as the API runs them (each
+// batched with the other goroutines' calls, ADR 008). One op is one task.
 func BenchmarkClaimComplete(b *testing.B) {
 	s := newBenchStore(b, benchGoroutines())
 	s.prefill(b, b.N)
@@ -132,10 +132,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 					return
 				}
 			}
-			_, _, err := s.db.UpdateTask(ctx, s.pool, t.ID, meta, func(t *events.Task) ([]events.Payload, error) {
-				return t.Complete(worker)
-			})
-			if err != nil {
+			if _, _, err := s.db.CompleteTask(ctx, t.ID, worker, meta); err != nil {
 				b.Error(err)
 				return
 			}
