@@ -29,8 +29,7 @@ func (db *DB) CreateTask(ctx context.Context, q Querier, p NewTaskParams, meta e
 	return db.creations.do(ctx, createRequest{params: p, meta: meta})
 }
 
-// createTask creates one task in q: the general path, and the fallback of a
-// failed batch.
+// createTask creates one task in the caller's transaction q.
 func (db *DB) createTask(ctx context.Context, q Querier, p NewTaskParams, meta events.Meta) (*events.Task, error) {
 	tt := p.TaskType
 	if tt == nil {
@@ -61,8 +60,9 @@ func (db *DB) createTask(ctx context.Context, q Querier, p NewTaskParams, meta e
 }
 
 // createBatch creates a batch of tasks: one round trip reads their types
-// (unless handed over) and assignees, one implicit transaction writes them. Each task is checked
-// on its own; one that fails a check gets its error and is not written.
+// (unless handed over) and assignees, one implicit transaction writes them.
+// Each task is checked on its own; one that fails a check gets its error
+// and is not written.
 func (db *DB) createBatch(ctx context.Context, reqs []createRequest) ([]outcome[*events.Task], error) {
 	types, workers, err := db.typesAndWorkers(ctx, reqs)
 	if err != nil {
