@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/clawdbot/task-service/events"
@@ -323,4 +324,40 @@ func TestCreateBatch(t *testing.T) {
 		(SELECT count(*) FROM task_assignments WHERE kind = 'assigned')`).Scan(&tasks, &assignments))
 	require.Equal(t, 3, tasks, "only the valid tasks were written")
 	require.Equal(t, 1, assignments)
+}
+
+// A batch PostgreSQL failed (so rolled back) runs again one request at a
+// time; a batch that failed any other way (it may have committed) is not
+// run again: every call gets the error.
+func TestBatcherRerunsAloneOnlyAfterARollback(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		err       error
+		wantCalls int
+	}{
+		{"rolled back", fmt.Errorf("claim: %w", &pgconn.PgError{Code: "40P01", Message: "deadlock detected"}), 4},
+		{"outcome unknown", fmt.Errorf("claim: %w", errors.New("connection reset by peer")), 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			calls := 0
+			b := newBatcher(8, nil, func(_ context.Context, reqs []string) ([]outcome[string], error) {
+				calls++
+				if len(reqs) > 1 || reqs[0] == "bad" {
+					return nil, tc.err
+				}
+				return []outcome[string]{{res: "done " + reqs[0]}}, nil
+			})
+			outs := b.runAll(context.Background(), []string{"a", "bad", "c"})
+			require.Equal(t, tc.wantCalls, calls)
+			require.Error(t, outs[1].err)
+			if tc.wantCalls == 1 {
+				require.Error(t, outs[0].err)
+				require.Error(t, outs[2].err)
+				return
+			}
+			require.Equal(t, "done a", outs[0].res)
+			require.Equal(t, "done c", outs[2].res)
+			require.ErrorIs(t, outs[1].err, events.ErrConflict, "errors reach the caller mapped")
+		})
+	}
 }

@@ -2,8 +2,11 @@ package store
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // batcher runs the hot path's commands (create, claim, complete) several to
@@ -47,7 +50,8 @@ const batchTimeout = time.Minute
 
 // newBatcher makes a batcher whose run executes a batch as one transaction
 // and answers each request; an error from run fails the batch as a whole
-// (see runAll).
+// (see runAll). run returns errors unmapped, so runAll can tell PostgreSQL's
+// from the others.
 func newBatcher[Req, Res any](maxBatch int, key func(Req) string,
 	run func(context.Context, []Req) ([]outcome[Res], error)) *batcher[Req, Res] {
 	return &batcher[Req, Res]{key: key, run: run, maxBatch: maxBatch}
@@ -137,17 +141,24 @@ func (b *batcher[Req, Res]) runBatch(batch []*batchCall[Req, Res]) {
 	}
 }
 
-// runAll runs reqs as one batch. If the batch fails as a whole (a deadlock,
-// or a value in one request the database refuses), each request runs again
-// alone, so a command that cannot succeed fails only itself.
+// runAll runs reqs as one batch. If PostgreSQL failed the batch as a whole
+// (a deadlock, or a value in one request it refuses), it rolled all of it
+// back, and each request runs again alone, so a command that cannot succeed
+// fails only itself. Any other error (the connection dropped, a result that
+// would not decode) leaves unknown whether the batch committed: every call
+// gets that error, since running the commands again could do them twice.
+// Errors reach the callers through mapErr.
 func (b *batcher[Req, Res]) runAll(ctx context.Context, reqs []Req) []outcome[Res] {
 	outs, err := b.run(ctx, reqs)
 	if err == nil {
 		return outs
 	}
 	outs = make([]outcome[Res], len(reqs))
-	if len(reqs) == 1 {
-		outs[0].err = err
+	var pgErr *pgconn.PgError
+	if len(reqs) == 1 || !errors.As(err, &pgErr) {
+		for i := range outs {
+			outs[i].err = mapErr(err)
+		}
 		return outs
 	}
 	for i := range reqs {

@@ -167,37 +167,37 @@ func (db *DB) claimBatch(ctx context.Context, reqs []claimRequest) ([]outcome[*T
 	defer br.Close()
 
 	if _, err := br.Exec(); err != nil {
-		return nil, mapErr(fmt.Errorf("claim: %w", err))
+		return nil, fmt.Errorf("claim: %w", err)
 	}
 	isWorker := make(map[string]bool, len(reqs))
 	rows, err := br.Query()
 	if err != nil {
-		return nil, mapErr(fmt.Errorf("claim: lock workers: %w", err))
+		return nil, fmt.Errorf("claim: lock workers: %w", err)
 	}
 	var id string
 	if _, err := pgx.ForEachRow(rows, []any{&id}, func() error { isWorker[id] = true; return nil }); err != nil {
-		return nil, mapErr(fmt.Errorf("claim: lock workers: %w", err))
+		return nil, fmt.Errorf("claim: lock workers: %w", err)
 	}
 
 	claimed := make(map[string]*TaskWithType, len(reqs))
 	rows, err = br.Query()
 	if err != nil {
-		return nil, mapErr(fmt.Errorf("claim: %w", err))
+		return nil, fmt.Errorf("claim: %w", err)
 	}
 	for rows.Next() {
 		out := &TaskWithType{TaskType: &events.TaskType{}}
 		if err := rows.Scan(append(taskDest(&out.Task), taskTypeDest(out.TaskType)...)...); err != nil {
 			rows.Close()
-			return nil, mapErr(fmt.Errorf("claim: %w", err))
+			return nil, fmt.Errorf("claim: %w", err)
 		}
 		normalizeTask(&out.Task)
 		claimed[*out.AssignedTo] = out
 	}
 	if err := rows.Err(); err != nil {
-		return nil, mapErr(fmt.Errorf("claim: %w", err))
+		return nil, fmt.Errorf("claim: %w", err)
 	}
 	if err := br.Close(); err != nil {
-		return nil, mapErr(fmt.Errorf("claim: %w", err))
+		return nil, fmt.Errorf("claim: %w", err)
 	}
 	if len(claimed) > 0 {
 		db.afterCommit()

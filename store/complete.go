@@ -98,27 +98,27 @@ func (db *DB) completeBatch(ctx context.Context, reqs []completeRequest) ([]outc
 	br := db.pool.SendBatch(ctx, b)
 	defer br.Close()
 	if _, err := br.Exec(); err != nil {
-		return nil, mapErr(fmt.Errorf("complete: %w", err))
+		return nil, fmt.Errorf("complete: %w", err)
 	}
 	rows, err := br.Query()
 	if err != nil {
-		return nil, mapErr(fmt.Errorf("complete: %w", err))
+		return nil, fmt.Errorf("complete: %w", err)
 	}
 	done := make(map[string]*events.Task, n)
 	for rows.Next() {
 		t := &events.Task{}
 		if err := rows.Scan(taskDest(t)...); err != nil {
 			rows.Close()
-			return nil, mapErr(fmt.Errorf("complete: %w", err))
+			return nil, fmt.Errorf("complete: %w", err)
 		}
 		normalizeTask(t)
 		done[t.ID] = t
 	}
 	if err := rows.Err(); err != nil {
-		return nil, mapErr(fmt.Errorf("complete: %w", err))
+		return nil, fmt.Errorf("complete: %w", err)
 	}
 	if err := br.Close(); err != nil {
-		return nil, mapErr(fmt.Errorf("complete: %w", err))
+		return nil, fmt.Errorf("complete: %w", err)
 	}
 	if len(done) > 0 {
 		db.afterCommit()

@@ -109,9 +109,10 @@ func (db *DB) createBatch(ctx context.Context, reqs []createRequest) ([]outcome[
 	if err := queueEvents(b, evs); err != nil {
 		return nil, err
 	}
-	if err := db.send(ctx, db.pool, b); err != nil {
-		return nil, err
+	if err := db.pool.SendBatch(ctx, b).Close(); err != nil {
+		return nil, fmt.Errorf("create task: %w", err)
 	}
+	db.afterCommit()
 	return outs, nil
 }
 
@@ -150,28 +151,28 @@ func (db *DB) typesAndWorkers(ctx context.Context, reqs []createRequest) (map[st
 	types := map[string]*events.TaskType{}
 	rows, err := br.Query()
 	if err != nil {
-		return nil, nil, mapErr(fmt.Errorf("create task: read types: %w", err))
+		return nil, nil, fmt.Errorf("create task: read types: %w", err)
 	}
 	for rows.Next() {
 		tt := &events.TaskType{}
 		if err := rows.Scan(taskTypeDest(tt)...); err != nil {
 			rows.Close()
-			return nil, nil, mapErr(fmt.Errorf("create task: read types: %w", err))
+			return nil, nil, fmt.Errorf("create task: read types: %w", err)
 		}
 		tt.CreatedAt, tt.UpdatedAt = tt.CreatedAt.UTC(), tt.UpdatedAt.UTC()
 		types[tt.ID] = tt
 	}
 	if err := rows.Err(); err != nil {
-		return nil, nil, mapErr(fmt.Errorf("create task: read types: %w", err))
+		return nil, nil, fmt.Errorf("create task: read types: %w", err)
 	}
 	workers := map[string]bool{}
 	rows, err = br.Query()
 	if err != nil {
-		return nil, nil, mapErr(fmt.Errorf("create task: read assignees: %w", err))
+		return nil, nil, fmt.Errorf("create task: read assignees: %w", err)
 	}
 	var id string
 	if _, err := pgx.ForEachRow(rows, []any{&id}, func() error { workers[id] = true; return nil }); err != nil {
-		return nil, nil, mapErr(fmt.Errorf("create task: read assignees: %w", err))
+		return nil, nil, fmt.Errorf("create task: read assignees: %w", err)
 	}
 	return types, workers, br.Close()
 }
