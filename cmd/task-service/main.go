@@ -26,6 +26,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/clawdbot/task-service/api"
+	"github.com/clawdbot/task-service/cmd/internal/logs"
 	"github.com/clawdbot/task-service/events"
 	"github.com/clawdbot/task-service/migrations"
 	"github.com/clawdbot/task-service/projections"
@@ -79,7 +80,7 @@ func run(args []string) int {
 		}
 		return 2
 	}
-	log := newLogger(cfg.logLevel, cfg.logFormat)
+	log := logs.New(cfg.logLevel, cfg.logFormat)
 	if cfg.databaseURL == "" {
 		log.Error().Msg("DATABASE_URL is not set: point it at PostgreSQL, or use `make run`, which starts a private one")
 		return 2
@@ -240,25 +241,6 @@ func displayAddr(a net.Addr) string {
 		return fmt.Sprintf("127.0.0.1:%d", tcp.Port)
 	}
 	return a.String()
-}
-
-func newLogger(level, format string) zerolog.Logger {
-	lvl, err := zerolog.ParseLevel(level)
-	if err != nil {
-		lvl = zerolog.InfoLevel
-	}
-	var log zerolog.Logger
-	if format == "console" || (format == "auto" && isTerminal(os.Stderr)) {
-		log = zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.TimeOnly})
-	} else {
-		log = zerolog.New(os.Stderr)
-	}
-	return log.Level(lvl).With().Timestamp().Logger()
-}
-
-func isTerminal(f *os.File) bool {
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
 func envOr(name, def string) string {

@@ -20,9 +20,8 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"syscall"
-	"time"
 
-	"github.com/rs/zerolog"
+	"github.com/clawdbot/task-service/cmd/internal/logs"
 )
 
 // version is set at build time with -ldflags "-X main.version=v1.2.3";
@@ -42,7 +41,7 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "task-worker: %v\n(run task-worker --help for every setting)\n", err)
 		return 2
 	}
-	log := newLogger(cfg.LogLevel, cfg.LogFormat)
+	log := logs.New(cfg.LogLevel, cfg.LogFormat)
 	w := NewWorker(cfg, log, buildVersion())
 
 	ctx, stop := context.WithCancel(context.Background())
@@ -95,23 +94,4 @@ func buildVersion() string {
 		rev += "-dirty"
 	}
 	return rev
-}
-
-func newLogger(level, format string) zerolog.Logger {
-	lvl, err := zerolog.ParseLevel(level)
-	if err != nil || level == "" {
-		lvl = zerolog.InfoLevel
-	}
-	var log zerolog.Logger
-	if format == "console" || (format == "auto" && isTerminal(os.Stderr)) {
-		log = zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: time.TimeOnly})
-	} else {
-		log = zerolog.New(os.Stderr)
-	}
-	return log.Level(lvl).With().Timestamp().Logger()
-}
-
-func isTerminal(f *os.File) bool {
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
