@@ -65,20 +65,32 @@ type worker struct {
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
-	return setupPool(t, storetest.NewPool(t))
+	return setupWith(t, nil)
 }
 
-// setupPool serves the API on pool's database; an admin (not a worker) is
-// created and logged in.
-func setupPool(t *testing.T, pool *pgxpool.Pool) *bundle {
+// setupHub is setup with the hub wired as cmd/task-service does: every
+// commit wakes it, and the server's long-polls listen to it.
+func setupHub(t *testing.T) *bundle {
+	t.Helper()
+	return setupWith(t, store.NewHub())
+}
+
+// setupWith serves the API on a fresh database, with hub when not nil; an
+// admin (not a worker) is created and logged in.
+func setupWith(t *testing.T, hub *store.Hub) *bundle {
 	t.Helper()
 	ctx := context.Background()
+	pool := storetest.NewPool(t)
 	clk := &clock{}
-	db, err := store.New(pool, store.Config{Projector: projections.Projector{}, Now: clk.Now})
+	cfg := store.Config{Projector: projections.Projector{}, Now: clk.Now}
+	if hub != nil {
+		cfg.AfterCommit = hub.Wake
+	}
+	db, err := store.New(pool, cfg)
 	require.NoError(t, err)
 	secret := []byte("test-secret-0123456789abcdef")
 	srv, err := api.New(api.Config{
-		DB: db, JWTSecret: secret, BcryptCost: bcrypt.MinCost,
+		DB: db, JWTSecret: secret, BcryptCost: bcrypt.MinCost, Hub: hub,
 		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
 	})
 	require.NoError(t, err)
@@ -89,7 +101,7 @@ func setupPool(t *testing.T, pool *pgxpool.Pool) *bundle {
 	// connections, so 64 workers do not churn through ephemeral ports.
 	tr := &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 256, IdleConnTimeout: time.Minute}
 	t.Cleanup(tr.CloseIdleConnections)
-	hc := &http.Client{Transport: tr, Timeout: 60 * time.Second}
+	hc := &http.Client{Transport: tr, Timeout: 90 * time.Second}
 
 	hash, err := srv.HashPassword(adminPassword)
 	require.NoError(t, err)

@@ -6,53 +6,16 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
-	"golang.org/x/crypto/bcrypt"
 
-	"github.com/clawdbot/task-service/api"
 	"github.com/clawdbot/task-service/api/client"
 	"github.com/clawdbot/task-service/events"
-	"github.com/clawdbot/task-service/projections"
 	"github.com/clawdbot/task-service/store"
-	"github.com/clawdbot/task-service/store/storetest"
 )
-
-// setupHub is setup with the hub wired as cmd/task-service does: every
-// commit wakes it, and the server's long-polls listen to it.
-func setupHub(t *testing.T) *bundle {
-	t.Helper()
-	ctx := context.Background()
-	pool := storetest.NewPool(t)
-	hub := store.NewHub()
-	clk := &clock{}
-	db, err := store.New(pool, store.Config{Projector: projections.Projector{}, Now: clk.Now, AfterCommit: hub.Wake})
-	require.NoError(t, err)
-	secret := []byte("test-secret-0123456789abcdef")
-	srv, err := api.New(api.Config{DB: db, JWTSecret: secret, BcryptCost: bcrypt.MinCost, Hub: hub,
-		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)})
-	require.NoError(t, err)
-	ts := httptest.NewServer(srv.Handler())
-	t.Cleanup(ts.Close)
-	tr := &http.Transport{MaxIdleConns: 64, MaxIdleConnsPerHost: 64}
-	t.Cleanup(tr.CloseIdleConnections)
-	hc := &http.Client{Transport: tr, Timeout: 90 * time.Second}
-	hash, err := srv.HashPassword(adminPassword)
-	require.NoError(t, err)
-	u, err := db.CreateUser(ctx, events.UserRegistered{Email: adminEmail, FullName: "Ada Admin", IsAdmin: true},
-		adminPassword, hash, events.Meta{Actor: events.System("test")})
-	require.NoError(t, err)
-	admin := client.New(ts.URL, hc)
-	_, err = admin.Login(ctx, adminEmail, adminPassword)
-	require.NoError(t, err)
-	return &bundle{t: t, ctx: ctx, srv: srv, db: db, pool: pool, url: ts.URL, secret: secret, clock: clk,
-		admin: admin, adminID: u.ID, http: hc}
-}
 
 type claimResult struct {
 	task *store.TaskWithType
