@@ -21,8 +21,9 @@ func (s *Server) OpenAPI() map[string]any {
 			paths[p] = map[string]any{}
 		}
 		op := map[string]any{
-			"summary":   r.summary,
-			"responses": map[string]any{"200": map[string]any{"description": "success envelope"}, "default": map[string]any{"description": "error envelope", "content": jsonContent(ref("Error"))}},
+			"operationId": r.id,
+			"summary":     r.summary,
+			"responses":   map[string]any{"200": map[string]any{"description": "success envelope"}, "default": map[string]any{"description": "error envelope", "content": jsonContent(ref("Error"))}},
 		}
 		var params []any
 		for _, m := range pathParam.FindAllStringSubmatch(r.path, -1) {

@@ -57,11 +57,13 @@ type Server struct {
 
 // route is one endpoint: the table registers handlers and documents them.
 type route struct {
-	method, path, summary string
-	role                  string
-	handler               echo.HandlerFunc
-	request               any // body type for the OpenAPI document, nil when none
-	query                 []string
+	method, path string
+	id           string // the OpenAPI operationId: a short verb phrase such as claimTask
+	summary      string
+	role         string
+	handler      echo.HandlerFunc
+	request      any // body type for the OpenAPI document, nil when none
+	query        []string
 }
 
 // New builds the server and its routes.
