@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/google/uuid"
@@ -27,7 +28,31 @@ type TaskWithType struct {
 // earlier claim by the same workers committed. Locks are taken in id order,
 // so two batches never wait on each other in a cycle. A worker missing here
 // does not exist or is no worker.
-const lockWorkers = `SELECT id FROM users WHERE id = ANY($1::uuid[]) AND is_worker ORDER BY id FOR NO KEY UPDATE`
+//
+// A batch takes the locks with SKIP LOCKED: a worker whose row another
+// transaction holds (another instance's claim, an admin's edit) must not
+// hold back the other workers' claims. Such a worker comes back as not
+// locked and is left out of the claim (claimTasks reads the locked set from
+// claimWorkersSetting), and Claim runs it again alone, waiting for its lock
+// (lockWorkersWaiting). The set travels in a transaction-local setting
+// because both statements go in one round trip.
+const (
+	lockWorkersSkipping = `WITH locked AS MATERIALIZED (
+    SELECT id FROM users WHERE id = ANY($1::uuid[]) AND is_worker ORDER BY id FOR NO KEY UPDATE SKIP LOCKED
+)
+SELECT u.id, l.id IS NOT NULL,
+       set_config('` + claimWorkersSetting + `', (SELECT COALESCE(array_agg(id), '{}')::text FROM locked), true)
+  FROM users u LEFT JOIN locked l ON l.id = u.id WHERE u.id = ANY($1::uuid[]) AND u.is_worker`
+	lockWorkersWaiting = `WITH locked AS MATERIALIZED (
+    SELECT id FROM users WHERE id = ANY($1::uuid[]) AND is_worker ORDER BY id FOR NO KEY UPDATE
+)
+SELECT id, true, set_config('` + claimWorkersSetting + `', (SELECT COALESCE(array_agg(id), '{}')::text FROM locked), true)
+  FROM locked`
+	// claimWorkersSetting holds, for the rest of a claim's transaction, the
+	// workers whose rows it locked. Unset (or reset to '' after an earlier
+	// transaction) means none.
+	claimWorkersSetting = "task_service.claim_workers"
+)
 
 // claimTasks is the claim (DESIGN §3) for a batch of distinct workers, in
 // one statement: each worker below its max_concurrent_tasks gets the first
@@ -35,7 +60,7 @@ const lockWorkers = `SELECT id FROM users WHERE id = ANY($1::uuid[]) AND is_work
 // FIFO; the pool's first n unlocked tasks go to the n workers in request
 // order), all picked with SKIP LOCKED; the tasks are marked in progress and
 // task.claimed and the assignment row appended. A worker at capacity locks
-// nothing.
+// nothing, nor does a worker whose row lockWorkers did not lock.
 //
 // Every SELECT CTE is MATERIALIZED: evaluated once, before the UPDATE. A
 // CTE used once is otherwise inlined into the UPDATE, and when the UPDATE
@@ -60,7 +85,8 @@ const claimTasks = `WITH req AS (
     SELECT worker, data, meta, ord FROM unnest($1::uuid[], $3::text[], $4::text[]) WITH ORDINALITY AS r(worker, data, meta, ord)
 ), elig AS MATERIALIZED (
     SELECT r.worker, r.ord FROM req r JOIN users u ON u.id = r.worker AND u.is_worker
-     WHERE (SELECT count(*) FROM worker_tasks h WHERE h.assigned_to = r.worker AND h.status = $5) < u.max_concurrent_tasks
+     WHERE r.worker = ANY(NULLIF(current_setting('` + claimWorkersSetting + `', true), '')::uuid[])
+       AND (SELECT count(*) FROM worker_tasks h WHERE h.assigned_to = r.worker AND h.status = $5) < u.max_concurrent_tasks
 ), mine AS MATERIALIZED (
     SELECT e.worker, m.id FROM elig e CROSS JOIN LATERAL (
         SELECT id FROM worker_tasks
@@ -149,19 +175,46 @@ func (db *DB) Claim(ctx context.Context, workerID string, meta events.Meta) (*Ta
 	if err != nil {
 		return nil, err
 	}
-	return db.claims.do(ctx, claimRequest{worker: workerID, data: string(data), meta: string(metaJSON)})
+	req := claimRequest{worker: workerID, data: string(data), meta: string(metaJSON)}
+	task, err := db.claims.do(ctx, req)
+	if errors.Is(err, errWorkerLocked) {
+		// Another transaction holds the worker's row: wait for it here,
+		// alone, under the caller's deadline, while the batches go on.
+		var outs []outcome[*TaskWithType]
+		outs, err = db.claimAlone(ctx, req)
+		if err != nil {
+			return nil, mapErr(err)
+		}
+		task, err = outs[0].res, outs[0].err
+	}
+	return task, err
 }
 
+// errWorkerLocked answers a batched claim whose worker's row another
+// transaction held; Claim runs it again alone.
+var errWorkerLocked = errors.New("the worker's row is locked by another transaction")
+
 // claimBatch runs a batch of claims of distinct workers as one implicit
-// transaction.
+// transaction; a worker whose row is locked elsewhere gets errWorkerLocked.
 func (db *DB) claimBatch(ctx context.Context, reqs []claimRequest) ([]outcome[*TaskWithType], error) {
+	return db.runClaims(ctx, reqs, lockWorkersSkipping)
+}
+
+// claimAlone runs one claim, waiting for its worker's row.
+func (db *DB) claimAlone(ctx context.Context, req claimRequest) ([]outcome[*TaskWithType], error) {
+	return db.runClaims(ctx, []claimRequest{req}, lockWorkersWaiting)
+}
+
+// runClaims runs claims of distinct workers as one implicit transaction,
+// locking the workers' rows with lockSQL.
+func (db *DB) runClaims(ctx context.Context, reqs []claimRequest, lockSQL string) ([]outcome[*TaskWithType], error) {
 	workers, data, metas := make([]string, len(reqs)), make([]string, len(reqs)), make([]string, len(reqs))
 	for i, r := range reqs {
 		workers[i], data[i], metas[i] = r.worker, r.data, r.meta
 	}
 	b := &pgx.Batch{}
 	b.Queue(indexLookupsOnly)
-	b.Queue(lockWorkers, workers)
+	b.Queue(lockSQL, workers)
 	b.Queue(claimTasks, workers, db.Now(), data, metas, string(events.StatusInProgress))
 	br := db.pool.SendBatch(ctx, b)
 	defer br.Close()
@@ -169,13 +222,19 @@ func (db *DB) claimBatch(ctx context.Context, reqs []claimRequest) ([]outcome[*T
 	if _, err := br.Exec(); err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
 	}
-	isWorker := make(map[string]bool, len(reqs))
+	// locked[w] exists when w is a worker, and is true when this batch
+	// holds its row.
+	locked := make(map[string]bool, len(reqs))
 	rows, err := br.Query()
 	if err != nil {
 		return nil, fmt.Errorf("claim: lock workers: %w", err)
 	}
-	var id string
-	if _, err := pgx.ForEachRow(rows, []any{&id}, func() error { isWorker[id] = true; return nil }); err != nil {
+	var (
+		id       string
+		isLocked bool
+		setting  string
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&id, &isLocked, &setting}, func() error { locked[id] = isLocked; return nil }); err != nil {
 		return nil, fmt.Errorf("claim: lock workers: %w", err)
 	}
 
@@ -205,8 +264,13 @@ func (db *DB) claimBatch(ctx context.Context, reqs []claimRequest) ([]outcome[*T
 
 	outs := make([]outcome[*TaskWithType], len(reqs))
 	for i, r := range reqs {
-		if !isWorker[r.worker] {
+		isLocked, isWorker := locked[r.worker]
+		switch {
+		case !isWorker:
 			outs[i].err = fmt.Errorf("%w: %s is not a worker", events.ErrForbidden, r.worker)
+			continue
+		case !isLocked:
+			outs[i].err = errWorkerLocked
 			continue
 		}
 		outs[i].res = claimed[r.worker]
