@@ -29,16 +29,10 @@ func decode(c echo.Context, v any, emptyOK bool) error {
 
 // decodeJSON is decode without echo, for the fuzz target.
 func decodeJSON(r io.Reader, v any, emptyOK bool) error {
-	raw, err := io.ReadAll(r)
+	raw, err := readAll(r)
 	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return &httpError{status: http.StatusRequestEntityTooLarge,
-				body: ErrorBody{Code: "too_large", Message: fmt.Sprintf("request body is larger than %d bytes", tooBig.Limit)}}
-		}
-		return &httpError{status: http.StatusBadRequest, body: ErrorBody{Code: "bad_request", Message: "could not read the request body"}}
+		return err
 	}
-	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 {
 		if emptyOK {
 			return nil
@@ -62,6 +56,26 @@ func decodeJSON(r io.Reader, v any, emptyOK bool) error {
 		}
 	}
 	return nil
+}
+
+// readBody reads the request body, bounded by MaxBodyBytes, without the
+// white space around it.
+func readBody(c echo.Context) ([]byte, error) {
+	return readAll(http.MaxBytesReader(c.Response(), c.Request().Body, MaxBodyBytes))
+}
+
+// readAll reads a bounded body; too large is a 413.
+func readAll(r io.Reader) ([]byte, error) {
+	raw, err := io.ReadAll(r)
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return nil, &httpError{status: http.StatusRequestEntityTooLarge,
+				body: ErrorBody{Code: "too_large", Message: fmt.Sprintf("request body is larger than %d bytes", tooBig.Limit)}}
+		}
+		return nil, &httpError{status: http.StatusBadRequest, body: ErrorBody{Code: "bad_request", Message: "could not read the request body"}}
+	}
+	return bytes.TrimSpace(raw), nil
 }
 
 // nulEscape is how JSON spells the NUL character, which PostgreSQL stores in

@@ -56,17 +56,13 @@ func waitParam(c echo.Context) (time.Duration, error) {
 	return time.Duration(n) * time.Second, nil
 }
 
-// claimWaiting claims for the request's worker, waiting up to ?wait= for a
-// task to become claimable; nil when none came.
-func (s *Server) claimWaiting(c echo.Context) (*store.TaskWithType, error) {
-	wait, err := waitParam(c)
-	if err != nil {
-		return nil, err
-	}
+// claimWaiting claims up to max tasks for the request's worker, waiting up
+// to wait for at least one to become claimable; empty when none came.
+func (s *Server) claimWaiting(c echo.Context, wait time.Duration, max int) ([]*store.TaskWithType, error) {
 	ctx := c.Request().Context()
 	worker, meta := claimsOf(c).Subject, actor(c, events.ActorWorker)
 	if wait == 0 {
-		return s.claimOnce(ctx, worker, meta)
+		return s.claimOnce(ctx, worker, max, meta)
 	}
 	// Subscribe before the first attempt: a task created between an empty
 	// attempt and the subscription would otherwise wake nobody.
@@ -83,9 +79,9 @@ func (s *Server) claimWaiting(c echo.Context) (*store.TaskWithType, error) {
 	s.metrics.claimWaiters.Inc()
 	defer s.metrics.claimWaiters.Dec()
 	for {
-		t, err := s.claimOnce(ctx, worker, meta)
-		if err != nil || t != nil {
-			return t, err
+		tasks, err := s.claimOnce(ctx, worker, max, meta)
+		if err != nil || len(tasks) > 0 {
+			return tasks, err
 		}
 		select {
 		case <-wake:
@@ -100,9 +96,9 @@ func (s *Server) claimWaiting(c echo.Context) (*store.TaskWithType, error) {
 	}
 }
 
-func (s *Server) claimOnce(ctx context.Context, worker string, meta events.Meta) (*store.TaskWithType, error) {
+func (s *Server) claimOnce(ctx context.Context, worker string, max int, meta events.Meta) ([]*store.TaskWithType, error) {
 	start := time.Now()
-	t, err := s.db.Claim(ctx, worker, meta)
+	tasks, err := s.db.ClaimMany(ctx, worker, max, meta)
 	s.metrics.claimLatency.Observe(time.Since(start).Seconds())
-	return t, err
+	return tasks, err
 }

@@ -9,6 +9,8 @@ func (s *Server) table() []route {
 		{method: http.MethodPost, path: "/api/v1/auth/login", id: "login", summary: "Log in; returns a JWT and the user", role: rolePublic, handler: s.login, request: loginRequest{}},
 		{method: http.MethodPost, path: w + "/heartbeat", id: "heartbeat", summary: "Report that this worker is alive", role: roleWorker, handler: s.heartbeat, request: heartbeatRequest{}},
 		{method: http.MethodPost, path: w + "/tasks/claim", id: "claimTask", summary: "Claim the next task; with wait=<seconds, up to 60>, wait for one (null when none came)", role: roleWorker, handler: s.claim, query: []string{"wait"}},
+		{method: http.MethodPost, path: w + "/tasks/claims", id: "claimTasks", summary: "Claim up to max tasks (1-100, at most the free slots) in claim order; with wait=<seconds, up to 60>, wait until at least one comes (an empty list when none came)", role: roleWorker, handler: s.claimMany, request: claimManyRequest{}},
+		{method: http.MethodPost, path: w + "/tasks/completions", id: "completeTasks", summary: "Complete or fail up to 100 held tasks; each item is answered in order with its own status and error", role: roleWorker, handler: s.finishMany, request: []finishItem{}},
 		{method: http.MethodGet, path: w + "/tasks", id: "listMyTasks", summary: "List this worker's tasks (active; all=true for every status)", role: roleWorker, handler: s.workerTasks, query: []string{"all"}},
 		{method: http.MethodGet, path: w + "/tasks/:id", id: "getMyTask", summary: "Read one of this worker's tasks with its type", role: roleWorker, handler: s.workerTask},
 		{method: http.MethodPost, path: w + "/tasks/:id/updates", id: "postUpdate", summary: "Post a progress message", role: roleWorker, handler: s.postUpdate, request: updateRequest{}},

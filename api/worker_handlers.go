@@ -53,18 +53,33 @@ func (s *Server) heartbeat(c echo.Context) error {
 }
 
 func (s *Server) claim(c echo.Context) error {
-	t, err := s.claimWaiting(c)
+	wait, err := waitParam(c)
 	if err != nil {
 		return err
 	}
-	if t == nil {
-		s.metrics.claims.WithLabelValues("empty").Inc()
+	tasks, err := s.claimWaiting(c, wait, 1)
+	if err != nil {
+		return err
+	}
+	s.countClaims(c, tasks)
+	if len(tasks) == 0 {
 		return ok(c, http.StatusOK, nil)
 	}
+	return ok(c, http.StatusOK, tasks[0])
+}
+
+// countClaims counts a claim call's outcome and events, and gives each
+// retry its previous attempts.
+func (s *Server) countClaims(c echo.Context, tasks []*store.TaskWithType) {
+	if len(tasks) == 0 {
+		s.metrics.claims.WithLabelValues("empty").Inc()
+		return
+	}
 	s.metrics.claims.WithLabelValues("claimed").Inc()
-	s.metrics.countEvents("task.claimed")
-	s.attachPreviousAttempts(c, t)
-	return ok(c, http.StatusOK, t)
+	for _, t := range tasks {
+		s.metrics.countEvents("task.claimed")
+		s.attachPreviousAttempts(c, t)
+	}
 }
 
 func (s *Server) workerTasks(c echo.Context) error {

@@ -62,13 +62,25 @@ func newBatcher[Req, Res any](maxBatch int, key func(Req) string,
 // taken it runs to the end and its result is returned, as a single command
 // that had reached the database would commit anyway.
 func (b *batcher[Req, Res]) do(ctx context.Context, req Req) (Res, error) {
-	c := &batchCall[Req, Res]{req: req, done: make(chan struct{})}
+	out := b.doMany(ctx, []Req{req})[0]
+	return out.res, out.err
+}
+
+// doMany queues reqs together, in order, and returns their results in the
+// same order; they leave in as few batches as maxBatch and their keys allow.
+// Cancellation works as for do, call by call.
+func (b *batcher[Req, Res]) doMany(ctx context.Context, reqs []Req) []outcome[Res] {
+	calls := make([]*batchCall[Req, Res], len(reqs))
+	for i, r := range reqs {
+		calls[i] = &batchCall[Req, Res]{req: r, done: make(chan struct{})}
+	}
 	b.mu.Lock()
-	b.queue = append(b.queue, c)
+	b.queue = append(b.queue, calls...)
 	if !b.running {
-		// Idle: the queue held nothing, so the batch is this call alone, and
-		// it runs here, without a hand-off to another goroutine. Calls that
-		// arrive meanwhile queue up for a goroutine that carries on after.
+		// Idle: the first batch is made of these calls only, and it runs
+		// here, without a hand-off to another goroutine. Calls that arrive
+		// meanwhile (or these calls beyond one batch) queue up for a
+		// goroutine that carries on after.
 		b.running = true
 		batch := b.take()
 		b.mu.Unlock()
@@ -79,25 +91,28 @@ func (b *batcher[Req, Res]) do(ctx context.Context, req Req) (Res, error) {
 		} else {
 			b.running = false
 		}
-		b.mu.Unlock()
-		return c.out.res, c.out.err
 	}
 	b.mu.Unlock()
 
-	select {
-	case <-c.done:
-		return c.out.res, c.out.err
-	case <-ctx.Done():
+	outs := make([]outcome[Res], len(calls))
+	for i, c := range calls {
+		select {
+		case <-c.done:
+			outs[i] = c.out
+			continue
+		case <-ctx.Done():
+		}
+		b.mu.Lock()
+		taken := !b.dropQueued(c)
+		b.mu.Unlock()
+		if taken {
+			<-c.done
+			outs[i] = c.out
+		} else {
+			outs[i].err = ctx.Err()
+		}
 	}
-	b.mu.Lock()
-	taken := !b.dropQueued(c)
-	b.mu.Unlock()
-	if taken {
-		<-c.done
-		return c.out.res, c.out.err
-	}
-	var zero Res
-	return zero, ctx.Err()
+	return outs
 }
 
 // dropQueued removes c from the queue; false when a batch already took it.

@@ -1,10 +1,12 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -55,12 +57,17 @@ SELECT id, true, set_config('` + claimWorkersSetting + `', (SELECT COALESCE(arra
 )
 
 // claimTasks is the claim (DESIGN §3) for a batch of distinct workers, in
-// one statement: each worker below its max_concurrent_tasks gets the first
-// claimable task assigned to it, else one from the pool (priority, then
-// FIFO; the pool's first n unlocked tasks go to the n workers in request
-// order), all picked with SKIP LOCKED; the tasks are marked in progress and
-// task.claimed and the assignment row appended. A worker at capacity locks
-// nothing, nor does a worker whose row lockWorkers did not lock.
+// one statement. Each worker asks for up to want tasks ($6; 1 for the
+// single claim) and gets at most its free slots (max_concurrent_tasks less
+// the tasks it holds in progress): first the claimable tasks assigned to
+// it, then tasks from the pool (priority, then FIFO). The pool's first
+// unlocked tasks are dealt out in request order: the first worker takes the
+// first of them it still needs, the next worker the following ones, and so
+// on. Everything is picked with SKIP LOCKED; the tasks are marked in progress
+// and one task.claimed and one assignment row appended per task. A worker
+// with no free slot locks nothing, nor does a worker whose row lockWorkers
+// did not lock. k numbers each worker's tasks in claim
+// order: its own assigned ones first, then the pool's.
 //
 // Every SELECT CTE is MATERIALIZED: evaluated once, before the UPDATE. A
 // CTE used once is otherwise inlined into the UPDATE, and when the UPDATE
@@ -68,6 +75,11 @@ SELECT id, true, set_config('` + claimWorkersSetting + `', (SELECT COALESCE(arra
 // re-checks that row by evaluating the inlined pick again. That second
 // evaluation can pair the row with another worker. The test that found it
 // ended with one worker given two tasks in a batch and another given none.
+//
+// The pool is dealt out by slicing one array of its ids rather than by
+// joining row numbers: batches run with hash and merge joins off
+// (indexLookupsOnly), so a join of two CTEs is a nested loop, quadratic in
+// the thousands of tasks a batch of claim-many calls can take.
 //
 // The UPDATE names its rows twice, "id = ANY(ARRAY(...))" besides the join,
 // so that whichever side of the join a plan puts worker_tasks on, it is read
@@ -82,31 +94,40 @@ SELECT id, true, set_config('` + claimWorkersSetting + `', (SELECT COALESCE(arra
 // status's share of the table, so the plan is always worker_tasks_holder
 // on (assigned_to, status): this worker's rows only.
 const claimTasks = `WITH req AS (
-    SELECT worker, data, meta, ord FROM unnest($1::uuid[], $3::text[], $4::text[]) WITH ORDINALITY AS r(worker, data, meta, ord)
+    SELECT worker, data, meta, want, ord FROM unnest($1::uuid[], $3::text[], $4::text[], $6::int[]) WITH ORDINALITY AS r(worker, data, meta, want, ord)
 ), elig AS MATERIALIZED (
-    SELECT r.worker, r.ord FROM req r JOIN users u ON u.id = r.worker AND u.is_worker
-     WHERE r.worker = ANY(NULLIF(current_setting('` + claimWorkersSetting + `', true), '')::uuid[])
-       AND (SELECT count(*) FROM worker_tasks h WHERE h.assigned_to = r.worker AND h.status = $5) < u.max_concurrent_tasks
+    SELECT e.worker, e.ord, e.want FROM (
+        SELECT r.worker, r.ord, least(r.want, u.max_concurrent_tasks
+               - (SELECT count(*) FROM worker_tasks h WHERE h.assigned_to = r.worker AND h.status = $5))::int AS want
+          FROM req r JOIN users u ON u.id = r.worker AND u.is_worker
+         WHERE r.worker = ANY(NULLIF(current_setting('` + claimWorkersSetting + `', true), '')::uuid[])) e
+     WHERE e.want > 0
 ), mine AS MATERIALIZED (
-    SELECT e.worker, m.id FROM elig e CROSS JOIN LATERAL (
-        SELECT id FROM worker_tasks
+    SELECT e.worker, m.id, row_number() OVER (PARTITION BY e.worker ORDER BY m.priority_rank, m.created_at, m.id) AS k
+      FROM elig e CROSS JOIN LATERAL (
+        SELECT id, priority_rank, created_at FROM worker_tasks
          WHERE status = 'pending' AND assigned_to = e.worker AND available_at <= $2
-         ORDER BY priority_rank, created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) m
+         ORDER BY priority_rank, created_at, id LIMIT e.want FOR UPDATE SKIP LOCKED) m
 ), rest AS MATERIALIZED (
-    SELECT e.worker, row_number() OVER (ORDER BY e.ord) AS n FROM elig e
-     WHERE NOT EXISTS (SELECT 1 FROM mine WHERE mine.worker = e.worker)
+    SELECT e.worker, n.have, e.want - n.have AS need,
+           (sum(e.want - n.have) OVER (ORDER BY e.ord) - (e.want - n.have))::int AS before
+      FROM elig e CROSS JOIN LATERAL (SELECT count(*)::int AS have FROM mine WHERE mine.worker = e.worker) n
+     WHERE e.want > n.have
 ), pool AS MATERIALIZED (
-    SELECT p.id, row_number() OVER (ORDER BY p.priority_rank, p.created_at, p.id) AS n FROM (
+    SELECT coalesce(array_agg(p.id ORDER BY p.priority_rank, p.created_at, p.id), '{}') AS ids FROM (
         SELECT id, priority_rank, created_at FROM worker_tasks
          WHERE status = 'pending' AND assigned_to IS NULL AND available_at <= $2
-         ORDER BY priority_rank, created_at, id LIMIT (SELECT count(*) FROM rest) FOR UPDATE SKIP LOCKED) p
+         ORDER BY priority_rank, created_at, id LIMIT (SELECT coalesce(sum(need), 0) FROM rest) FOR UPDATE SKIP LOCKED) p
 ), picked AS MATERIALIZED (
-    SELECT id, worker FROM mine UNION ALL SELECT pool.id, rest.worker FROM pool JOIN rest USING (n)
+    SELECT id, worker, k FROM mine
+    UNION ALL
+    SELECT s.id, r.worker, r.have + s.i FROM rest r CROSS JOIN pool
+     CROSS JOIN LATERAL unnest(pool.ids[r.before + 1 : r.before + r.need]) WITH ORDINALITY AS s(id, i)
 ), t AS (
     UPDATE worker_tasks w
        SET status = 'in_progress', assigned_to = picked.worker, started_at = $2, updated_at = $2, version = w.version + 1
       FROM picked WHERE w.id = ANY(ARRAY(SELECT id FROM picked)) AND w.id = picked.id
-    RETURNING w.*
+    RETURNING w.*, picked.k
 ), ev AS (
     INSERT INTO task_events (stream_type, stream_id, version, type, data, meta, occurred_at)
     SELECT 'task', t.id, t.version, 'task.claimed', req.data::jsonb, req.meta::jsonb, $2 FROM t JOIN req ON req.worker = t.assigned_to
@@ -114,7 +135,7 @@ const claimTasks = `WITH req AS (
     INSERT INTO task_assignments (task_id, version, worker_id, assigned_by, kind, reason, at)
     SELECT t.id, t.version, t.assigned_to, t.assigned_to, 'claimed', '', $2 FROM t
 )
-SELECT ` + taskColumns + `, ` + taskTypeColumns + `
+SELECT ` + taskColumns + `, ` + taskTypeColumns + `, t.k
   FROM t JOIN task_types tt ON tt.id = t.task_type_id`
 
 // indexLookupsOnly opens each batch of claims or completions. These
@@ -152,15 +173,35 @@ const indexLookupsOnly = `SELECT set_config('enable_seqscan', 'off', true), set_
        set_config('enable_mergejoin', 'off', true), set_config('enable_hashjoin', 'off', true),
        set_config('plan_cache_mode', 'force_generic_plan', true)`
 
-// claimRequest is one worker's claim, its event data and meta marshalled.
+// claimRequest is one worker's claim of up to want tasks, its event data
+// and meta marshalled.
 type claimRequest struct {
 	worker, data, meta string
+	want               int
 }
+
+// MaxClaimMany bounds the tasks one ClaimMany call may ask for.
+const MaxClaimMany = 100
 
 // Claim gives workerID its next task, or nil when nothing is claimable or
 // the worker is at its max_concurrent_tasks. Concurrent claims of different
 // workers share one statement (see batcher).
 func (db *DB) Claim(ctx context.Context, workerID string, meta events.Meta) (*TaskWithType, error) {
+	tasks, err := db.ClaimMany(ctx, workerID, 1, meta)
+	if err != nil || len(tasks) == 0 {
+		return nil, err
+	}
+	return tasks[0], nil
+}
+
+// ClaimMany gives workerID up to max tasks (1 to MaxClaimMany), never more
+// than its free slots, in claim order: the tasks assigned to it first, then
+// the pool's by priority and age. Each is claimed exactly as by Claim, with
+// its own task.claimed event. Empty when nothing is claimable.
+func (db *DB) ClaimMany(ctx context.Context, workerID string, max int, meta events.Meta) ([]*TaskWithType, error) {
+	if max < 1 || max > MaxClaimMany {
+		return nil, events.Invalid("max", "must be from 1 to %d", MaxClaimMany)
+	}
 	// Canonical form: the batch matches claimed rows to requests by it.
 	w, err := uuid.Parse(workerID)
 	if err != nil {
@@ -175,19 +216,19 @@ func (db *DB) Claim(ctx context.Context, workerID string, meta events.Meta) (*Ta
 	if err != nil {
 		return nil, err
 	}
-	req := claimRequest{worker: workerID, data: string(data), meta: string(metaJSON)}
-	task, err := db.claims.do(ctx, req)
+	req := claimRequest{worker: workerID, data: string(data), meta: string(metaJSON), want: max}
+	tasks, err := db.claims.do(ctx, req)
 	if errors.Is(err, errWorkerLocked) {
 		// Another transaction holds the worker's row: wait for it here,
 		// alone, under the caller's deadline, while the batches go on.
-		var outs []outcome[*TaskWithType]
+		var outs []outcome[[]*TaskWithType]
 		outs, err = db.claimAlone(ctx, req)
 		if err != nil {
 			return nil, mapErr(err)
 		}
-		task, err = outs[0].res, outs[0].err
+		tasks, err = outs[0].res, outs[0].err
 	}
-	return task, err
+	return tasks, err
 }
 
 // errWorkerLocked answers a batched claim whose worker's row another
@@ -196,26 +237,27 @@ var errWorkerLocked = errors.New("the worker's row is locked by another transact
 
 // claimBatch runs a batch of claims of distinct workers as one implicit
 // transaction; a worker whose row is locked elsewhere gets errWorkerLocked.
-func (db *DB) claimBatch(ctx context.Context, reqs []claimRequest) ([]outcome[*TaskWithType], error) {
+func (db *DB) claimBatch(ctx context.Context, reqs []claimRequest) ([]outcome[[]*TaskWithType], error) {
 	return db.runClaims(ctx, reqs, lockWorkersSkipping)
 }
 
 // claimAlone runs one claim, waiting for its worker's row.
-func (db *DB) claimAlone(ctx context.Context, req claimRequest) ([]outcome[*TaskWithType], error) {
+func (db *DB) claimAlone(ctx context.Context, req claimRequest) ([]outcome[[]*TaskWithType], error) {
 	return db.runClaims(ctx, []claimRequest{req}, lockWorkersWaiting)
 }
 
 // runClaims runs claims of distinct workers as one implicit transaction,
 // locking the workers' rows with lockSQL.
-func (db *DB) runClaims(ctx context.Context, reqs []claimRequest, lockSQL string) ([]outcome[*TaskWithType], error) {
-	workers, data, metas := make([]string, len(reqs)), make([]string, len(reqs)), make([]string, len(reqs))
+func (db *DB) runClaims(ctx context.Context, reqs []claimRequest, lockSQL string) ([]outcome[[]*TaskWithType], error) {
+	n := len(reqs)
+	workers, data, metas, wants := make([]string, n), make([]string, n), make([]string, n), make([]int32, n)
 	for i, r := range reqs {
-		workers[i], data[i], metas[i] = r.worker, r.data, r.meta
+		workers[i], data[i], metas[i], wants[i] = r.worker, r.data, r.meta, int32(r.want)
 	}
 	b := &pgx.Batch{}
 	b.Queue(indexLookupsOnly)
 	b.Queue(lockSQL, workers)
-	b.Queue(claimTasks, workers, db.Now(), data, metas, string(events.StatusInProgress))
+	b.Queue(claimTasks, workers, db.Now(), data, metas, string(events.StatusInProgress), wants)
 	br := db.pool.SendBatch(ctx, b)
 	defer br.Close()
 
@@ -224,7 +266,7 @@ func (db *DB) runClaims(ctx context.Context, reqs []claimRequest, lockSQL string
 	}
 	// locked[w] exists when w is a worker, and is true when this batch
 	// holds its row.
-	locked := make(map[string]bool, len(reqs))
+	locked := make(map[string]bool, n)
 	rows, err := br.Query()
 	if err != nil {
 		return nil, fmt.Errorf("claim: lock workers: %w", err)
@@ -238,19 +280,24 @@ func (db *DB) runClaims(ctx context.Context, reqs []claimRequest, lockSQL string
 		return nil, fmt.Errorf("claim: lock workers: %w", err)
 	}
 
-	claimed := make(map[string]*TaskWithType, len(reqs))
+	type numbered struct {
+		k int64
+		t *TaskWithType
+	}
+	claimed := make(map[string][]numbered, n)
 	rows, err = br.Query()
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
 	}
 	for rows.Next() {
 		out := &TaskWithType{TaskType: &events.TaskType{}}
-		if err := rows.Scan(append(taskDest(&out.Task), taskTypeDest(out.TaskType)...)...); err != nil {
+		var k int64
+		if err := rows.Scan(append(append(taskDest(&out.Task), taskTypeDest(out.TaskType)...), &k)...); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("claim: %w", err)
 		}
 		normalizeTask(&out.Task)
-		claimed[*out.AssignedTo] = out
+		claimed[*out.AssignedTo] = append(claimed[*out.AssignedTo], numbered{k, out})
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
@@ -262,7 +309,7 @@ func (db *DB) runClaims(ctx context.Context, reqs []claimRequest, lockSQL string
 		db.afterCommit()
 	}
 
-	outs := make([]outcome[*TaskWithType], len(reqs))
+	outs := make([]outcome[[]*TaskWithType], n)
 	for i, r := range reqs {
 		isLocked, isWorker := locked[r.worker]
 		switch {
@@ -273,7 +320,13 @@ func (db *DB) runClaims(ctx context.Context, reqs []claimRequest, lockSQL string
 			outs[i].err = errWorkerLocked
 			continue
 		}
-		outs[i].res = claimed[r.worker]
+		got := claimed[r.worker]
+		slices.SortFunc(got, func(a, b numbered) int { return cmp.Compare(a.k, b.k) })
+		tasks := make([]*TaskWithType, len(got))
+		for j, g := range got {
+			tasks[j] = g.t
+		}
+		outs[i].res = tasks
 	}
 	return outs, nil
 }

@@ -31,7 +31,7 @@ func TestClaimPlanAtAMillionRows(t *testing.T) {
 	require.NoError(t, err)
 
 	workers := "ARRAY['" + w + "']::uuid[]"
-	claim := "EXECUTE claim(" + workers + ", now(), ARRAY['{}'], ARRAY['{}'], 'in_progress')"
+	claim := "EXECUTE claim(" + workers + ", now(), ARRAY['{}'], ARRAY['{}'], 'in_progress', ARRAY[1])"
 	complete := "EXECUTE complete(" + workers + ", " + workers + ", now(), ARRAY['{}'], ARRAY['{}'])"
 	// The plans the batches run: each lookup through the index meant for it.
 	for name, run := range map[string]string{"claim": claim, "complete": complete} {
@@ -64,7 +64,7 @@ func explain(t *testing.T, e *batchEnv, settings, execute string) string {
 		`DEALLOCATE ALL`,
 		`BEGIN`,
 		settings,
-		`PREPARE claim(uuid[], timestamptz, text[], text[], text) AS ` + claimTasks,
+		`PREPARE claim(uuid[], timestamptz, text[], text[], text, int[]) AS ` + claimTasks,
 		`PREPARE complete(uuid[], uuid[], timestamptz, text[], text[]) AS ` + completeTasks,
 	} {
 		_, err := conn.Exec(e.ctx, sql, pgx.QueryExecModeSimpleProtocol)

@@ -78,9 +78,8 @@ func (db *DB) CompleteTask(ctx context.Context, id, workerID string, meta events
 	if t == nil {
 		return complete()
 	}
-	e := events.New(events.StreamTask, t.ID, events.TaskCompleted{WorkerID: wid.String()}, meta, *t.CompletedAt)
-	e.Version, e.Data = t.Version, data
-	return t, []events.Envelope{e}, nil
+	out := completedOutcome(t, data, meta)
+	return out.Task, out.Events, nil
 }
 
 // completeBatch runs a batch of completions of distinct tasks as one

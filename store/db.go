@@ -50,7 +50,7 @@ type DB struct {
 	afterCommit  func()
 	offlineAfter time.Duration
 
-	claims      *batcher[claimRequest, *TaskWithType]
+	claims      *batcher[claimRequest, []*TaskWithType]
 	completions *batcher[completeRequest, *events.Task]
 	creations   *batcher[createRequest, *events.Task]
 }

@@ -175,6 +175,65 @@ func (c *Client) claim(ctx context.Context, path string) (*store.TaskWithType, e
 	return out, nil
 }
 
+// ClaimMany claims up to max tasks (1 to 100, at most the worker's free
+// slots) in claim order; with wait > 0 it waits up to that long (whole
+// seconds, at most a minute) for at least one. Empty when none came.
+func (c *Client) ClaimMany(ctx context.Context, max int, wait time.Duration) ([]*store.TaskWithType, error) {
+	body := map[string]int{"max": max}
+	if wait > 0 {
+		body["wait"] = int(wait / time.Second)
+	}
+	var out []*store.TaskWithType
+	if err := c.Do(ctx, http.MethodPost, "/api/v1/worker/tasks/claims", body, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Finish is one task to report finished through FinishMany.
+type Finish struct {
+	ID     string          `json:"id"`
+	Status events.Status   `json:"status"` // events.StatusCompleted or events.StatusFailed
+	Result json.RawMessage `json:"result,omitempty"`
+	Reason string          `json:"reason,omitempty"`
+	Kind   string          `json:"kind,omitempty"` // failed only: error (default) or timeout
+}
+
+// FinishResult is one item's answer: Success with the task in Data, or the
+// Error (and HTTP Status) the single call would have returned.
+type FinishResult struct {
+	ID      string       `json:"id"`
+	Status  int          `json:"status"`
+	Success bool         `json:"success"`
+	Data    *events.Task `json:"data,omitempty"`
+	Error   *Error       `json:"error,omitempty"`
+}
+
+// Err is the item's error, nil when it succeeded.
+func (r FinishResult) Err() error {
+	if r.Success {
+		return nil
+	}
+	e := &Error{Status: r.Status, Code: "unknown"}
+	if r.Error != nil {
+		*e = *r.Error
+		e.Status = r.Status
+	}
+	return e
+}
+
+// FinishMany completes or fails up to 100 held tasks in one request. Each
+// item is answered on its own, in order; an error return means the whole
+// request was refused (a malformed item, a task not held by this worker)
+// and nothing changed.
+func (c *Client) FinishMany(ctx context.Context, items []Finish) ([]FinishResult, error) {
+	var out []FinishResult
+	if err := c.Do(ctx, http.MethodPost, "/api/v1/worker/tasks/completions", items, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MyTasks lists the worker's tasks (active only unless all).
 func (c *Client) MyTasks(ctx context.Context, all bool) ([]events.Task, error) {
 	var out []events.Task

@@ -1,0 +1,204 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/clawdbot/task-service/events"
+	"github.com/clawdbot/task-service/store"
+)
+
+// The batched lane (ADR 016): a worker claims many tasks in one request and
+// reports many finished ones in one request. Each task gets exactly the
+// events and rows of the single calls.
+
+type claimManyRequest struct {
+	// Max is how many tasks to claim at most (1 to 100); the worker's free
+	// slots bound it too.
+	Max *int `json:"max"`
+	// Wait is how many seconds (0 to 60) to hold the request until at least
+	// one task is claimable.
+	Wait *int `json:"wait,omitempty"`
+}
+
+func (s *Server) claimMany(c echo.Context) error {
+	var req claimManyRequest
+	if err := decode(c, &req, false); err != nil {
+		return err
+	}
+	if req.Max == nil {
+		return events.Invalid("max", "is required: how many tasks to claim, from 1 to %d", store.MaxClaimMany)
+	}
+	if *req.Max < 1 || *req.Max > store.MaxClaimMany {
+		return events.Invalid("max", "must be from 1 to %d", store.MaxClaimMany)
+	}
+	var wait time.Duration
+	if req.Wait != nil {
+		if *req.Wait < 0 || time.Duration(*req.Wait)*time.Second > MaxClaimWait {
+			return events.Invalid("wait", "must be a whole number of seconds from 0 to %d", int(MaxClaimWait/time.Second))
+		}
+		wait = time.Duration(*req.Wait) * time.Second
+	}
+	tasks, err := s.claimWaiting(c, wait, *req.Max)
+	if err != nil {
+		return err
+	}
+	s.countClaims(c, tasks)
+	if tasks == nil {
+		tasks = []*store.TaskWithType{}
+	}
+	return ok(c, http.StatusOK, tasks)
+}
+
+// finishItem is one element of POST /worker/tasks/completions.
+type finishItem struct {
+	ID     *string         `json:"id"`
+	Status *string         `json:"status"`
+	Result json.RawMessage `json:"result,omitempty"`
+	Reason string          `json:"reason,omitempty"`
+	Kind   string          `json:"kind,omitempty"`
+}
+
+// FinishResult is one item's answer, in request order: the envelope of the
+// single call (success with the task, or the error) with its HTTP status.
+type FinishResult struct {
+	ID      string       `json:"id"`
+	Status  int          `json:"status"`
+	Success bool         `json:"success"`
+	Data    *events.Task `json:"data,omitempty"`
+	Error   *ErrorBody   `json:"error,omitempty"`
+}
+
+// maxFinishItems bounds one completions request, like a claim-many.
+const maxFinishItems = store.MaxClaimMany
+
+func (s *Server) finishMany(c echo.Context) error {
+	items, err := decodeFinishItems(c)
+	if err != nil {
+		return err
+	}
+	outs, err := s.db.FinishTasks(c.Request().Context(), claimsOf(c).Subject, items, actor(c, events.ActorWorker))
+	var ie *store.ItemError
+	if errors.As(err, &ie) {
+		status, body := classify(ie.Err)
+		body.Field = itemField(ie.Index, "id")
+		body.Message = fmt.Sprintf("item %d: %s", ie.Index, body.Message)
+		return &httpError{status: status, body: body}
+	}
+	if err != nil {
+		return err
+	}
+	results := make([]FinishResult, len(outs))
+	for i, o := range outs {
+		r := FinishResult{ID: items[i].ID, Status: http.StatusOK, Success: o.Err == nil, Data: o.Task}
+		if o.Err != nil {
+			status, body := classify(o.Err)
+			if status >= 500 {
+				s.log.Error().Err(o.Err).Str("request_id", requestID(c)).Str("task_id", items[i].ID).Msg("finish item failed")
+			}
+			r.Status, r.Error, r.Data = status, &body, nil
+		}
+		for _, e := range o.Events {
+			s.metrics.countEvents(e.Type)
+		}
+		results[i] = r
+	}
+	return ok(c, http.StatusOK, results)
+}
+
+// itemField names a field of the i-th element of a JSON array body.
+func itemField(i int, field string) string { return fmt.Sprintf("[%d].%s", i, field) }
+
+// decodeFinishItems reads the body, a JSON array of finishItem, strictly:
+// any malformed item refuses the whole request with a 400 naming it.
+func decodeFinishItems(c echo.Context) ([]store.Finish, error) {
+	raw, err := readBody(c)
+	if err != nil {
+		return nil, err
+	}
+	if len(raw) == 0 || raw[0] != '[' {
+		return nil, events.Invalid("body", "must be a JSON array of {id, status, result?, reason?, kind?}")
+	}
+	var elems []json.RawMessage
+	if err := json.Unmarshal(raw, &elems); err != nil {
+		return nil, jsonError(err)
+	}
+	if len(elems) == 0 {
+		return nil, events.Invalid("body", "is an empty list; send 1 to %d items", maxFinishItems)
+	}
+	if len(elems) > maxFinishItems {
+		return nil, events.Invalid("body", "has %d items; send at most %d", len(elems), maxFinishItems)
+	}
+	items := make([]store.Finish, len(elems))
+	seen := make(map[string]int, len(elems))
+	for i, el := range elems {
+		it, err := finishFromJSON(el)
+		if err != nil {
+			var ve *events.ValidationError
+			if errors.As(err, &ve) {
+				field := ve.Field
+				if field == "" || field == "body" {
+					field = fmt.Sprintf("[%d]", i)
+				} else {
+					field = itemField(i, field)
+				}
+				return nil, &events.ValidationError{Field: field, Message: ve.Message}
+			}
+			return nil, err
+		}
+		if j, dup := seen[it.ID]; dup {
+			return nil, events.Invalid(itemField(i, "id"), "item %d repeats the id of item %d (%s)", i, j, it.ID)
+		}
+		seen[it.ID] = i
+		items[i] = it
+	}
+	return items, nil
+}
+
+// finishFromJSON decodes and checks one item as the single routes would
+// (PUT .../status, POST .../result).
+func finishFromJSON(raw json.RawMessage) (store.Finish, error) {
+	var it finishItem
+	if err := decodeJSON(bytes.NewReader(raw), &it, false); err != nil {
+		return store.Finish{}, err
+	}
+	if it.ID == nil {
+		return store.Finish{}, events.Invalid("id", "is required")
+	}
+	id, err := parseUUID("id", *it.ID)
+	if err != nil {
+		return store.Finish{}, err
+	}
+	if it.Status == nil {
+		return store.Finish{}, events.Invalid("status", "is required: completed or failed")
+	}
+	f := store.Finish{ID: id, Status: events.Status(*it.Status), Reason: it.Reason}
+	if r := bytes.TrimSpace(it.Result); len(r) > 0 && !bytes.Equal(r, []byte("null")) {
+		f.Result = r
+	}
+	switch f.Status {
+	case events.StatusCompleted:
+		if it.Kind != "" {
+			return store.Finish{}, events.Invalid("kind", "only applies to status failed")
+		}
+	case events.StatusFailed:
+		switch it.Kind {
+		case "", events.FailureError, events.FailureTimeout:
+			f.Kind = it.Kind
+		default:
+			return store.Finish{}, events.Invalid("kind", "must be error or timeout")
+		}
+		if len(it.Reason) > events.MaxReasonLen {
+			return store.Finish{}, events.Invalid("reason", "is longer than %d bytes", events.MaxReasonLen)
+		}
+	default:
+		return store.Finish{}, events.Invalid("status", "must be completed or failed")
+	}
+	return f, nil
+}
