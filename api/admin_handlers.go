@@ -24,21 +24,10 @@ func (s *Server) createWorker(c echo.Context) error {
 	if err := decode(c, &req, false); err != nil {
 		return err
 	}
-	if len(req.Password) < events.MinPasswordLen || len(req.Password) > events.MaxPasswordLen {
-		return events.Invalid("password", "must be %d to %d bytes", events.MinPasswordLen, events.MaxPasswordLen)
-	}
-	hash, err := s.HashPassword(req.Password)
+	u, err := s.CreateWorker(c.Request().Context(), req, actor(c, events.ActorAdmin))
 	if err != nil {
 		return err
 	}
-	u, err := s.db.CreateUser(c.Request().Context(), events.UserRegistered{
-		Email: req.Email, FullName: req.FullName, IsWorker: true, IsAdmin: req.IsAdmin,
-		MaxConcurrentTasks: req.MaxConcurrentTasks,
-	}, req.Password, hash, actor(c, events.ActorAdmin))
-	if err != nil {
-		return err
-	}
-	s.metrics.countEvents("user.registered")
 	return ok(c, http.StatusCreated, u)
 }
 
@@ -98,15 +87,10 @@ func (s *Server) createTaskType(c echo.Context) error {
 	if err := decode(c, &req, false); err != nil {
 		return err
 	}
-	spec, err := req.spec()
+	tt, err := s.CreateTaskType(c.Request().Context(), req, actor(c, events.ActorAdmin))
 	if err != nil {
 		return err
 	}
-	tt, err := s.db.CreateTaskType(c.Request().Context(), spec, actor(c, events.ActorAdmin))
-	if err != nil {
-		return err
-	}
-	s.metrics.countEvents("task_type.created")
 	return ok(c, http.StatusCreated, tt)
 }
 
@@ -143,16 +127,10 @@ func (s *Server) updateTaskType(c echo.Context) error {
 	if err := decode(c, &req, false); err != nil {
 		return err
 	}
-	spec, err := req.spec()
+	tt, err := s.UpdateTaskType(c.Request().Context(), id, req, actor(c, events.ActorAdmin))
 	if err != nil {
 		return err
 	}
-	tt, err := s.db.UpdateTaskType(c.Request().Context(), id, actor(c, events.ActorAdmin),
-		func(tt *events.TaskType) ([]events.Payload, error) { return tt.Update(spec) })
-	if err != nil {
-		return err
-	}
-	s.metrics.countEvents("task_type.updated")
 	return ok(c, http.StatusOK, tt)
 }
 
@@ -161,12 +139,10 @@ func (s *Server) archiveTaskType(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	tt, err := s.db.UpdateTaskType(c.Request().Context(), id, actor(c, events.ActorAdmin),
-		func(tt *events.TaskType) ([]events.Payload, error) { return tt.Archive() })
+	tt, err := s.ArchiveTaskType(c.Request().Context(), id, actor(c, events.ActorAdmin))
 	if err != nil {
 		return err
 	}
-	s.metrics.countEvents("task_type.archived")
 	return ok(c, http.StatusOK, tt)
 }
 
@@ -185,40 +161,10 @@ func (s *Server) createTask(c echo.Context) error {
 	if err := decode(c, &req, false); err != nil {
 		return err
 	}
-	if req.TaskTypeID == "" {
-		return events.Invalid("task_type_id", "is required")
-	}
-	typeID, err := parseUUID("task_type_id", req.TaskTypeID)
+	t, err := s.CreateTask(c.Request().Context(), req, actor(c, events.ActorAdmin))
 	if err != nil {
 		return err
 	}
-	assignee, err := optionalUUID("assigned_to", req.AssignedTo)
-	if err != nil {
-		return err
-	}
-	ctx := c.Request().Context()
-	tt, err := s.db.GetTaskType(ctx, s.db.Pool(), typeID)
-	if err != nil {
-		if isNotFound(err) {
-			return events.Invalid("task_type_id", "no task type %s", typeID)
-		}
-		return err
-	}
-	if tt.Archived { // before the schema: no params can make this task valid
-		return events.Invalid("task_type_id", "task type %s is archived", tt.Name)
-	}
-	if err := s.schemas.validate(tt, req.Params); err != nil {
-		return err
-	}
-	meta := actor(c, events.ActorAdmin)
-	t, err := s.db.CreateTask(ctx, s.db.Pool(), store.NewTaskParams{TaskTypeID: typeID, TaskType: tt, NewTaskParams: events.NewTaskParams{
-		Title: req.Title, Description: req.Description, Params: req.Params, Priority: req.Priority,
-		AssignedTo: assignee, AssignReason: req.Reason, CreatedBy: meta.Actor.ID,
-	}}, meta)
-	if err != nil {
-		return err
-	}
-	s.metrics.countEvents("task.created")
 	return ok(c, http.StatusCreated, t)
 }
 
@@ -278,24 +224,6 @@ func (s *Server) getTask(c echo.Context) error {
 	return ok(c, http.StatusOK, d)
 }
 
-// adminCommand runs decide on task :id as the admin and answers with the task.
-func (s *Server) adminCommand(c echo.Context, decide func(t *events.Task, admin string) ([]events.Payload, error)) error {
-	id, err := pathID(c, "id")
-	if err != nil {
-		return err
-	}
-	meta := actor(c, events.ActorAdmin)
-	t, evs, err := s.db.UpdateTask(c.Request().Context(), s.db.Pool(), id, meta,
-		func(t *events.Task) ([]events.Payload, error) { return decide(t, meta.Actor.ID) })
-	if err != nil {
-		return err
-	}
-	for _, e := range evs {
-		s.metrics.countEvents(e.Type)
-	}
-	return ok(c, http.StatusOK, t)
-}
-
 type editTaskRequest struct {
 	Title       *string          `json:"title,omitempty"`
 	Description *string          `json:"description,omitempty"`
@@ -312,18 +240,11 @@ func (s *Server) editTask(c echo.Context) error {
 	if err := decode(c, &req, false); err != nil {
 		return err
 	}
-	if req.Params != nil {
-		t, err := s.db.GetTaskWithType(c.Request().Context(), id)
-		if err != nil {
-			return err
-		}
-		if err := s.schemas.validate(t.TaskType, req.Params); err != nil {
-			return err
-		}
+	t, err := s.EditTask(c.Request().Context(), id, req, actor(c, events.ActorAdmin))
+	if err != nil {
+		return err
 	}
-	return s.adminCommand(c, func(t *events.Task, _ string) ([]events.Payload, error) {
-		return t.Edit(events.TaskEdit{Title: req.Title, Description: req.Description, Params: req.Params, Priority: req.Priority})
-	})
+	return ok(c, http.StatusOK, t)
 }
 
 func (s *Server) cancelTask(c echo.Context) error {
@@ -331,9 +252,15 @@ func (s *Server) cancelTask(c echo.Context) error {
 	if err := decode(c, &req, true); err != nil {
 		return err
 	}
-	return s.adminCommand(c, func(t *events.Task, admin string) ([]events.Payload, error) {
-		return t.Cancel(admin, req.Reason)
-	})
+	id, err := pathID(c, "id")
+	if err != nil {
+		return err
+	}
+	t, err := s.CancelTask(c.Request().Context(), id, req.Reason, actor(c, events.ActorAdmin))
+	if err != nil {
+		return err
+	}
+	return ok(c, http.StatusOK, t)
 }
 
 type assignRequest struct {
@@ -350,18 +277,9 @@ func (s *Server) assignTask(c echo.Context) error {
 	if err := decode(c, &req, false); err != nil {
 		return err
 	}
-	if req.AssignedTo == "" {
-		return events.Invalid("assigned_to", "is required")
-	}
-	worker, err := parseUUID("assigned_to", req.AssignedTo)
+	t, err := s.AssignTask(c.Request().Context(), id, req, actor(c, events.ActorAdmin))
 	if err != nil {
 		return err
 	}
-	meta := actor(c, events.ActorAdmin)
-	t, err := s.db.AssignTask(c.Request().Context(), s.db.Pool(), id, worker, req.Reason, meta)
-	if err != nil {
-		return err
-	}
-	s.metrics.countEvents("task.assigned")
 	return ok(c, http.StatusOK, t)
 }

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strings"
@@ -102,18 +103,18 @@ func (s *Server) requireRole(role string) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			raw, found := strings.CutPrefix(c.Request().Header.Get(echo.HeaderAuthorization), "Bearer ")
-			if (!found || raw == "") && c.Path() == streamPath && c.QueryParam("token") != "" {
-				return s.streamTokenAuth(c, next)
+			if (!found || raw == "") && c.Path() == streamPath {
+				if raw = sessionCookie(c); raw == "" && c.QueryParam("token") != "" {
+					return s.streamTokenAuth(c, next)
+				}
+				found = raw != ""
 			}
 			if !found || raw == "" {
 				return unauthenticated("missing bearer token; send Authorization: Bearer <token> from POST /api/v1/auth/login")
 			}
-			claims, err := s.parseToken(raw)
+			claims, err := s.Verify(c.Request().Context(), raw, role)
 			if err != nil {
 				return err
-			}
-			if (role == roleAdmin && !claims.IsAdmin) || (role == roleWorker && !claims.IsWorker) {
-				return forbidden("this route needs the " + role + " role")
 			}
 			c.Set(claimsKey, claims)
 			return next(c)
@@ -154,30 +155,40 @@ func (s *Server) login(c echo.Context) error {
 	if err := decode(c, &req, false); err != nil {
 		return err
 	}
-	if req.Email == "" {
-		return events.Invalid("email", "is required")
-	}
-	if req.Password == "" {
-		return events.Invalid("password", "is required")
-	}
-	wrong := unauthenticated("email or password is wrong")
-	u, hash, err := s.db.Credentials(c.Request().Context(), req.Email)
-	if errors.Is(err, events.ErrNotFound) {
-		// Spend the same time as a real check so timing does not reveal emails.
-		_ = bcrypt.CompareHashAndPassword(s.dummyHash, []byte(req.Password))
-		return wrong
-	}
+	resp, err := s.Login(c.Request().Context(), req.Email, req.Password)
 	if err != nil {
 		return err
 	}
-	if bcrypt.CompareHashAndPassword([]byte(hash), []byte(req.Password)) != nil {
-		return wrong
+	return ok(c, http.StatusOK, resp)
+}
+
+// Login checks an email and password and issues a login token: POST
+// /auth/login and the admin UI's login form.
+func (s *Server) Login(ctx context.Context, email, password string) (*LoginResponse, error) {
+	if email == "" {
+		return nil, events.Invalid("email", "is required")
+	}
+	if password == "" {
+		return nil, events.Invalid("password", "is required")
+	}
+	wrong := unauthenticated("email or password is wrong")
+	u, hash, err := s.db.Credentials(ctx, email)
+	if errors.Is(err, events.ErrNotFound) {
+		// Spend the same time as a real check so timing does not reveal emails.
+		_ = bcrypt.CompareHashAndPassword(s.dummyHash, []byte(password))
+		return nil, wrong
+	}
+	if err != nil {
+		return nil, err
+	}
+	if bcrypt.CompareHashAndPassword([]byte(hash), []byte(password)) != nil {
+		return nil, wrong
 	}
 	tok, exp, err := s.issueToken(u)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return ok(c, http.StatusOK, LoginResponse{Token: tok, ExpiresAt: exp, User: u})
+	return &LoginResponse{Token: tok, ExpiresAt: exp, User: u}, nil
 }
 
 // HashPassword hashes with the configured bcrypt cost.

@@ -2,13 +2,10 @@ package api
 
 import (
 	"net/http"
-	"strings"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/labstack/echo/v4"
 
 	"github.com/clawdbot/task-service/events"
-	"github.com/clawdbot/task-service/store"
 )
 
 type retryRequest struct {
@@ -31,19 +28,9 @@ func (s *Server) retryTask(c echo.Context) error {
 	if err := decode(c, &req, true); err != nil {
 		return err
 	}
-	if len(req.Hint) > maxRetryHint {
-		return events.Invalid("hint", "is longer than %d bytes", maxRetryHint)
-	}
-	ctx := c.Request().Context()
-	meta := actor(c, events.ActorAdmin)
-	var retry *events.Task
-	err = s.db.WithTx(ctx, func(tx pgx.Tx) error {
-		retry, err = s.db.CreateRetry(ctx, tx, id, store.RetryParams{Hint: strings.TrimSpace(req.Hint), Manual: true, Meta: meta})
-		return err
-	})
+	retry, err := s.RetryTask(c.Request().Context(), id, req.Hint, actor(c, events.ActorAdmin))
 	if err != nil {
 		return err
 	}
-	s.metrics.countEvents("task.created", "task.retried", "task.update_posted")
 	return ok(c, http.StatusCreated, retry)
 }

@@ -1,0 +1,193 @@
+package api
+
+import (
+	"context"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/clawdbot/task-service/events"
+	"github.com/clawdbot/task-service/store"
+)
+
+// The admin commands, called by the JSON handlers and by the admin UI
+// (api/ui) alike: one validation, one set of events, one set of errors. The
+// meta names the acting admin. Each counts its events for /metrics.
+
+// Request bodies of the commands, exported for the admin UI.
+type (
+	CreateTaskRequest   = createTaskRequest
+	EditTaskRequest     = editTaskRequest
+	AssignRequest       = assignRequest
+	TaskTypeRequest     = taskTypeRequest
+	CreateWorkerRequest = createWorkerRequest
+)
+
+// CreateWorker registers a worker user.
+func (s *Server) CreateWorker(ctx context.Context, req CreateWorkerRequest, meta events.Meta) (*events.User, error) {
+	if len(req.Password) < events.MinPasswordLen || len(req.Password) > events.MaxPasswordLen {
+		return nil, events.Invalid("password", "must be %d to %d bytes", events.MinPasswordLen, events.MaxPasswordLen)
+	}
+	hash, err := s.HashPassword(req.Password)
+	if err != nil {
+		return nil, err
+	}
+	u, err := s.db.CreateUser(ctx, events.UserRegistered{
+		Email: req.Email, FullName: req.FullName, IsWorker: true, IsAdmin: req.IsAdmin,
+		MaxConcurrentTasks: req.MaxConcurrentTasks,
+	}, req.Password, hash, meta)
+	if err != nil {
+		return nil, err
+	}
+	s.metrics.countEvents("user.registered")
+	return u, nil
+}
+
+// CreateTaskType defines a type of work.
+func (s *Server) CreateTaskType(ctx context.Context, req TaskTypeRequest, meta events.Meta) (*events.TaskType, error) {
+	spec, err := req.spec()
+	if err != nil {
+		return nil, err
+	}
+	tt, err := s.db.CreateTaskType(ctx, spec, meta)
+	if err != nil {
+		return nil, err
+	}
+	s.metrics.countEvents("task_type.created")
+	return tt, nil
+}
+
+// UpdateTaskType replaces a type's definition.
+func (s *Server) UpdateTaskType(ctx context.Context, id string, req TaskTypeRequest, meta events.Meta) (*events.TaskType, error) {
+	spec, err := req.spec()
+	if err != nil {
+		return nil, err
+	}
+	tt, err := s.db.UpdateTaskType(ctx, id, meta,
+		func(tt *events.TaskType) ([]events.Payload, error) { return tt.Update(spec) })
+	if err != nil {
+		return nil, err
+	}
+	s.metrics.countEvents("task_type.updated")
+	return tt, nil
+}
+
+// ArchiveTaskType stops a type from taking new tasks.
+func (s *Server) ArchiveTaskType(ctx context.Context, id string, meta events.Meta) (*events.TaskType, error) {
+	tt, err := s.db.UpdateTaskType(ctx, id, meta,
+		func(tt *events.TaskType) ([]events.Payload, error) { return tt.Archive() })
+	if err != nil {
+		return nil, err
+	}
+	s.metrics.countEvents("task_type.archived")
+	return tt, nil
+}
+
+// CreateTask creates a task; its params are checked against its type's schema.
+func (s *Server) CreateTask(ctx context.Context, req CreateTaskRequest, meta events.Meta) (*events.Task, error) {
+	if req.TaskTypeID == "" {
+		return nil, events.Invalid("task_type_id", "is required")
+	}
+	typeID, err := parseUUID("task_type_id", req.TaskTypeID)
+	if err != nil {
+		return nil, err
+	}
+	assignee, err := optionalUUID("assigned_to", req.AssignedTo)
+	if err != nil {
+		return nil, err
+	}
+	tt, err := s.db.GetTaskType(ctx, s.db.Pool(), typeID)
+	if err != nil {
+		if isNotFound(err) {
+			return nil, events.Invalid("task_type_id", "no task type %s", typeID)
+		}
+		return nil, err
+	}
+	if tt.Archived { // before the schema: no params can make this task valid
+		return nil, events.Invalid("task_type_id", "task type %s is archived", tt.Name)
+	}
+	if err := s.schemas.validate(tt, req.Params); err != nil {
+		return nil, err
+	}
+	t, err := s.db.CreateTask(ctx, s.db.Pool(), store.NewTaskParams{TaskTypeID: typeID, TaskType: tt, NewTaskParams: events.NewTaskParams{
+		Title: req.Title, Description: req.Description, Params: req.Params, Priority: req.Priority,
+		AssignedTo: assignee, AssignReason: req.Reason, CreatedBy: meta.Actor.ID,
+	}}, meta)
+	if err != nil {
+		return nil, err
+	}
+	s.metrics.countEvents("task.created")
+	return t, nil
+}
+
+// taskCommand runs decide on task id as meta's admin.
+func (s *Server) taskCommand(ctx context.Context, id string, meta events.Meta, decide func(t *events.Task) ([]events.Payload, error)) (*events.Task, error) {
+	t, evs, err := s.db.UpdateTask(ctx, s.db.Pool(), id, meta, decide)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range evs {
+		s.metrics.countEvents(e.Type)
+	}
+	return t, nil
+}
+
+// EditTask changes a pending task; new params are checked against its type.
+func (s *Server) EditTask(ctx context.Context, id string, req EditTaskRequest, meta events.Meta) (*events.Task, error) {
+	if req.Params != nil {
+		t, err := s.db.GetTaskWithType(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.schemas.validate(t.TaskType, req.Params); err != nil {
+			return nil, err
+		}
+	}
+	return s.taskCommand(ctx, id, meta, func(t *events.Task) ([]events.Payload, error) {
+		return t.Edit(events.TaskEdit{Title: req.Title, Description: req.Description, Params: req.Params, Priority: req.Priority})
+	})
+}
+
+// CancelTask cancels a task with a reason.
+func (s *Server) CancelTask(ctx context.Context, id, reason string, meta events.Meta) (*events.Task, error) {
+	return s.taskCommand(ctx, id, meta, func(t *events.Task) ([]events.Payload, error) {
+		return t.Cancel(meta.Actor.ID, reason)
+	})
+}
+
+// AssignTask gives a pending task to a worker.
+func (s *Server) AssignTask(ctx context.Context, id string, req AssignRequest, meta events.Meta) (*events.Task, error) {
+	if req.AssignedTo == "" {
+		return nil, events.Invalid("assigned_to", "is required")
+	}
+	worker, err := parseUUID("assigned_to", req.AssignedTo)
+	if err != nil {
+		return nil, err
+	}
+	t, err := s.db.AssignTask(ctx, s.db.Pool(), id, worker, req.Reason, meta)
+	if err != nil {
+		return nil, err
+	}
+	s.metrics.countEvents("task.assigned")
+	return t, nil
+}
+
+// RetryTask creates the retry of a failed task now, by hand: allowed unless
+// the task already has a retry (after the automatic decision skipped or
+// exhausted, too).
+func (s *Server) RetryTask(ctx context.Context, id, hint string, meta events.Meta) (*events.Task, error) {
+	if len(hint) > maxRetryHint {
+		return nil, events.Invalid("hint", "is longer than %d bytes", maxRetryHint)
+	}
+	var retry *events.Task
+	err := s.db.WithTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		retry, err = s.db.CreateRetry(ctx, tx, id, store.RetryParams{Hint: strings.TrimSpace(hint), Manual: true, Meta: meta})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.metrics.countEvents("task.created", "task.retried", "task.update_posted")
+	return retry, nil
+}
