@@ -41,6 +41,7 @@ run: build
 	export DATABASE_URL; \
 	export ADMIN_EMAIL='$(ADMIN_EMAIL)' ADMIN_PASSWORD='$(ADMIN_PASSWORD)' JWT_SECRET='$(JWT_SECRET)'; \
 	LISTEN_ADDR="$${LISTEN_ADDR:-:8001}"; export LISTEN_ADDR; \
+	echo "task-service: admin UI http://127.0.0.1:$${LISTEN_ADDR##*:}/  (log in as $$ADMIN_EMAIL / $$ADMIN_PASSWORD)"; \
 	echo "task-service: API http://127.0.0.1:$${LISTEN_ADDR##*:}/api/v1"; \
 	echo "task-service: log in as $$ADMIN_EMAIL / $$ADMIN_PASSWORD (created if no admin exists yet)"; \
 	echo "task-service: database $$DATABASE_URL"; \

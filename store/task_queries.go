@@ -20,6 +20,12 @@ type TaskFilter struct {
 	AssignedTo string
 	Unassigned bool // pending tasks nobody holds: the queue
 	Retries    bool // retry tasks only (retry_count > 0)
+	// Stuck keeps tasks in progress whose holder is offline or silent past
+	// the offline threshold (as the stats count them).
+	Stuck bool
+	// Search keeps tasks whose title contains it, case-insensitively (a
+	// trigram index, migration 011).
+	Search string
 	After      string
 	Limit      int
 }
@@ -75,6 +81,13 @@ func (db *DB) ListTasks(ctx context.Context, f TaskFilter) (*TaskPage, error) {
 	if f.Retries {
 		where = append(where, "t.retry_count > 0")
 	}
+	if f.Stuck {
+		where = append(where, `t.status = 'in_progress' AND EXISTS (SELECT 1 FROM users u WHERE u.id = t.assigned_to
+			AND (NOT u.online OR coalesce(u.last_activity_at, t.started_at) < `+arg(db.Now().Add(-db.offlineAfter))+`))`)
+	}
+	if f.Search != "" {
+		where = append(where, "t.title ILIKE "+arg("%"+escapeLike(f.Search)+"%"))
+	}
 	if f.After != "" {
 		at, id, err := parseCursor(f.After)
 		if err != nil {
@@ -100,6 +113,11 @@ func (db *DB) ListTasks(ctx context.Context, f TaskFilter) (*TaskPage, error) {
 		return nil, err
 	}
 	return page, nil
+}
+
+// escapeLike makes a search term match literally in LIKE.
+func escapeLike(s string) string {
+	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(s)
 }
 
 // QueueDepth counts pending tasks nobody holds.

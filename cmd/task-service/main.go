@@ -26,6 +26,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/clawdbot/task-service/api"
+	"github.com/clawdbot/task-service/api/ui"
 	"github.com/clawdbot/task-service/cmd/internal/logs"
 	"github.com/clawdbot/task-service/events"
 	"github.com/clawdbot/task-service/migrations"
@@ -157,6 +158,13 @@ func serve(ctx context.Context, cfg config, log zerolog.Logger) error {
 	if err != nil {
 		return err
 	}
+	// The admin web UI at / (ADR 009).
+	pages, err := ui.New(ui.Config{API: srv, DB: db, Logger: log, Secret: []byte(cfg.jwtSecret)})
+	if err != nil {
+		return err
+	}
+	pages.Register(srv.Echo())
+
 	if err := bg.addWorkers(cfg, db, reg, log); err != nil {
 		return err
 	}
@@ -171,7 +179,7 @@ func serve(ctx context.Context, cfg config, log zerolog.Logger) error {
 		return fmt.Errorf("listen on %s: %w (set LISTEN_ADDR to a free address)", cfg.listenAddr, err)
 	}
 	httpSrv := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
-	log.Info().Str("addr", ln.Addr().String()).Str("api", "http://"+displayAddr(ln.Addr())+"/api/v1").Msg("task-service listening")
+	log.Info().Str("addr", ln.Addr().String()).Str("api", "http://"+displayAddr(ln.Addr())+"/api/v1").Str("ui", "http://"+displayAddr(ln.Addr())+"/").Msg("task-service listening")
 
 	// The live tail's broadcaster: its own context, ended before Shutdown so
 	// open event streams close cleanly instead of holding Shutdown up.

@@ -4,6 +4,8 @@ import (
 	"context"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/clawdbot/task-service/events"
 )
 
 // SessionCookie holds a browser's login token for the admin UI (api/ui):
@@ -44,3 +46,9 @@ func (s *Server) Verify(ctx context.Context, raw, role string) (*Claims, error) 
 // Classify maps an error to the HTTP status and body the API would answer
 // with, so the admin UI shows the same codes and fields.
 func Classify(err error) (int, ErrorBody) { return classify(err) }
+
+// EventViews gives events their one-line summaries and actor names, as
+// the history routes show them.
+func (s *Server) EventViews(ctx context.Context, evs []events.Envelope) ([]EventView, error) {
+	return s.views(ctx, evs)
+}

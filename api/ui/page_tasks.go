@@ -1,0 +1,235 @@
+package ui
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/google/uuid"
+	"github.com/labstack/echo/v4"
+
+	"github.com/clawdbot/task-service/events"
+	"github.com/clawdbot/task-service/store"
+)
+
+// taskRow is one line of the tasks list.
+type taskRow struct {
+	Task       events.Task
+	TypeName   string
+	MaxRetries int
+	Assignee   string
+}
+
+type tasksData struct {
+	Q        url.Values // the filters as given
+	Rows     []taskRow
+	Queue    int
+	Next     string // the next page's URL, "" on the last page
+	Types    []events.TaskType
+	Workers  []store.WorkerRef
+	Statuses []events.Status
+	Prios    []events.Priority
+	Error    string // a filter the list refused
+	Notice   string // what a bulk action did
+	Problems []string
+}
+
+// taskFilter reads the list's filters from the query, checked as the JSON
+// API checks them.
+func taskFilter(q url.Values) (store.TaskFilter, error) {
+	f := store.TaskFilter{After: q.Get("after"), Search: strings.TrimSpace(q.Get("q")), Limit: 50,
+		Unassigned: q.Get("queue") != "", Retries: q.Get("retries") != "", Stuck: q.Get("stuck") != ""}
+	if v := q.Get("status"); v != "" {
+		if f.Status = events.Status(v); !f.Status.Valid() {
+			return f, events.Invalid("status", "must be pending, in_progress, completed, failed or cancelled")
+		}
+	}
+	if v := q.Get("priority"); v != "" {
+		if f.Priority = events.Priority(v); f.Priority.Rank() < 0 {
+			return f, events.Invalid("priority", "must be urgent, high, medium or low")
+		}
+	}
+	var err error
+	if v := q.Get("type"); v != "" {
+		if f.TaskTypeID, err = uuidField("type", v); err != nil {
+			return f, err
+		}
+	}
+	if v := q.Get("assignee"); v != "" {
+		if f.AssignedTo, err = uuidField("assignee", v); err != nil {
+			return f, err
+		}
+	}
+	if len(f.Search) > 200 {
+		return f, events.Invalid("q", "is longer than 200 characters")
+	}
+	return f, nil
+}
+
+func (u *UI) tasks(c echo.Context) error {
+	return u.renderTasks(c, c.QueryParams(), http.StatusOK, "", nil)
+}
+
+func (u *UI) renderTasks(c echo.Context, q url.Values, status int, notice string, problems []string) error {
+	ctx := c.Request().Context()
+	d := tasksData{Q: q, Notice: notice, Problems: problems, Statuses: allStatuses(), Prios: allPriorities()}
+	var err error
+	if d.Types, err = u.db.ListTaskTypes(ctx, true); err != nil {
+		return u.fail(c, err)
+	}
+	if d.Workers, err = u.db.Workers(ctx); err != nil {
+		return u.fail(c, err)
+	}
+	f, err := taskFilter(q)
+	if err != nil {
+		fe, st, ferr := errorsOf(err)
+		if ferr != nil {
+			return u.fail(c, ferr)
+		}
+		for _, m := range fe {
+			d.Error = m
+		}
+		return u.render(c, st, "tasks", d)
+	}
+	page, err := u.db.ListTasks(ctx, f)
+	if err != nil {
+		if fe, st, ferr := errorsOf(err); ferr == nil {
+			for _, m := range fe {
+				d.Error = m
+			}
+			return u.render(c, st, "tasks", d)
+		}
+		return u.fail(c, err)
+	}
+	d.Queue = page.QueueDepth
+	d.Rows = u.taskRows(page.Tasks, d.Types, d.Workers)
+	if page.NextCursor != "" {
+		next := cloneValues(q)
+		next.Set("after", page.NextCursor)
+		d.Next = "/tasks?" + next.Encode()
+	}
+	return u.render(c, status, "tasks", d)
+}
+
+func (u *UI) taskRows(ts []events.Task, types []events.TaskType, workers []store.WorkerRef) []taskRow {
+	byType := map[string]*events.TaskType{}
+	for i := range types {
+		byType[types[i].ID] = &types[i]
+	}
+	names := workerNames(workers)
+	rows := make([]taskRow, len(ts))
+	for i, t := range ts {
+		rows[i] = taskRow{Task: t}
+		if tt := byType[t.TaskTypeID]; tt != nil {
+			rows[i].TypeName, rows[i].MaxRetries = tt.Label, tt.MaxRetries
+			if rows[i].TypeName == "" {
+				rows[i].TypeName = tt.Name
+			}
+		}
+		if t.AssignedTo != nil {
+			rows[i].Assignee = names[*t.AssignedTo]
+		}
+	}
+	return rows
+}
+
+func workerNames(ws []store.WorkerRef) map[string]string {
+	m := make(map[string]string, len(ws))
+	for _, w := range ws {
+		m[w.ID] = w.Name
+	}
+	return m
+}
+
+// bulk cancels or retries the selected tasks, one command each, and shows
+// what each did.
+func (u *UI) bulk(c echo.Context) error {
+	form, err := c.FormParams()
+	if err != nil {
+		return u.fail(c, events.Invalid("form", "could not be read"))
+	}
+	back, _ := url.ParseQuery(form.Get("back"))
+	ids := form["id"]
+	action := form.Get("action")
+	if len(ids) == 0 {
+		return u.renderTasks(c, back, http.StatusBadRequest, "", []string{"Select at least one task."})
+	}
+	if len(ids) > 200 {
+		return u.renderTasks(c, back, http.StatusBadRequest, "", []string{"Select at most 200 tasks at a time."})
+	}
+	var run func(ctx context.Context, id string) error
+	switch action {
+	case "cancel":
+		reason := strings.TrimSpace(form.Get("reason"))
+		run = func(ctx context.Context, id string) error {
+			_, err := u.api.CancelTask(ctx, id, reason, actor(c))
+			return err
+		}
+	case "retry":
+		run = func(ctx context.Context, id string) error {
+			_, err := u.api.RetryTask(ctx, id, strings.TrimSpace(form.Get("reason")), actor(c))
+			return err
+		}
+	default:
+		return u.renderTasks(c, back, http.StatusBadRequest, "", []string{"Choose cancel or retry."})
+	}
+	ctx := c.Request().Context()
+	done := 0
+	var problems []string
+	for _, id := range ids {
+		id, err := uuidField("id", id)
+		if err == nil {
+			err = run(ctx, id)
+		}
+		if err != nil {
+			fe, _, ferr := errorsOf(err)
+			if ferr != nil {
+				return u.fail(c, ferr)
+			}
+			for _, m := range fe {
+				problems = append(problems, fmt.Sprintf("%s: %s", shortID(id), m))
+			}
+			continue
+		}
+		done++
+	}
+	verb := map[string]string{"cancel": "cancelled", "retry": "retried"}[action]
+	notice := fmt.Sprintf("%d of %d tasks %s.", done, len(ids), verb)
+	status := http.StatusOK
+	if done == 0 {
+		status = http.StatusConflict
+	}
+	return u.renderTasks(c, back, status, notice, problems)
+}
+
+func allStatuses() []events.Status {
+	return []events.Status{events.StatusPending, events.StatusInProgress, events.StatusCompleted, events.StatusFailed, events.StatusCancelled}
+}
+
+func allPriorities() []events.Priority { return []events.Priority{"urgent", "high", "medium", "low"} }
+
+func cloneValues(v url.Values) url.Values {
+	out := url.Values{}
+	for k, vs := range v {
+		out[k] = append([]string(nil), vs...)
+	}
+	return out
+}
+
+func shortID(id string) string {
+	if len(id) > 8 {
+		return id[:8]
+	}
+	return id
+}
+
+// uuidField checks an id from a form or query, blaming field.
+func uuidField(field, s string) (string, error) {
+	id, err := uuid.Parse(s)
+	if err != nil || len(s) != 36 {
+		return "", events.Invalid(field, "must be a UUID like 0190c6e2-9bd4-7c8a-b6a1-2f3e4d5c6b7a")
+	}
+	return id.String(), nil
+}

@@ -1,0 +1,190 @@
+// task-service admin UI: the little JavaScript the pages need (ADR 009).
+// - every htmx request carries the CSRF token;
+// - live regions ([data-live]) refresh through htmx when the event stream
+//   (the session cookie authenticates it) reports a matching event;
+// - the live events page ([data-tail]) appends events as they arrive;
+// - small helpers: select-all checkboxes, the SOP preview.
+"use strict";
+
+(function () {
+  const csrf = document.querySelector('meta[name="csrf-token"]');
+  document.addEventListener("htmx:configRequest", (e) => {
+    if (csrf) e.detail.headers["X-CSRF-Token"] = csrf.content;
+  });
+
+  const streamURL = "/api/v1/admin/events/stream";
+
+  // openStream follows the event stream and calls onEvent with each event.
+  // EventSource reconnects by itself after a network error, sending
+  // Last-Event-ID; when the server refuses it (an expired login, too many
+  // streams) it stops, and we ask /session whether to log in again or to
+  // reconnect from the last position we saw.
+  function openStream(query, onEvent, onOpen, from) {
+    let es = null;
+    let last = from || "";
+    let stopped = false;
+    function connect() {
+      let q = query;
+      if (last) q += (q ? "&" : "") + "after=" + encodeURIComponent(last);
+      es = new EventSource(streamURL + (q ? "?" + q : ""));
+      es.onopen = () => { if (onOpen) onOpen(); };
+      es.onmessage = (m) => {
+        if (m.lastEventId) last = m.lastEventId;
+        let ev;
+        try { ev = JSON.parse(m.data); } catch (err) { return; }
+        onEvent(ev);
+      };
+      es.onerror = () => {
+        if (es.readyState !== EventSource.CLOSED || stopped) return;
+        fetch("/session", { credentials: "same-origin" }).then((r) => {
+          if (r.status === 401) {
+            location.href = "/login?expired=1&next=" + encodeURIComponent(location.pathname + location.search);
+          } else {
+            setTimeout(connect, 2000);
+          }
+        }, () => setTimeout(connect, 2000));
+      };
+    }
+    connect();
+    return {
+      pause() { stopped = true; if (es) es.close(); },
+      resume() { stopped = false; connect(); },
+    };
+  }
+
+  // Live regions: refresh at most every 500 ms, never while the user is
+  // typing or selecting inside one (it refreshes when they are done).
+  function busy(el) {
+    const a = document.activeElement;
+    if (a && el.contains(a) && /^(INPUT|TEXTAREA|SELECT)$/.test(a.tagName) && a.type !== "checkbox") return true;
+    return el.querySelector("input[type=checkbox][data-select]:checked") !== null;
+  }
+  function watches(el, ev) {
+    const types = (el.dataset.live || "").split(",").filter(Boolean);
+    if (types.length && !types.some((t) => ev.type.startsWith(t))) return false;
+    const ids = (el.dataset.watch || "").split(" ").filter(Boolean);
+    return !ids.length || ids.includes(ev.stream_id);
+  }
+  let pending = false;
+  let dueAt = 0;
+  function refreshSoon() {
+    if (pending) return;
+    pending = true;
+    const wait = Math.max(0, dueAt - Date.now());
+    setTimeout(() => {
+      pending = false;
+      dueAt = Date.now() + 500;
+      document.querySelectorAll("[data-live][data-stale]").forEach((el) => {
+        if (busy(el)) { refreshSoon(); return; }
+        delete el.dataset.stale;
+        htmx.trigger(el, "refresh");
+      });
+    }, wait);
+  }
+  function startLive() {
+    if (!document.querySelector("[data-live]")) return;
+    openStream("", (ev) => {
+      let hit = false;
+      document.querySelectorAll("[data-live]").forEach((el) => {
+        if (watches(el, ev)) { el.dataset.stale = "1"; hit = true; }
+      });
+      if (hit) refreshSoon();
+    }, () => {
+      // (Re)connected: anything may have happened while we were away.
+      document.querySelectorAll("[data-live]").forEach((el) => { el.dataset.stale = "1"; });
+      refreshSoon();
+    });
+    // Pages whose figures move without events (heartbeats) also refresh on a timer.
+    document.querySelectorAll("[data-every]").forEach((el) => {
+      setInterval(() => { el.dataset.stale = "1"; refreshSoon(); }, 1000 * Number(el.dataset.every));
+    });
+  }
+
+  // The live events page: a table the stream appends to, newest on top.
+  function startTail() {
+    const tail = document.querySelector("[data-tail]");
+    if (!tail) return;
+    const body = tail.querySelector("tbody");
+    const status = document.getElementById("tail-status");
+    const max = 500;
+    function cell(text, cls) {
+      const td = document.createElement("td");
+      if (cls) td.className = cls;
+      td.textContent = text;
+      return td;
+    }
+    function row(ev) {
+      const tr = document.createElement("tr");
+      tr.dataset.position = ev.position;
+      tr.appendChild(cell(ev.occurred_at.replace("T", " ").slice(0, 23), "mono"));
+      tr.appendChild(cell(ev.type, "mono"));
+      const task = document.createElement("td");
+      if (ev.stream_type === "task") {
+        const a = document.createElement("a");
+        a.href = "/tasks/" + ev.stream_id;
+        a.textContent = ev.stream_id.slice(0, 8);
+        a.className = "mono";
+        task.appendChild(a);
+      } else {
+        task.textContent = ev.stream_type + " " + ev.stream_id.slice(0, 8);
+      }
+      tr.appendChild(task);
+      tr.appendChild(cell(ev.actor.name || ev.actor.id || ev.actor.kind));
+      const sum = document.createElement("td");
+      const det = document.createElement("details");
+      const s = document.createElement("summary");
+      s.textContent = ev.summary;
+      const pre = document.createElement("pre");
+      pre.textContent = JSON.stringify(ev, null, 2);
+      det.appendChild(s);
+      det.appendChild(pre);
+      sum.appendChild(det);
+      tr.appendChild(sum);
+      return tr;
+    }
+    let seen = Number(tail.dataset.count || 0);
+    const counter = document.getElementById("tail-count");
+    const stream = openStream(tail.dataset.tail, (ev) => {
+      body.insertBefore(row(ev), body.firstChild);
+      while (body.rows.length > max) body.deleteRow(body.rows.length - 1);
+      seen++;
+      if (counter) counter.textContent = String(seen);
+      const empty = document.getElementById("tail-empty");
+      if (empty) empty.remove();
+    }, () => { if (status) status.textContent = "live"; }, tail.dataset.after);
+    const toggle = document.getElementById("tail-toggle");
+    if (toggle) {
+      toggle.addEventListener("click", () => {
+        const paused = toggle.getAttribute("aria-pressed") === "true";
+        if (paused) { stream.resume(); toggle.textContent = "Pause"; if (status) status.textContent = "live"; }
+        else { stream.pause(); toggle.textContent = "Resume"; if (status) status.textContent = "paused"; }
+        toggle.setAttribute("aria-pressed", paused ? "false" : "true");
+      });
+    }
+  }
+
+  // Select-all for bulk actions.
+  document.addEventListener("change", (e) => {
+    const t = e.target;
+    if (t.matches("input[data-select-all]")) {
+      document.querySelectorAll("input[data-select]").forEach((c) => { c.checked = t.checked; });
+    }
+  });
+
+  // SOP preview: the text as workers will receive it.
+  function startPreview() {
+    document.querySelectorAll("[data-preview-of]").forEach((out) => {
+      const src = document.getElementById(out.dataset.previewOf);
+      if (!src) return;
+      const show = () => { out.textContent = src.value; };
+      src.addEventListener("input", show);
+      show();
+    });
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    startLive();
+    startTail();
+    startPreview();
+  });
+})();

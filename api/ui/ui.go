@@ -1,0 +1,129 @@
+package ui
+
+import (
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/rs/zerolog"
+
+	"github.com/clawdbot/task-service/api"
+	"github.com/clawdbot/task-service/store"
+)
+
+// Config configures the UI.
+type Config struct {
+	// API runs the commands and checks logins, as for the JSON API.
+	API *api.Server
+	// DB is read through the store's queries.
+	DB     *store.DB
+	Logger zerolog.Logger
+	// Secret keys the CSRF tokens (the JWT secret is fine: a label separates
+	// the uses).
+	Secret []byte
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+}
+
+// UI serves the admin pages.
+type UI struct {
+	cfg    Config
+	api    *api.Server
+	db     *store.DB
+	log    zerolog.Logger
+	views  *views
+	assets *assets
+}
+
+// New parses the templates and indexes the assets; it fails on a template
+// that does not parse.
+func New(cfg Config) (*UI, error) {
+	if cfg.API == nil || cfg.DB == nil {
+		return nil, errors.New("ui: Config.API and Config.DB are required")
+	}
+	if len(cfg.Secret) < 16 {
+		return nil, errors.New("ui: Config.Secret must be at least 16 bytes")
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	as, err := newAssets()
+	if err != nil {
+		return nil, err
+	}
+	vs, err := parseViews(as)
+	if err != nil {
+		return nil, err
+	}
+	return &UI{cfg: cfg, api: cfg.API, db: cfg.DB, log: cfg.Logger, views: vs, assets: as}, nil
+}
+
+// route is one UI endpoint; public ones need no login.
+type route struct {
+	method, path string
+	handler      echo.HandlerFunc
+	public       bool
+}
+
+// routes is every UI page and action. Add a page here (and to nav).
+func (u *UI) routes() []route {
+	return []route{
+		{method: http.MethodGet, path: "/login", handler: u.loginPage, public: true},
+		{method: http.MethodPost, path: "/login", handler: u.login, public: true},
+		{method: http.MethodPost, path: "/logout", handler: u.logout},
+		{method: http.MethodGet, path: "/session", handler: u.session},
+		{method: http.MethodGet, path: "/static/:name", handler: u.asset, public: true},
+
+		{method: http.MethodGet, path: "/", handler: u.dashboard},
+		{method: http.MethodGet, path: "/tasks", handler: u.tasks},
+		{method: http.MethodPost, path: "/tasks/bulk", handler: u.bulk},
+	}
+}
+
+// navItem is one entry of the menu.
+type navItem struct{ Path, Label string }
+
+// menu is the navigation, in order. Pages of other features add their line here.
+func menu() []navItem {
+	return []navItem{
+		{"/", "Dashboard"},
+		{"/tasks", "Tasks"},
+		{"/tasks/new", "New task"},
+		{"/types", "Task types"},
+		{"/workers", "Workers"},
+		{"/events", "Live events"},
+	}
+}
+
+// Register adds the UI's routes to the API's router.
+func (u *UI) Register(e *echo.Echo) {
+	for _, r := range u.routes() {
+		h := r.handler
+		if !r.public {
+			h = u.requireAdmin(h)
+		}
+		if r.method != http.MethodGet {
+			h = u.checkCSRF(h, !r.public)
+		}
+		e.Add(r.method, r.path, h, u.headers)
+	}
+}
+
+// headers sets the security headers of every UI answer: a strict CSP (no
+// inline script or style, nothing from elsewhere), no framing, no sniffing.
+func (u *UI) headers(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		h := c.Response().Header()
+		h.Set("Content-Security-Policy", contentSecurityPolicy)
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Referrer-Policy", "same-origin")
+		return next(c)
+	}
+}
+
+const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
+	"connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+
+func (u *UI) now() time.Time { return u.cfg.Now() }

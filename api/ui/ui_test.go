@@ -1,0 +1,266 @@
+package ui_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/clawdbot/task-service/api"
+	"github.com/clawdbot/task-service/api/ui"
+	"github.com/clawdbot/task-service/events"
+	"github.com/clawdbot/task-service/projections"
+	"github.com/clawdbot/task-service/store"
+	"github.com/clawdbot/task-service/store/storetest"
+)
+
+const (
+	adminEmail    = "ada@example.com"
+	adminPassword = "ada-password-123"
+)
+
+// site is the API and the UI on one server, a fresh database and a browser
+// like client (cookies, no redirects followed).
+type site struct {
+	t     *testing.T
+	ctx   context.Context
+	url   string
+	db    *store.DB
+	srv   *api.Server
+	admin events.Meta
+	http  *http.Client
+}
+
+func newSite(t *testing.T) *site {
+	t.Helper()
+	ctx := context.Background()
+	db, err := store.New(storetest.NewPool(t), store.Config{Projector: projections.Projector{}})
+	require.NoError(t, err)
+	secret := []byte("test-secret-0123456789abcdef")
+	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
+	srv, err := api.New(api.Config{DB: db, JWTSecret: secret, BcryptCost: bcrypt.MinCost, Logger: log})
+	require.NoError(t, err)
+	pages, err := ui.New(ui.Config{API: srv, DB: db, Secret: secret, Logger: log})
+	require.NoError(t, err)
+	pages.Register(srv.Echo())
+	ts := httptest.NewServer(srv.Handler())
+	t.Cleanup(ts.Close)
+
+	hash, err := srv.HashPassword(adminPassword)
+	require.NoError(t, err)
+	u, err := db.CreateUser(ctx, events.UserRegistered{Email: adminEmail, FullName: "Ada Admin", IsAdmin: true},
+		adminPassword, hash, events.Meta{Actor: events.System("test")})
+	require.NoError(t, err)
+	jar, err := cookiejar.New(nil)
+	require.NoError(t, err)
+	hc := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	return &site{t: t, ctx: ctx, url: ts.URL, db: db, srv: srv, http: hc,
+		admin: events.Meta{Actor: events.Actor{Kind: events.ActorAdmin, ID: u.ID}}}
+}
+
+func (s *site) get(path string) (*http.Response, string) {
+	s.t.Helper()
+	resp, err := s.http.Get(s.url + path)
+	require.NoError(s.t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(s.t, err)
+	return resp, string(b)
+}
+
+// post sends a form from this site (its Origin) with the headers given.
+func (s *site) post(path string, form url.Values, header ...string) (*http.Response, string) {
+	s.t.Helper()
+	req, err := http.NewRequest(http.MethodPost, s.url+path, strings.NewReader(form.Encode()))
+	require.NoError(s.t, err)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", s.url)
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := s.http.Do(req)
+	require.NoError(s.t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(s.t, err)
+	return resp, string(b)
+}
+
+func (s *site) login() {
+	s.t.Helper()
+	resp, _ := s.post("/login", url.Values{"email": {adminEmail}, "password": {adminPassword}, "next": {"/tasks"}})
+	require.Equal(s.t, http.StatusSeeOther, resp.StatusCode)
+	require.Equal(s.t, "/tasks", resp.Header.Get("Location"))
+}
+
+var csrfMeta = regexp.MustCompile(`<meta name="csrf-token" content="([^"]+)">`)
+
+func (s *site) csrf() string {
+	s.t.Helper()
+	_, body := s.get("/tasks")
+	m := csrfMeta.FindStringSubmatch(body)
+	require.NotNil(s.t, m, "no csrf-token meta")
+	return m[1]
+}
+
+// seed makes a type, a worker and a few tasks, one of them failed.
+func (s *site) seed() (tt *events.TaskType, task *events.Task) {
+	s.t.Helper()
+	tt, err := s.srv.CreateTaskType(s.ctx, api.TaskTypeRequest{Name: "report", Label: "Report", SOP: "1. Read\n2. Write",
+		ParamSchema: json.RawMessage(`{"type":"object","properties":{"days":{"type":"integer","minimum":1}},"required":["days"]}`)}, s.admin)
+	require.NoError(s.t, err)
+	for _, title := range []string{"Weekly report", "Monthly report <b>bold</b>", "Crawl NVDA"} {
+		task, err = s.srv.CreateTask(s.ctx, api.CreateTaskRequest{Title: title, TaskTypeID: tt.ID, Params: json.RawMessage(`{"days":3}`)}, s.admin)
+		require.NoError(s.t, err)
+	}
+	return tt, task
+}
+
+// The pages a logged-in admin can open, with their status.
+func pages(task *events.Task) map[string]int {
+	return map[string]int{
+		"/":      http.StatusOK,
+		"/tasks": http.StatusOK,
+		"/tasks?q=report&status=pending&queue=1&retries=1&stuck=1": http.StatusOK,
+		"/tasks?status=bogus":       http.StatusBadRequest,
+		"/tasks?after=not-a-cursor": http.StatusBadRequest,
+	}
+}
+
+func TestEveryPageRendersUnderTheCSP(t *testing.T) {
+	s := newSite(t)
+	_, task := s.seed()
+	s.login()
+	inline := regexp.MustCompile(`(?i)\sstyle=|\son[a-z]+=|<style|javascript:`)
+	script := regexp.MustCompile(`(?is)<script([^>]*)>(.*?)</script>`)
+	for path, want := range pages(task) {
+		resp, body := s.get(path)
+		require.Equal(t, want, resp.StatusCode, path)
+		csp := resp.Header.Get("Content-Security-Policy")
+		require.Contains(t, csp, "script-src 'self'", path)
+		require.NotContains(t, csp, "unsafe", path)
+		require.Contains(t, csp, "frame-ancestors 'none'", path)
+		require.Equal(t, "nosniff", resp.Header.Get("X-Content-Type-Options"))
+		require.Nil(t, inline.FindStringIndex(body), "%s has an inline style or handler: %q", path, inline.FindString(body))
+		for _, m := range script.FindAllStringSubmatch(body, -1) {
+			require.Contains(t, m[1], "src=", "%s has an inline script", path)
+			require.Empty(t, strings.TrimSpace(m[2]), "%s has an inline script", path)
+		}
+		require.Contains(t, body, "</html>", path)
+	}
+}
+
+func TestLoggedOutVisitsGoToLoginAndBack(t *testing.T) {
+	s := newSite(t)
+	resp, _ := s.get("/tasks?status=pending")
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	require.Equal(t, "/login?next=%2Ftasks%3Fstatus%3Dpending", resp.Header.Get("Location"))
+
+	// A wrong password stays on the form with the API's message.
+	resp, body := s.post("/login", url.Values{"email": {adminEmail}, "password": {"wrong"}})
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	require.Contains(t, body, "email or password is wrong")
+
+	resp, _ = s.post("/login", url.Values{"email": {adminEmail}, "password": {adminPassword}, "next": {"/tasks?status=pending"}})
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	require.Equal(t, "/tasks?status=pending", resp.Header.Get("Location"))
+	var session *http.Cookie
+	for _, c := range resp.Cookies() {
+		if c.Name == api.SessionCookie {
+			session = c
+		}
+	}
+	require.NotNil(t, session)
+	require.True(t, session.HttpOnly)
+	require.Equal(t, http.SameSiteStrictMode, session.SameSite)
+
+	// next never leaves the site.
+	resp, _ = s.post("/login", url.Values{"email": {adminEmail}, "password": {adminPassword}, "next": {"//evil.example.com/x"}})
+	require.Equal(t, "/", resp.Header.Get("Location"))
+
+	// htmx requests are sent to the login page with HX-Redirect.
+	s.http.Jar.SetCookies(mustURL(s.url), []*http.Cookie{{Name: api.SessionCookie, Value: "expired.or.forged", Path: "/"}})
+	req, _ := http.NewRequest(http.MethodGet, s.url+"/tasks", nil)
+	req.Header.Set("HX-Request", "true")
+	req.Header.Set("HX-Current-URL", s.url+"/tasks?q=x")
+	r2, err := s.http.Do(req)
+	require.NoError(t, err)
+	r2.Body.Close()
+	require.Equal(t, "/login?expired=1&next=%2Ftasks%3Fq%3Dx", r2.Header.Get("HX-Redirect"))
+
+	// The session probe of the live views says 401.
+	resp, _ = s.get("/session")
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+}
+
+func TestStateChangesNeedTheCSRFTokenAndOrigin(t *testing.T) {
+	s := newSite(t)
+	_, task := s.seed()
+	s.login()
+	token := s.csrf()
+	form := url.Values{"id": {task.ID}, "action": {"cancel"}, "reason": {"no longer needed"}}
+
+	resp, body := s.post("/tasks/bulk", form) // no token
+	require.Equal(t, http.StatusForbidden, resp.StatusCode)
+	require.Contains(t, body, "security token")
+
+	form.Set("_csrf", token)
+	resp, _ = s.post("/tasks/bulk", form, "Origin", "https://evil.example.com")
+	require.Equal(t, http.StatusForbidden, resp.StatusCode)
+
+	got, err := s.db.GetTask(s.ctx, s.db.Pool(), task.ID)
+	require.NoError(t, err)
+	require.Equal(t, events.StatusPending, got.Status, "a refused request changed nothing")
+
+	resp, body = s.post("/tasks/bulk", form)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	require.Contains(t, body, "1 of 1 tasks cancelled")
+	got, err = s.db.GetTask(s.ctx, s.db.Pool(), task.ID)
+	require.NoError(t, err)
+	require.Equal(t, events.StatusCancelled, got.Status)
+
+	// The header works as well as the field (htmx sends the header).
+	form.Del("_csrf")
+	resp, body = s.post("/tasks/bulk", form, "X-CSRF-Token", token)
+	require.Equal(t, http.StatusConflict, resp.StatusCode, "cancelling twice is refused by the command")
+	require.Contains(t, body, "0 of 1 tasks cancelled")
+
+	// The API does not take the cookie for writes.
+	req, _ := http.NewRequest(http.MethodPost, s.url+"/api/v1/admin/workers/tasks/"+task.ID+"/cancel", strings.NewReader(`{}`))
+	req.Header.Set("Origin", s.url)
+	r2, err := s.http.Do(req)
+	require.NoError(t, err)
+	r2.Body.Close()
+	require.Equal(t, http.StatusUnauthorized, r2.StatusCode)
+}
+
+func TestTaskSearchAndFilters(t *testing.T) {
+	s := newSite(t)
+	s.seed()
+	s.login()
+	_, body := s.get("/tasks?q=REPORT")
+	require.Contains(t, body, "Weekly report")
+	require.Contains(t, body, "Monthly report &lt;b&gt;bold&lt;/b&gt;", "titles are escaped")
+	require.NotContains(t, body, "Crawl NVDA")
+	require.Contains(t, body, "Queue: 3 tasks waiting")
+	_, body = s.get("/tasks?q=100%25")
+	require.Contains(t, body, "No tasks match")
+}
+
+func mustURL(s string) *url.URL {
+	u, err := url.Parse(s)
+	if err != nil {
+		panic(err)
+	}
+	return u
+}

@@ -1,0 +1,148 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/clawdbot/task-service/events"
+)
+
+// The admin UI's reads beyond the API's (ADR 009). Each is bounded by what
+// it shows (the queue, the last hour, a page), never by finished history.
+
+// QueueCount is how many tasks wait in the queue for one priority and type.
+type QueueCount struct {
+	Priority   events.Priority `json:"priority"`
+	TaskTypeID string          `json:"task_type_id"`
+	Count      int             `json:"count"`
+}
+
+// MinuteCount is one minute of the last hour's completions and failures.
+type MinuteCount struct {
+	Minute    time.Time `json:"minute"`
+	Completed int       `json:"completed"`
+	Failed    int       `json:"failed"`
+}
+
+// Activity is the dashboard's recent activity.
+type Activity struct {
+	// Queue is the queue (pending, unassigned) by priority and type.
+	Queue []QueueCount `json:"queue"`
+	// FailedLastHour counts tasks that failed in the last hour, and
+	// RetriesLastHour the retries created in it.
+	FailedLastHour  int `json:"failed_last_hour"`
+	RetriesLastHour int `json:"retries_last_hour"`
+	// PerMinute has one entry per minute of the last hour, oldest first.
+	PerMinute []MinuteCount `json:"per_minute"`
+}
+
+// RecentActivity reads the queue's breakdown (the claim index's rows) and
+// the last hour's finished tasks (worker_tasks_finished) and retries (the
+// created_at index).
+func (db *DB) RecentActivity(ctx context.Context) (*Activity, error) {
+	now := db.Now().UTC()
+	end := now.Truncate(time.Minute).Add(time.Minute)
+	start := end.Add(-time.Hour)
+	a := &Activity{Queue: []QueueCount{}}
+	b := &pgx.Batch{}
+	b.Queue(`SELECT priority, task_type_id, count(*) FROM worker_tasks
+		WHERE status = 'pending' AND assigned_to IS NULL GROUP BY priority_rank, priority, task_type_id
+		ORDER BY priority_rank, count(*) DESC`).Query(func(rows pgx.Rows) error {
+		var err error
+		a.Queue, err = pgx.CollectRows(rows, pgx.RowToStructByPos[QueueCount])
+		return err
+	})
+	perMinute := map[time.Time]*MinuteCount{}
+	for m := start; m.Before(end); m = m.Add(time.Minute) {
+		a.PerMinute = append(a.PerMinute, MinuteCount{Minute: m})
+	}
+	for i := range a.PerMinute {
+		perMinute[a.PerMinute[i].Minute] = &a.PerMinute[i]
+	}
+	b.Queue(`SELECT date_trunc('minute', completed_at), count(*) FILTER (WHERE status = 'completed'),
+		    count(*) FILTER (WHERE status = 'failed')
+		  FROM worker_tasks WHERE completed_at >= $1 AND completed_at IS NOT NULL GROUP BY 1`, start).
+		Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var m time.Time
+				var done, failed int
+				if err := rows.Scan(&m, &done, &failed); err != nil {
+					return err
+				}
+				if mc := perMinute[m.UTC()]; mc != nil {
+					mc.Completed, mc.Failed = done, failed
+				}
+			}
+			return rows.Err()
+		})
+	hourAgo := now.Add(-time.Hour)
+	b.Queue(`SELECT
+		(SELECT count(*) FROM worker_tasks WHERE completed_at >= $1 AND completed_at IS NOT NULL AND status = 'failed'),
+		(SELECT count(*) FROM worker_tasks WHERE created_at >= $1 AND retry_count > 0)`, hourAgo).
+		QueryRow(func(row pgx.Row) error { return row.Scan(&a.FailedLastHour, &a.RetriesLastHour) })
+	if err := db.pool.SendBatch(ctx, b).Close(); err != nil {
+		return nil, mapErr(fmt.Errorf("recent activity: %w", err))
+	}
+	return a, nil
+}
+
+// InProgress lists the tasks in progress, oldest start first: what the
+// fleet holds now (bounded by its slots; worker_tasks_in_progress).
+func (db *DB) InProgress(ctx context.Context) ([]events.Task, error) {
+	return db.queryTasks(ctx, db.pool, `SELECT `+taskColumns+` FROM worker_tasks t
+		WHERE t.status = 'in_progress' ORDER BY t.started_at LIMIT 10000`)
+}
+
+// RecentEvents reads the last limit visible events matching f, newest
+// first: the live events page starts from them and streams on after the
+// newest, with no gap and no repeat. Backward scans of the position index,
+// the type index or the stream's events.
+func (db *DB) RecentEvents(ctx context.Context, limit int, f LogFilter) ([]events.Envelope, error) {
+	args := []any{limit}
+	const visible = `e.tx_id < pg_snapshot_xmin(pg_current_snapshot())`
+	var sql string
+	switch {
+	case f.WorkerID != "":
+		// The three ways an event can be about a worker, as in readLogSQL,
+		// each a backward index scan, merged.
+		args = append(args, f.WorkerID)
+		extra := f.where(&args)
+		branch := func(cond string) string {
+			return `(SELECT e.* FROM task_events e WHERE ` + visible + extra + ` AND ` + cond +
+				` ORDER BY e.tx_id DESC, e.seq DESC LIMIT $1)`
+		}
+		sql = `SELECT ` + eventColumns + ` FROM (` +
+			branch(`e.data ? 'worker_id' AND e.data->>'worker_id' = $2::text`) + ` UNION ` +
+			branch(`e.meta->'actor'->>'id' = $2::text`) + ` UNION ` +
+			branch(`e.stream_id = $2::uuid`) + `) e ORDER BY e.tx_id DESC, e.seq DESC LIMIT $1`
+	case f.StreamID != "" || len(f.Types) <= 1:
+		sql = `SELECT ` + eventColumns + ` FROM task_events e WHERE ` + visible + f.where(&args) +
+			` ORDER BY e.tx_id DESC, e.seq DESC LIMIT $1`
+	default:
+		// One backward scan of the type index per type, merged.
+		args = append(args, f.Types)
+		sql = `SELECT ` + eventColumns + ` FROM unnest($2::text[]) AS t(want), LATERAL (
+			SELECT e.* FROM task_events e WHERE e.type = t.want AND ` + visible + `
+			 ORDER BY e.tx_id DESC, e.seq DESC LIMIT $1) e ORDER BY e.tx_id DESC, e.seq DESC LIMIT $1`
+	}
+	rows, err := db.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, mapErr(fmt.Errorf("recent events: %w", err))
+	}
+	out, err := pgx.CollectRows(rows, scanEvent)
+	return out, mapErr(err)
+}
+
+// Workers lists every worker's id and name, by name: the pickers of the
+// admin UI (bounded by the fleet).
+func (db *DB) Workers(ctx context.Context) ([]WorkerRef, error) {
+	rows, err := db.pool.Query(ctx, `SELECT id, full_name FROM users WHERE is_worker ORDER BY full_name, id`)
+	if err != nil {
+		return nil, mapErr(fmt.Errorf("workers: %w", err))
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[WorkerRef])
+	return out, mapErr(err)
+}
