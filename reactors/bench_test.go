@@ -57,7 +57,7 @@ func benchSetup(b *testing.B) (*benchBundle, func(name string) (*client.Client, 
 	retry, err := reactors.NewRetry(reactors.RetryConfig{DB: db, Logger: log})
 	require.NoError(b, err)
 	runner, err := reactors.NewRunner(reactors.RunnerConfig{DB: db, Hub: hub, InstanceID: "bench",
-		Reactors: []reactors.Reactor{retry.Reactor()}, Logger: log})
+		Reactors: retry.Reactors(), Logger: log})
 	require.NoError(b, err)
 	srv, err := api.New(api.Config{DB: db, JWTSecret: []byte("bench-secret-0123456789abcdef"), BcryptCost: bcrypt.MinCost,
 		Hub: hub, Logger: log})

@@ -2,6 +2,7 @@ package reactors_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/clawdbot/task-service/events"
@@ -54,13 +56,21 @@ func newFakeClaude(t *testing.T, e *env) *fakeClaude {
 }
 
 func (f *fakeClaude) serve(w http.ResponseWriter, r *http.Request) {
-	// No reactor transaction may be open while the advisor is asked: none
-	// holds the checkpoint row's lock (FOR UPDATE takes RowShareLock).
-	var open int
-	err := f.e.pool.QueryRow(r.Context(), `SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
-		WHERE l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-		  AND c.relname = 'reactor_checkpoints' AND l.mode = 'RowShareLock'`).Scan(&open)
+	// No batch transaction of the advised reactor may be open while the
+	// advisor is asked: nobody holds its checkpoint row. (The other retry
+	// reactor's may be; it asks nobody.)
+	open := 0
+	tx, err := f.e.pool.Begin(r.Context())
 	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	_, err = tx.Exec(r.Context(), `SELECT 1 FROM reactor_checkpoints WHERE name = 'retry_advice' FOR KEY SHARE NOWAIT`)
+	_ = tx.Rollback(r.Context())
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available
+		open = 1
+	} else if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
@@ -14,8 +15,15 @@ import (
 	"github.com/clawdbot/task-service/store"
 )
 
-// RetryReactorName keys the retry reactor's checkpoint.
-const RetryReactorName = "retry"
+// RetryReactorName keys the checkpoint of the reactor that decides failures
+// needing no advice (timeout, worker_offline); RetryAdviceReactorName that
+// of the one that decides failures of kind error, asking the advisor first.
+// Two reactors, each with its own place in the log, so that a slow advisor
+// call never delays a retry that needs no advice.
+const (
+	RetryReactorName       = "retry"
+	RetryAdviceReactorName = "retry_advice"
+)
 
 // RetryConfig configures the retry reactor.
 type RetryConfig struct {
@@ -25,6 +33,8 @@ type RetryConfig struct {
 	Advisor Advisor
 	// AdviceConcurrency bounds the advisor calls in flight (default 4).
 	AdviceConcurrency int
+	// InstanceID names this instance in the record of advice asked.
+	InstanceID string
 	// Registerer receives the advice counters; none when nil.
 	Registerer prometheus.Registerer
 	Logger     zerolog.Logger
@@ -46,6 +56,7 @@ type Retry struct {
 	db      *store.DB
 	log     zerolog.Logger
 	outcome *prometheus.CounterVec
+	latency prometheus.Histogram
 
 	mu     sync.Mutex
 	advice map[int64]Advice // by task.failed seq, for the batch being handled
@@ -63,23 +74,46 @@ func NewRetry(cfg RetryConfig) (*Retry, error) {
 		advice: map[int64]Advice{}}
 	r.outcome = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "taskservice_retry_advice_total",
-		Help: "Retry advisor calls by outcome: hint, skip, error (the template was used).",
+		Help: "Retry advisor (Claude) calls by outcome: hint, skip, error (the template was used).",
 	}, []string{"outcome"})
+	r.latency = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "taskservice_retry_advice_duration_seconds",
+		Help:    "Time of one retry advisor (Claude) call, whatever its outcome.",
+		Buckets: []float64{.1, .25, .5, 1, 2, 4, 8, 15, 30},
+	})
 	if cfg.Registerer != nil {
-		if err := cfg.Registerer.Register(r.outcome); err != nil {
-			return nil, fmt.Errorf("reactors: register retry metrics: %w", err)
+		for _, c := range []prometheus.Collector{r.outcome, r.latency} {
+			if err := cfg.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("reactors: register retry metrics: %w", err)
+			}
 		}
 	}
 	return r, nil
 }
 
-// Reactor is the retry reactor for a Runner.
-func (r *Retry) Reactor() Reactor {
-	re := Reactor{Name: RetryReactorName, Types: []string{events.TaskFailed{}.EventType()}, Handle: r.handle}
+// Reactors are the retry reactors for a Runner: one for failures of kind
+// error (advised when there is an advisor), one for the other kinds. The
+// split is by the event's kind alone, so every instance splits alike.
+func (r *Retry) Reactors() []Reactor {
+	failed := []string{events.TaskFailed{}.EventType()}
+	plain := Reactor{Name: RetryReactorName, Types: failed,
+		Handle: func(ctx context.Context, tx pgx.Tx, evs []events.Envelope) error {
+			return r.handle(ctx, tx, evs, false)
+		}}
+	advised := Reactor{Name: RetryAdviceReactorName, Types: failed,
+		Handle: func(ctx context.Context, tx pgx.Tx, evs []events.Envelope) error {
+			return r.handle(ctx, tx, evs, true)
+		}}
 	if r.cfg.Advisor != nil {
-		re.Prepare = r.prepare
+		advised.Prepare = r.prepare
 	}
-	return re
+	return []Reactor{plain, advised}
+}
+
+// isError says which of the two reactors decides a failure.
+func isError(ev events.Envelope) bool {
+	f, ok := ev.Payload.(events.TaskFailed)
+	return ok && f.Kind == events.FailureError
 }
 
 // typeCache keeps the task types one batch has read.
@@ -117,20 +151,24 @@ func wantsAdvice(ev events.Envelope, t *events.Task, tt *events.TaskType) bool {
 }
 
 // prepare asks the advisor about the batch's failures, outside any
-// transaction, a few at a time. Answers already known (a batch retried after
-// an error) are kept, so the advisor is asked once per failure.
+// transaction, a few at a time. Each failure costs at most one call: answers
+// already known here (a batch retried after an error) are kept, and a call
+// is made only after ClaimAdvice recorded it, so neither another instance
+// that prepares the same batch later (after a database restart ended this
+// one's batch and its lease) nor this one after a crash asks again. A
+// failure asked about elsewhere with no answer recorded gets the template.
 func (r *Retry) prepare(ctx context.Context, evs []events.Envelope) error {
 	r.mu.Lock()
 	old := r.advice
 	r.mu.Unlock()
 	keep := make(map[int64]Advice, len(evs))
-	type job struct {
-		seq int64
-		req AdviceRequest
-	}
-	var jobs []job
+	jobs := map[int64]AdviceRequest{}
+	var seqs []int64
 	types := typeCache{}
 	for _, ev := range evs {
+		if !isError(ev) {
+			continue
+		}
 		if a, ok := old[ev.Seq]; ok {
 			keep[ev.Seq] = a
 			continue
@@ -146,39 +184,74 @@ func (r *Retry) prepare(ctx context.Context, evs []events.Envelope) error {
 		if t.FailureReason != nil {
 			reason = *t.FailureReason
 		}
-		jobs = append(jobs, job{ev.Seq, AdviceRequest{
+		jobs[ev.Seq] = AdviceRequest{
 			TaskTitle: t.Title, TaskType: tt.Name, Description: events.OriginalDescription(t.Description),
 			Reason: reason, Attempt: t.RetryCount + 1, MaxAttempts: tt.MaxRetries + 1,
-		}})
+		}
+		seqs = append(seqs, ev.Seq)
+	}
+	if len(seqs) == 0 {
+		r.setAdvice(keep)
+		return nil
+	}
+	mine, known, err := r.db.ClaimAdvice(ctx, seqs, r.cfg.InstanceID)
+	if err != nil {
+		return err
+	}
+	for _, seq := range seqs {
+		if a, ok := known[seq]; ok {
+			if !a.Answered {
+				r.log.Info().Int64("event_seq", seq).Msg("retry advice was asked before and never answered; using the template")
+			}
+			keep[seq] = Advice{Skip: a.Skip, Reason: a.Reason, Hint: a.Hint}
+		}
 	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, r.cfg.AdviceConcurrency)
-	for _, j := range jobs {
+	for _, seq := range mine {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			a, err := r.cfg.Advisor.Advise(ctx, j.req)
-			switch {
-			case err != nil:
-				r.log.Warn().Err(err).Int64("event_seq", j.seq).Msg("retry advice failed; using the template")
-				r.outcome.WithLabelValues("error").Inc()
-				a = Advice{}
-			case a.Skip:
-				r.outcome.WithLabelValues("skip").Inc()
-			default:
-				r.outcome.WithLabelValues("hint").Inc()
-			}
+			a := r.ask(ctx, seq, jobs[seq])
 			mu.Lock()
-			keep[j.seq] = a
+			keep[seq] = a
 			mu.Unlock()
 		})
 	}
 	wg.Wait()
-	r.mu.Lock()
-	r.advice = keep
-	r.mu.Unlock()
+	r.setAdvice(keep)
 	return nil
+}
+
+// ask makes one advisor call and records its answer; an error is the
+// template (an empty Advice), recorded too.
+func (r *Retry) ask(ctx context.Context, seq int64, req AdviceRequest) Advice {
+	start := time.Now()
+	a, err := r.cfg.Advisor.Advise(ctx, req)
+	r.latency.Observe(time.Since(start).Seconds())
+	switch {
+	case err != nil:
+		r.log.Warn().Err(err).Int64("event_seq", seq).Msg("retry advice failed; using the template")
+		r.outcome.WithLabelValues("error").Inc()
+		a = Advice{}
+	case a.Skip:
+		r.outcome.WithLabelValues("skip").Inc()
+	default:
+		r.outcome.WithLabelValues("hint").Inc()
+	}
+	stored := store.StoredAdvice{Seq: seq, Answered: true, Skip: a.Skip, Reason: a.Reason, Hint: a.Hint}
+	if err := r.db.SaveAdvice(context.WithoutCancel(ctx), stored); err != nil {
+		// Kept in memory for this instance's next try of the batch.
+		r.log.Warn().Err(err).Int64("event_seq", seq).Msg("cannot record the retry advice")
+	}
+	return a
+}
+
+func (r *Retry) setAdvice(a map[int64]Advice) {
+	r.mu.Lock()
+	r.advice = a
+	r.mu.Unlock()
 }
 
 func (r *Retry) adviceFor(seq int64) Advice {
@@ -187,15 +260,25 @@ func (r *Retry) adviceFor(seq int64) Advice {
 	return r.advice[seq]
 }
 
-// handle decides every failure of the batch inside the runner's transaction.
-func (r *Retry) handle(ctx context.Context, tx pgx.Tx, evs []events.Envelope) error {
+// handle decides the batch's failures of kind error (errors true) or of the
+// other kinds inside the runner's transaction, and drops the advice records
+// of the failures it decided.
+func (r *Retry) handle(ctx context.Context, tx pgx.Tx, evs []events.Envelope, kindError bool) error {
 	types := typeCache{}
+	var decided []int64
 	for _, ev := range evs {
+		if isError(ev) != kindError {
+			continue
+		}
 		if err := r.decide(ctx, tx, ev, types); err != nil {
 			return fmt.Errorf("event %d (task %s): %w", ev.Seq, ev.StreamID, err)
 		}
+		decided = append(decided, ev.Seq)
 	}
-	return nil
+	if !kindError {
+		return nil
+	}
+	return r.db.ForgetAdvice(ctx, tx, decided)
 }
 
 func (r *Retry) decide(ctx context.Context, tx pgx.Tx, ev events.Envelope, types typeCache) error {

@@ -199,10 +199,10 @@ func TestManualRetry(t *testing.T) {
 	require.Equal(t, "Exhausted (retry 1)", retry.Title)
 	require.Equal(t, "Original.\n\nPREVIOUS ATTEMPT FAILED: out of disk\nThis is retry 1, ordered by hand after the type's 0 automatic retries.\nClean /tmp first.", retry.Description)
 	e.retryReactor("a", nil)
-	e.eventually("the reactor to pass the failure", func() bool {
+	e.eventually("the reactors to pass the failure", func() bool {
 		lags, err := e.db.ReactorLags(e.ctx)
 		require.NoError(t, err)
-		return len(lags) == 1 && lags[0].EventsBehind == 0
+		return len(lags) == 2 && lags[0].EventsBehind == 0 && lags[1].EventsBehind == 0
 	})
 	evs := e.stream(task.ID)
 	require.Len(t, ofType(evs, "task.retried"), 1)

@@ -200,7 +200,7 @@ func (e *env) goRun(fn func(context.Context) error) {
 // retryReactor runs the retry reactor with advisor (nil: template only).
 func (e *env) retryReactor(instance string, advisor reactors.Advisor) {
 	e.t.Helper()
-	r, err := reactors.NewRetry(reactors.RetryConfig{DB: e.db, Advisor: advisor, Logger: e.log})
+	r, err := reactors.NewRetry(reactors.RetryConfig{DB: e.db, Advisor: advisor, InstanceID: instance, Logger: e.log})
 	require.NoError(e.t, err)
-	e.runner(instance, r.Reactor())
+	e.runner(instance, r.Reactors()...)
 }

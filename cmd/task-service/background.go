@@ -104,11 +104,12 @@ func (b *background) addWorkers(cfg config, db *store.DB, reg prometheus.Registe
 			advisor = claude
 			log.Info().Str("model", bg.anthropicModel).Msg("retry advice from Claude is on")
 		}
-		retry, err := reactors.NewRetry(reactors.RetryConfig{DB: db, Advisor: advisor, Registerer: reg, Logger: log})
+		retry, err := reactors.NewRetry(reactors.RetryConfig{DB: db, Advisor: advisor, InstanceID: b.instanceID,
+			Registerer: reg, Logger: log})
 		if err != nil {
 			return err
 		}
-		rs := []reactors.Reactor{retry.Reactor()}
+		rs := retry.Reactors()
 
 		// Telegram: the reactor records notifications in the runner's
 		// transactions; the sender delivers them (and stops with the reactors).
