@@ -156,6 +156,8 @@ type taskFacts struct {
 	RetryCount int
 	MaxRetries int
 	Result     json.RawMessage
+	// RetryOutcome is the retry decision when it is already taken ("" not yet).
+	RetryOutcome string
 }
 
 func recordNotifications(ctx context.Context, tx pgx.Tx, cfg TelegramConfig, evs []events.Envelope) error {
@@ -210,13 +212,13 @@ func loadFacts(ctx context.Context, tx pgx.Tx, taskIDs, workerIDs []string) (map
 	b := &pgx.Batch{}
 	// An archived type gets no retries (the retry reactor skips them).
 	b.Queue(`SELECT t.id::text, t.title, t.retry_count,
-		    CASE WHEN coalesce(tt.archived, true) THEN 0 ELSE tt.max_retries END, t.result
+		    CASE WHEN coalesce(tt.archived, true) THEN 0 ELSE tt.max_retries END, t.result, coalesce(t.retry_outcome, '')
 		FROM worker_tasks t LEFT JOIN task_types tt ON tt.id = t.task_type_id
 		WHERE t.id = ANY ($1::uuid[])`, taskIDs).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var id string
 			var f taskFacts
-			if err := rows.Scan(&id, &f.Title, &f.RetryCount, &f.MaxRetries, &f.Result); err != nil {
+			if err := rows.Scan(&id, &f.Title, &f.RetryCount, &f.MaxRetries, &f.Result, &f.RetryOutcome); err != nil {
 				return err
 			}
 			tasks[id] = f
@@ -285,12 +287,8 @@ func notificationFor(e events.Envelope, tasks map[string]taskFacts, names map[st
 			}
 			r.Text = fmt.Sprintf("🧊 %s stuck — %s offline. %s", title, name(p.WorkerID), next)
 		} else {
-			answer := "no"
-			if retry {
-				answer = "yes"
-			}
 			r.Text = fmt.Sprintf("❌ %s failed. Reason: %s. Retry: %s", title,
-				esc(strings.TrimRight(p.Reason, ". "), budgetReason), answer)
+				esc(strings.TrimRight(p.Reason, ". "), budgetReason), retryAnswer(p.Kind, t, retry))
 		}
 	case events.TaskRetried:
 		manual := ""
@@ -302,7 +300,7 @@ func notificationFor(e events.Envelope, tasks map[string]taskFacts, names map[st
 			r.Text += " Hint: " + esc(p.Hint, budgetHint)
 		}
 	case events.TaskRetriesExhausted:
-		r.Text = fmt.Sprintf("🚨 %s failed after %d attempts. Needs human attention.", chain, p.Attempts)
+		r.Text = fmt.Sprintf("🚨 %s failed after %s. Needs human attention.", chain, plural(p.Attempts, "attempt", "attempts"))
 		r.Urgent = true
 	case events.TaskRetrySkipped:
 		r.Text = fmt.Sprintf("⚠️ %s will not be retried: %s", title, esc(p.Reason, budgetReason))
@@ -313,6 +311,27 @@ func notificationFor(e events.Envelope, tasks map[string]taskFacts, names map[st
 		return r, false
 	}
 	return r, true
+}
+
+// retryAnswer says whether a failure is retried: the decision when the
+// retry reactor has taken it; before, "pending" for an error with retries
+// left, since the advisor may still skip it.
+func retryAnswer(kind string, t taskFacts, retriesLeft bool) string {
+	switch t.RetryOutcome {
+	case events.RetryOutcomeRetried:
+		return "yes"
+	case events.RetryOutcomeSkipped:
+		return "no (skipped)"
+	case events.RetryOutcomeExhausted:
+		return "no"
+	}
+	switch {
+	case !retriesLeft:
+		return "no"
+	case kind == events.FailureError:
+		return "pending"
+	}
+	return "yes"
 }
 
 // execer is what both a pool and a pgx.Tx offer for writes.

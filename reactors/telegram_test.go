@@ -346,6 +346,17 @@ func TestTelegramReactorTexts(t *testing.T) {
 		return tk.RetrySkipped("No data found for XYZZ — is this a valid ticker?")
 	})
 
+	oneShot := f.task(t, "One-shot export", 0)
+	f.fail(t, oneShot, events.FailureError, "disk full")
+	f.do(t, oneShot, func(tk *events.Task) ([]events.Payload, error) { return tk.RetriesExhausted(0) })
+
+	// Not decided yet when the line is written: an error may still be
+	// skipped by the advisor; a timeout is retried.
+	undecided := f.task(t, "Reddit Crawl for META", 0)
+	f.fail(t, undecided, events.FailureError, "HTTP 500")
+	timedOut := f.task(t, "Reddit Crawl for MSFT", 0)
+	f.fail(t, timedOut, events.FailureTimeout, "ran past 30 min")
+
 	_, err := e.db.Heartbeat(ctx, f.workerID, store.HeartbeatParams{Status: "busy"}, f.meta)
 	require.NoError(t, err)
 	f.claim(t, f.task(t, "still running", 0))
@@ -355,7 +366,7 @@ func TestTelegramReactorTexts(t *testing.T) {
 
 	r := NewTelegramReactor(e.cfg)
 	require.Equal(t, "telegram", r.Name)
-	streams := []string{done, failed, stuck, last, skipped, f.workerID}
+	streams := []string{done, failed, stuck, last, skipped, oneShot, undecided, timedOut, f.workerID}
 	handleAll(t, e.db, r, streams...)
 	want := []outboxLine{
 		{kindCompleted, "✅ " + nastyTitle + " completed by Genesis <bot> & co. 847 posts <collected> & stored", false},
@@ -364,8 +375,12 @@ func TestTelegramReactorTexts(t *testing.T) {
 		{kindFailed, "🧊 Reddit Crawl for TSLA stuck — Genesis <bot> & co offline. Returning to queue.", false},
 		{kindFailed, "❌ Reddit Crawl for AMD (retry 3) failed. Reason: still broken. Retry: no", false},
 		{kindExhausted, "🚨 Reddit Crawl for AMD failed after 4 attempts. Needs human attention.", true},
-		{kindFailed, "❌ Reddit Crawl for XYZZ failed. Reason: no posts found. Retry: yes", false},
+		{kindFailed, "❌ Reddit Crawl for XYZZ failed. Reason: no posts found. Retry: no (skipped)", false},
 		{kindRetrySkipped, "⚠️ Reddit Crawl for XYZZ will not be retried: No data found for XYZZ — is this a valid ticker?", true},
+		{kindFailed, "❌ One-shot export failed. Reason: disk full. Retry: no", false},
+		{kindExhausted, "🚨 One-shot export failed after 1 attempt. Needs human attention.", true},
+		{kindFailed, "❌ Reddit Crawl for META failed. Reason: HTTP 500. Retry: pending", false},
+		{kindFailed, "❌ Reddit Crawl for MSFT failed. Reason: ran past 30 min. Retry: yes", false},
 		{kindWentOffline, "📴 Genesis <bot> & co went offline with 1 task in progress", false},
 	}
 	require.Equal(t, want, outboxLines(t, e.pool))
@@ -667,6 +682,21 @@ func TestTelegramWaitingTasks(t *testing.T) {
 	n, err = s2.checkWaiting(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 2, n, "the released task and the fresh one (now 31 min old)")
+}
+
+// The waiting line says how long in units that fit: never "0 min".
+func TestWaitingLineTexts(t *testing.T) {
+	now := time.Date(2026, 11, 24, 3, 0, 0, 0, time.UTC)
+	for d, want := range map[time.Duration]string{
+		45 * time.Second: "⏳ <b>Crawl</b> waiting 45 s for a worker (no worker online).",
+		40 * time.Minute: "⏳ <b>Crawl</b> waiting 40 min for a worker (no worker online).",
+		2 * time.Hour:    "⏳ <b>Crawl</b> waiting 2 h for a worker (no worker online).",
+		2*time.Hour + 5*time.Minute + 9*time.Second: "⏳ <b>Crawl</b> waiting 2 h 5 min for a worker (no worker online).",
+	} {
+		require.Equal(t, want, waitingLine(waitingTask{Title: "Crawl", Since: now.Add(-d)}, now))
+	}
+	require.Equal(t, "⏳ <b>Crawl</b> waiting 1 min for a worker (2 workers online, none claimed it).",
+		waitingLine(waitingTask{Title: "Crawl", Since: now.Add(-time.Minute), Online: 2}, now))
 }
 
 // TestTelegramEndToEnd runs the real runner with the telegram reactor and a

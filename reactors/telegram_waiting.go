@@ -75,6 +75,20 @@ func waitingLine(w waitingTask, now time.Time) string {
 	if w.Online > 0 {
 		who = plural(w.Online, "worker", "workers") + " online, none claimed it"
 	}
-	return fmt.Sprintf("⏳ %s waiting %d min for a worker (%s).", bold(esc(w.Title, budgetTitle)),
-		int(now.Sub(w.Since).Minutes()), who)
+	return fmt.Sprintf("⏳ %s waiting %s for a worker (%s).", bold(esc(w.Title, budgetTitle)),
+		waited(now.Sub(w.Since)), who)
+}
+
+// waited says how long, to the second under a minute, to the minute under
+// an hour, then in hours and minutes.
+func waited(d time.Duration) string {
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%d s", max(int(d.Seconds()), 0))
+	case d < time.Hour:
+		return fmt.Sprintf("%d min", int(d.Minutes()))
+	case d%time.Hour < time.Minute:
+		return fmt.Sprintf("%d h", int(d.Hours()))
+	}
+	return fmt.Sprintf("%d h %d min", int(d.Hours()), int((d % time.Hour).Minutes()))
 }

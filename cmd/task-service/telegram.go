@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -39,6 +40,25 @@ func (c *telegramConfig) register(fs *flag.FlagSet) {
 		"report a queued task nobody claimed for this long (env TELEGRAM_WAITING_AFTER)")
 }
 
+// startupMessage says at start-up whether notifications are on, and when
+// they are off, what would turn them on: only the settings that are missing.
+func (c telegramConfig) startupMessage() string {
+	if c.enabled {
+		return "telegram notifications are on"
+	}
+	var missing []string
+	if c.token == "" {
+		missing = append(missing, "TELEGRAM_BOT_TOKEN")
+	}
+	if c.chatID == "" {
+		missing = append(missing, "TELEGRAM_CHAT_ID")
+	}
+	if len(missing) == 0 {
+		return "telegram notifications are off (TELEGRAM_ENABLED=false); the bot token and chat are set, so TELEGRAM_ENABLED=true turns them on"
+	}
+	return "telegram notifications are off (set " + strings.Join(missing, " and ") + " to turn them on)"
+}
+
 // build returns the telegram reactor (for the runner) and its sender's Run.
 // With the kill switch off the reactor still runs and moves its checkpoint,
 // so turning notifications on later does not announce the past.
@@ -51,9 +71,9 @@ func (c telegramConfig) build(pool *pgxpool.Pool, hub *store.Hub, log zerolog.Lo
 	}
 	cfg.OnEnqueue = sender.Poke
 	if c.enabled {
-		log.Info().Str("chat_id", c.chatID).Str("api", c.apiBase).Msg("telegram notifications are on")
+		log.Info().Str("chat_id", c.chatID).Str("api", c.apiBase).Msg(c.startupMessage())
 	} else {
-		log.Info().Msg("telegram notifications are off (set TELEGRAM_BOT_TOKEN and TELEGRAM_CHAT_ID to turn them on)")
+		log.Info().Msg(c.startupMessage())
 	}
 	return reactors.NewTelegramReactor(cfg), sender.Run, nil
 }
