@@ -12,11 +12,11 @@ import (
 )
 
 type createWorkerRequest struct {
-	Email              string `json:"email"`
-	Password           string `json:"password"`
-	FullName           string `json:"full_name"`
-	MaxConcurrentTasks int    `json:"max_concurrent_tasks,omitempty"`
-	IsAdmin            bool   `json:"is_admin,omitempty"`
+	Email              string `json:"email" openapi:"required,format=email,maxLength=254"`
+	Password           string `json:"password" openapi:"required,minLength=8,maxLength=72"`
+	FullName           string `json:"full_name" openapi:"required,maxLength=200"`
+	MaxConcurrentTasks int    `json:"max_concurrent_tasks,omitempty" openapi:"min=1,max=100" doc:"tasks it may hold at once (default 1)"`
+	IsAdmin            bool   `json:"is_admin,omitempty" doc:"also an admin"`
 }
 
 func (s *Server) createWorker(c echo.Context) error {
@@ -56,14 +56,14 @@ func (s *Server) stats(c echo.Context) error {
 }
 
 type taskTypeRequest struct {
-	Name                string          `json:"name"`
-	Label               string          `json:"label,omitempty"`
-	Description         string          `json:"description,omitempty"`
-	SOP                 string          `json:"sop,omitempty"`
-	ParamSchema         json.RawMessage `json:"param_schema,omitempty"`
-	MaxRetries          *int            `json:"max_retries,omitempty"`
-	TimeoutSeconds      int             `json:"timeout_seconds,omitempty"`
-	RetryBackoffSeconds int             `json:"retry_backoff_seconds,omitempty"`
+	Name                string          `json:"name" openapi:"required,maxLength=63" doc:"lower_snake_case, starting with a letter; cannot change"`
+	Label               string          `json:"label,omitempty" openapi:"maxLength=200" doc:"display name (default: the name)"`
+	Description         string          `json:"description,omitempty" openapi:"maxLength=10000"`
+	SOP                 string          `json:"sop,omitempty" openapi:"maxLength=200000" doc:"the standard operating procedure a worker follows"`
+	ParamSchema         json.RawMessage `json:"param_schema,omitempty" doc:"a JSON Schema (draft 2020-12) object that every task's params must satisfy (default: any object)"`
+	MaxRetries          *int            `json:"max_retries,omitempty" openapi:"min=0,max=20" doc:"automatic retries after a failure (default 3)"`
+	TimeoutSeconds      int             `json:"timeout_seconds,omitempty" openapi:"min=0,max=604800" doc:"a task in progress longer than this fails with kind timeout (0: no limit)"`
+	RetryBackoffSeconds int             `json:"retry_backoff_seconds,omitempty" openapi:"min=0,max=3600" doc:"a retry becomes claimable this long after the failure"`
 }
 
 // spec validates the request into a spec whose schema compiles.
@@ -147,13 +147,13 @@ func (s *Server) archiveTaskType(c echo.Context) error {
 }
 
 type createTaskRequest struct {
-	Title       string          `json:"title"`
-	Description string          `json:"description,omitempty"`
-	TaskTypeID  string          `json:"task_type_id"`
-	Params      json.RawMessage `json:"params,omitempty"`
-	Priority    events.Priority `json:"priority,omitempty"`
-	AssignedTo  *string         `json:"assigned_to,omitempty"`
-	Reason      string          `json:"reason,omitempty"`
+	Title       string          `json:"title" openapi:"required,maxLength=500"`
+	Description string          `json:"description,omitempty" openapi:"maxLength=100000"`
+	TaskTypeID  string          `json:"task_type_id" openapi:"required,format=uuid"`
+	Params      json.RawMessage `json:"params,omitempty" doc:"a JSON object that satisfies the type's param_schema"`
+	Priority    events.Priority `json:"priority,omitempty" doc:"default medium"`
+	AssignedTo  *string         `json:"assigned_to,omitempty" openapi:"format=uuid" doc:"a worker to assign the task to at once"`
+	Reason      string          `json:"reason,omitempty" openapi:"maxLength=10000" doc:"why it is assigned"`
 }
 
 func (s *Server) createTask(c echo.Context) error {
@@ -225,9 +225,9 @@ func (s *Server) getTask(c echo.Context) error {
 }
 
 type editTaskRequest struct {
-	Title       *string          `json:"title,omitempty"`
-	Description *string          `json:"description,omitempty"`
-	Params      json.RawMessage  `json:"params,omitempty"`
+	Title       *string          `json:"title,omitempty" openapi:"maxLength=500"`
+	Description *string          `json:"description,omitempty" openapi:"maxLength=100000"`
+	Params      json.RawMessage  `json:"params,omitempty" doc:"a JSON object that satisfies the type's param_schema"`
 	Priority    *events.Priority `json:"priority,omitempty"`
 }
 
@@ -264,8 +264,8 @@ func (s *Server) cancelTask(c echo.Context) error {
 }
 
 type assignRequest struct {
-	AssignedTo string `json:"assigned_to"`
-	Reason     string `json:"reason"`
+	AssignedTo string `json:"assigned_to" openapi:"required,format=uuid"`
+	Reason     string `json:"reason" openapi:"maxLength=10000"`
 }
 
 func (s *Server) assignTask(c echo.Context) error {

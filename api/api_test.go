@@ -20,6 +20,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/clawdbot/task-service/api"
+	"github.com/clawdbot/task-service/api/apitest"
 	"github.com/clawdbot/task-service/api/client"
 	"github.com/clawdbot/task-service/events"
 	"github.com/clawdbot/task-service/projections"
@@ -42,17 +43,18 @@ func (c *clock) Advance(d time.Duration) { c.offset.Add(int64(d)) }
 // bundle is what a test gets from setup: a server on a fresh database and
 // the clients and helpers to drive it.
 type bundle struct {
-	t       *testing.T
-	ctx     context.Context
-	srv     *api.Server
-	db      *store.DB
-	pool    *pgxpool.Pool
-	url     string
-	secret  []byte
-	clock   *clock
-	admin   *client.Client // an admin without the worker role
-	adminID string
-	http    *http.Client
+	t        *testing.T
+	ctx      context.Context
+	srv      *api.Server
+	contract *apitest.Contract
+	db       *store.DB
+	pool     *pgxpool.Pool
+	url      string
+	secret   []byte
+	clock    *clock
+	admin    *client.Client // an admin without the worker role
+	adminID  string
+	http     *http.Client
 }
 
 // worker is a logged-in worker.
@@ -94,7 +96,8 @@ func setupWith(t *testing.T, hub *store.Hub) *bundle {
 		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
 	})
 	require.NoError(t, err)
-	ts := httptest.NewServer(srv.Handler())
+	contract, handler := checked(t, srv)
+	ts := httptest.NewServer(handler)
 	t.Cleanup(ts.Close)
 
 	// One transport for every client of the test, with room for many idle
@@ -111,7 +114,7 @@ func setupWith(t *testing.T, hub *store.Hub) *bundle {
 	admin := client.New(ts.URL, hc)
 	_, err = admin.Login(ctx, adminEmail, adminPassword)
 	require.NoError(t, err)
-	return &bundle{t: t, ctx: ctx, srv: srv, db: db, pool: pool, url: ts.URL, secret: secret, clock: clk,
+	return &bundle{t: t, ctx: ctx, srv: srv, contract: contract, db: db, pool: pool, url: ts.URL, secret: secret, clock: clk,
 		admin: admin, adminID: u.ID, http: hc}
 }
 

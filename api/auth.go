@@ -139,8 +139,8 @@ func actor(c echo.Context, kind events.ActorKind) events.Meta {
 }
 
 type loginRequest struct {
-	Email    string `json:"email"`
-	Password string `json:"password"`
+	Email    string `json:"email" openapi:"required"`
+	Password string `json:"password" openapi:"required"`
 }
 
 // LoginResponse is data of POST /auth/login.

@@ -21,10 +21,10 @@ import (
 type claimManyRequest struct {
 	// Max is how many tasks to claim at most (1 to 100); the worker's free
 	// slots bound it too.
-	Max *int `json:"max"`
+	Max *int `json:"max" openapi:"required,min=1,max=100"`
 	// Wait is how many seconds (0 to 60) to hold the request until at least
 	// one task is claimable.
-	Wait *int `json:"wait,omitempty"`
+	Wait *int `json:"wait,omitempty" openapi:"min=0,max=60"`
 }
 
 func (s *Server) claimMany(c echo.Context) error {
@@ -58,11 +58,11 @@ func (s *Server) claimMany(c echo.Context) error {
 
 // finishItem is one element of POST /worker/tasks/completions.
 type finishItem struct {
-	ID     *string         `json:"id"`
-	Status *string         `json:"status"`
-	Result json.RawMessage `json:"result,omitempty"`
-	Reason string          `json:"reason,omitempty"`
-	Kind   string          `json:"kind,omitempty"`
+	ID     *string         `json:"id" openapi:"required,format=uuid"`
+	Status *string         `json:"status" openapi:"required,enum=completed|failed"`
+	Result json.RawMessage `json:"result,omitempty" openapi:"any" doc:"a result to post before completing"`
+	Reason string          `json:"reason,omitempty" openapi:"maxLength=10000"`
+	Kind   string          `json:"kind,omitempty" openapi:"enum=error|timeout"`
 }
 
 // FinishResult is one item's answer, in request order: the envelope of the

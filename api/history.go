@@ -129,9 +129,6 @@ func (s *Server) attachPreviousAttempts(c echo.Context, t *store.TaskWithType) {
 	t.PreviousAttempts = as
 }
 
-// eventQuery are the filters of the events API and the stream.
-var eventQuery = []string{"after", "limit", "type", "stream_id", "worker_id"}
-
 // Event page sizes.
 const (
 	defaultEventLimit = 100

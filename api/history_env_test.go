@@ -84,7 +84,8 @@ func newHistEnvSockets(t *testing.T, tail api.TailConfig, sendBuffer int) *histE
 		Now: func() time.Time { return time.Now().Add(time.Duration(e.offset.Load())) },
 	})
 	require.NoError(t, err)
-	ts := httptest.NewUnstartedServer(e.srv.Handler())
+	_, handler := checked(t, e.srv)
+	ts := httptest.NewUnstartedServer(handler)
 	if sendBuffer > 0 {
 		ts.Listener = smallSockets{Listener: ts.Listener, size: sendBuffer}
 	}

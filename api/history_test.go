@@ -433,7 +433,7 @@ func TestPreviousAttemptsAreBounded(t *testing.T) {
 	require.Len(t, *nearest.HintForNext, store.AttemptReasonBytes+len("…"))
 	older := as[0]
 	require.True(t, older.DetailsOmitted, "older attempts are compact when the budget is short")
-	require.Nil(t, older.LastUpdates)
+	require.Empty(t, older.LastUpdates)
 	require.True(t, isNull(older.Result))
 	require.Len(t, *older.FailureReason, store.AttemptCompactBytes+len("…"), "but still say why they failed")
 }

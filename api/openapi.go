@@ -1,65 +1,295 @@
 package api
 
 import (
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"reflect"
 	"regexp"
+	"sort"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/clawdbot/task-service/events"
 )
 
 var pathParam = regexp.MustCompile(`:([a-z_]+)`)
 
+// Media types of success bodies that are not the JSON envelope.
+const (
+	mediaEventStream = "text/event-stream"
+	mediaText        = "text/plain"
+	mediaHTML        = "text/html"
+)
+
+// param is one query parameter of a route: its name, what it means and its
+// JSON Schema (type, format, range, enum), as the handler enforces them.
+type param struct {
+	name, doc string
+	schema    map[string]any
+}
+
+func intParam(name string, min, max int, doc string) param {
+	return param{name, doc, map[string]any{"type": "integer", "minimum": min, "maximum": max}}
+}
+
+func boolParam(name, doc string) param {
+	return param{name, doc, map[string]any{"type": "boolean", "default": false}}
+}
+
+func uuidParam(name, doc string) param {
+	return param{name, doc, map[string]any{"type": "string", "format": "uuid"}}
+}
+
+func timeParam(name, doc string) param {
+	return param{name, doc, map[string]any{"type": "string", "format": "date-time"}}
+}
+
+func stringParam(name, doc string) param {
+	return param{name, doc, map[string]any{"type": "string"}}
+}
+
+func enumParam[T ~string](name, doc string, values ...T) param {
+	return param{name, doc, map[string]any{"type": "string", "enum": values}}
+}
+
+// orNull marks a response whose data may be null (a claim that found nothing).
+type orNull struct{ of any }
+
+// oneOf is a response whose data is one of these types (chosen by a query
+// parameter), e.g. a task's detail or, with at=, the bare task.
+type oneOf []any
+
+// automatic statuses every route may answer besides its own errors: the
+// auth middleware's 401 and 403, 413 for bodies, 500 for anything.
+func (r route) statuses() []int {
+	set := map[int]bool{http.StatusInternalServerError: true}
+	for _, s := range r.errors {
+		set[s] = true
+	}
+	if r.role != rolePublic {
+		set[http.StatusUnauthorized], set[http.StatusForbidden] = true, true
+	}
+	if r.request != nil {
+		set[http.StatusRequestEntityTooLarge] = true
+	}
+	out := make([]int, 0, len(set))
+	for s := range set {
+		out = append(out, s)
+	}
+	sort.Ints(out)
+	return out
+}
+
+// errorResponses names the reusable error response of each status.
+var errorResponses = map[int]string{
+	http.StatusBadRequest:            "BadRequest",
+	http.StatusUnauthorized:          "Unauthorized",
+	http.StatusForbidden:             "Forbidden",
+	http.StatusNotFound:              "NotFound",
+	http.StatusConflict:              "Conflict",
+	http.StatusRequestEntityTooLarge: "TooLarge",
+	http.StatusTooManyRequests:       "TooManyRequests",
+	http.StatusInternalServerError:   "Internal",
+	http.StatusServiceUnavailable:    "Unavailable",
+}
+
+// errorCodes are the values of error.code, one per kind of failure.
+var errorCodes = []string{
+	"bad_request", "validation_failed", "duplicate", "not_found", "invalid_transition", "conflict",
+	"forbidden", "unauthenticated", "too_large", "method_not_allowed", "rate_limited",
+	"unavailable", "internal",
+}
+
+// enums lists the values of the named string types responses carry.
+var enums = map[reflect.Type][]string{
+	reflect.TypeFor[events.Status]():    {"pending", "in_progress", "completed", "failed", "cancelled"},
+	reflect.TypeFor[events.Priority]():  {"urgent", "high", "medium", "low"},
+	reflect.TypeFor[events.ActorKind](): {"admin", "worker", "system"},
+}
+
+// apiVersion is the document's info.version: the contract's, not the build's.
+const apiVersion = "1.0.0"
+
 // OpenAPI builds the document from the route table, so it cannot drift from
-// what is registered (a test checks that against the router).
+// what is registered (a test checks that against the router; the API tests
+// validate every response against it).
 func (s *Server) OpenAPI() map[string]any {
+	g := &docGen{schemas: map[string]any{}, names: map[string]reflect.Type{}, errorsUsed: map[int]bool{}}
 	paths := map[string]map[string]any{}
+	tags := map[string]bool{}
 	for _, r := range s.routes {
 		p := pathParam.ReplaceAllString(r.path, "{$1}")
 		if paths[p] == nil {
 			paths[p] = map[string]any{}
 		}
+		tag := r.tagName()
+		tags[tag] = true
 		op := map[string]any{
 			"operationId": r.id,
 			"summary":     r.summary,
-			"responses":   map[string]any{"200": map[string]any{"description": "success envelope"}, "default": map[string]any{"description": "error envelope", "content": jsonContent(ref("Error"))}},
+			"tags":        []string{tag},
+			"responses":   g.responses(r),
+		}
+		if r.role == rolePublic {
+			op["security"] = []any{}
+		} else {
+			op["description"] = "Requires the " + r.role + " role."
 		}
 		var params []any
 		for _, m := range pathParam.FindAllStringSubmatch(r.path, -1) {
-			params = append(params, map[string]any{"name": m[1], "in": "path", "required": true, "schema": map[string]any{"type": "string", "format": "uuid"}})
+			params = append(params, map[string]any{"name": m[1], "in": "path", "required": true,
+				"description": "the " + strings.TrimSuffix(tag, "s") + "'s id",
+				"schema":      map[string]any{"type": "string", "format": "uuid"}})
 		}
 		for _, q := range r.query {
-			params = append(params, map[string]any{"name": q, "in": "query", "schema": map[string]any{"type": "string"}})
+			pm := map[string]any{"name": q.name, "in": "query", "description": q.doc, "schema": q.schema}
+			if q.schema["type"] == "array" {
+				pm["style"], pm["explode"] = "form", true
+			}
+			params = append(params, pm)
+		}
+		if r.media == mediaEventStream {
+			params = append(params, map[string]any{"name": "Last-Event-ID", "in": "header",
+				"description": "the id of the last event received: a reconnecting client resumes after it",
+				"schema":      map[string]any{"type": "string"}})
 		}
 		if params != nil {
 			op["parameters"] = params
 		}
 		if r.request != nil {
-			op["requestBody"] = map[string]any{"required": true, "content": jsonContent(schemaOf(reflect.TypeOf(r.request)))}
-		}
-		if r.role != rolePublic {
-			op["security"] = []any{map[string]any{"bearer": []string{}}}
-			op["tags"] = []string{r.role}
+			op["requestBody"] = map[string]any{"required": !r.emptyBody,
+				"content": jsonContent(g.schema(reflect.TypeOf(r.request), true))}
 		}
 		paths[p][strings.ToLower(r.method)] = op
 	}
-	for _, p := range []string{"/healthz", "/readyz", "/metrics", "/api/v1/openapi.json"} {
-		paths[p] = map[string]any{"get": map[string]any{"summary": "operations", "responses": map[string]any{"200": map[string]any{"description": "ok"}}}}
+	var tagList []any
+	for _, t := range sortedSet(tags) {
+		tagList = append(tagList, map[string]any{"name": t, "description": tagDocs[t]})
+	}
+	codes := map[string]any{"type": "string", "enum": errorCodes}
+	g.schemas["ErrorCode"] = codes
+	g.schemas["Error"] = map[string]any{
+		"type": "object", "description": "The envelope of every error answer.",
+		"required": []string{"success", "error"}, "additionalProperties": false,
+		"properties": map[string]any{
+			"success": map[string]any{"type": "boolean", "enum": []bool{false}},
+			"data": map[string]any{"type": "object", "nullable": true, "additionalProperties": map[string]any{"type": "string"},
+				"description": "null, except from /readyz: each dependency's state"},
+			"error": map[string]any{"type": "object", "required": []string{"code", "message"}, "additionalProperties": false,
+				"properties": map[string]any{
+					"code":    ref("ErrorCode"),
+					"message": map[string]any{"type": "string"},
+					"field":   map[string]any{"type": "string", "description": "the field, JSON path or parameter at fault"},
+				}},
+		},
+	}
+	responses := map[string]any{}
+	for status, name := range errorResponses {
+		if !g.errorsUsed[status] {
+			continue
+		}
+		responses[name] = map[string]any{"description": http.StatusText(status),
+			"headers": requestIDHeader(), "content": jsonContent(ref("Error"))}
 	}
 	return map[string]any{
 		"openapi": "3.0.3",
-		"info":    map[string]any{"title": "task-service", "version": "1"},
-		"paths":   paths,
+		"info": map[string]any{
+			"title":       "task-service",
+			"version":     apiVersion,
+			"description": "An event-sourced task queue for fleets of AI-agent workers. Every answer is an envelope: `{\"success\": true, \"data\": ...}` or `{\"success\": false, \"error\": {\"code\", \"message\", \"field\"}}`. Log in with POST /api/v1/auth/login and send the token as `Authorization: Bearer <token>`.",
+			"license":     map[string]any{"name": "MIT", "url": "https://opensource.org/licenses/MIT"},
+		},
+		"servers":  []any{map[string]any{"url": "/", "description": "this server"}},
+		"security": []any{map[string]any{"bearer": []string{}}},
+		"tags":     tagList,
+		"paths":    paths,
 		"components": map[string]any{
 			"securitySchemes": map[string]any{"bearer": map[string]any{"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}},
-			"schemas": map[string]any{"Error": map[string]any{"type": "object", "properties": map[string]any{
-				"success": map[string]any{"type": "boolean"},
-				"error": map[string]any{"type": "object", "properties": map[string]any{
-					"code": map[string]any{"type": "string"}, "message": map[string]any{"type": "string"}, "field": map[string]any{"type": "string"}}},
-			}}},
+			"schemas":         g.schemas,
+			"responses":       responses,
+			"headers": map[string]any{"X-Request-Id": map[string]any{
+				"description": "the request's id; quote it when reporting a failure",
+				"schema":      map[string]any{"type": "string"}}},
 		},
 	}
+}
+
+var tagDocs = map[string]string{
+	"auth":       "Logging in",
+	"worker":     "A worker's claim loop: heartbeat, claim, report, finish",
+	"workers":    "Worker accounts and the fleet's activity",
+	"fleet":      "Capacity and statistics",
+	"task-types": "Task types: what a task must carry and how it is retried",
+	"tasks":      "Tasks as admins see and steer them",
+	"events":     "The event log: pages and a live tail",
+	"operations": "Health, readiness, metrics and this document",
+}
+
+// tagName is the route's tag, or the first fixed path segment after the
+// API prefix ("tasks" for /api/v1/admin/workers/tasks/:id).
+func (r route) tagName() string {
+	if r.tag != "" {
+		return r.tag
+	}
+	rest := strings.TrimPrefix(r.path, "/api/v1/")
+	rest = strings.TrimPrefix(rest, "admin/")
+	segs := strings.Split(rest, "/")
+	if segs[0] == "workers" && len(segs) > 1 && !strings.HasPrefix(segs[1], ":") {
+		return segs[1]
+	}
+	return segs[0]
+}
+
+func requestIDHeader() map[string]any {
+	return map[string]any{"X-Request-Id": map[string]any{"$ref": "#/components/headers/X-Request-Id"}}
+}
+
+func (g *docGen) responses(r route) map[string]any {
+	out := map[string]any{}
+	ok := map[string]any{"description": http.StatusText(r.status), "headers": requestIDHeader()}
+	switch r.media {
+	case "":
+		data := r.response
+		nullable := false
+		if n, isNull := data.(orNull); isNull {
+			data, nullable = n.of, true
+		}
+		var ds map[string]any
+		if alts, isOneOf := data.(oneOf); isOneOf {
+			var list []any
+			for _, alt := range alts {
+				list = append(list, g.schema(reflect.TypeOf(alt), false))
+			}
+			ds = map[string]any{"oneOf": list}
+		} else {
+			ds = g.schema(reflect.TypeOf(data), false)
+		}
+		if nullable {
+			ds = nullableRef(ds)
+		}
+		ok["content"] = jsonContent(map[string]any{
+			"type": "object", "required": []string{"success", "data"}, "additionalProperties": false,
+			"properties": map[string]any{"success": map[string]any{"type": "boolean", "enum": []bool{true}}, "data": ds},
+		})
+	case "application/json": // a JSON body that is not the envelope (this document)
+		ok["content"] = jsonContent(map[string]any{"type": "object"})
+	default:
+		ok["content"] = map[string]any{r.media: map[string]any{"schema": map[string]any{"type": "string"}}}
+	}
+	out[strconv.Itoa(r.status)] = ok
+	for _, st := range r.statuses() {
+		if errorResponses[st] == "" {
+			panic(fmt.Sprintf("api: route %s lists error %d, which has no response in errorResponses", r.id, st))
+		}
+		g.errorsUsed[st] = true
+		out[strconv.Itoa(st)] = map[string]any{"$ref": "#/components/responses/" + errorResponses[st]}
+	}
+	return out
 }
 
 func (s *Server) openapi(c echo.Context) error { return c.JSON(http.StatusOK, s.OpenAPI()) }
@@ -70,41 +300,208 @@ func jsonContent(schema any) map[string]any {
 	return map[string]any{"application/json": map[string]any{"schema": schema}}
 }
 
-// schemaOf describes a request struct from its json tags.
-func schemaOf(t reflect.Type) map[string]any {
+// docGen turns Go types into schemas; named structs become components.
+type docGen struct {
+	schemas    map[string]any
+	names      map[string]reflect.Type
+	errorsUsed map[int]bool
+}
+
+var (
+	timeType = reflect.TypeFor[time.Time]()
+	rawType  = reflect.TypeFor[json.RawMessage]()
+)
+
+// schema describes t as encoding/json writes it. A request (in) is
+// described by its openapi tags: required fields are tagged, since a
+// missing field often has a default; a response lists every field that is
+// always written (no omitempty) as required, and pointers as nullable.
+func (g *docGen) schema(t reflect.Type, in bool) map[string]any {
+	if t == nil {
+		panic("api: a route without a response type; set response (see routes.go)")
+	}
+	if vals, found := enums[t]; found {
+		return map[string]any{"type": "string", "enum": vals}
+	}
+	switch {
+	case t == timeType:
+		return map[string]any{"type": "string", "format": "date-time"}
+	case t == rawType:
+		// encoding/json's raw values: objects here (params, metadata,
+		// event data), unless a field's tag says openapi:"any".
+		return map[string]any{"type": "object", "nullable": true, "additionalProperties": true}
+	}
 	switch t.Kind() {
 	case reflect.Pointer:
-		return schemaOf(t.Elem())
+		s := g.schema(t.Elem(), in)
+		if in {
+			return s
+		}
+		if _, isRef := s["$ref"]; isRef {
+			return nullableRef(s)
+		}
+		out := map[string]any{"nullable": true}
+		for k, v := range s {
+			out[k] = v
+		}
+		return out
 	case reflect.String:
 		return map[string]any{"type": "string"}
-	case reflect.Int, reflect.Int64:
+	case reflect.Int, reflect.Int64, reflect.Int32:
 		return map[string]any{"type": "integer"}
+	case reflect.Float64, reflect.Float32:
+		return map[string]any{"type": "number"}
 	case reflect.Bool:
 		return map[string]any{"type": "boolean"}
 	case reflect.Slice:
-		if t.Elem().Kind() == reflect.Uint8 { // json.RawMessage: any JSON
-			return map[string]any{}
-		}
-		return map[string]any{"type": "array", "items": schemaOf(t.Elem())}
+		return map[string]any{"type": "array", "items": g.schema(t.Elem(), in)}
+	case reflect.Map:
+		return map[string]any{"type": "object", "additionalProperties": g.schema(t.Elem(), in)}
 	case reflect.Struct:
-		props := map[string]any{}
-		var required []string
-		for i := range t.NumField() {
-			f := t.Field(i)
-			name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
-			if name == "" || name == "-" {
-				continue
-			}
-			props[name] = schemaOf(f.Type)
-			if !strings.Contains(opts, "omitempty") {
-				required = append(required, name)
-			}
-		}
-		out := map[string]any{"type": "object", "properties": props, "additionalProperties": false}
-		if required != nil {
-			out["required"] = required
-		}
-		return out
+		return g.structSchema(t, in)
 	}
-	return map[string]any{}
+	panic(fmt.Sprintf("api: no schema for %s", t))
+}
+
+func (g *docGen) structSchema(t reflect.Type, in bool) map[string]any {
+	name := t.Name()
+	if name == "" || in {
+		return g.object(t, in)
+	}
+	name = strings.ToUpper(name[:1]) + name[1:]
+	if prev, seen := g.names[name]; seen {
+		if prev != t {
+			panic(fmt.Sprintf("api: two response types named %s: %s and %s", name, prev, t))
+		}
+		return ref(name)
+	}
+	g.names[name] = t
+	g.schemas[name] = map[string]any{} // placeholder against recursion
+	g.schemas[name] = g.object(t, in)
+	return ref(name)
+}
+
+// object lists t's fields, embedded structs flattened as encoding/json does.
+func (g *docGen) object(t reflect.Type, in bool) map[string]any {
+	props := map[string]any{}
+	var required []string
+	g.fields(t, in, props, &required)
+	out := map[string]any{"type": "object", "properties": props, "additionalProperties": false}
+	if required != nil {
+		sort.Strings(required)
+		out["required"] = required
+	}
+	return out
+}
+
+func (g *docGen) fields(t reflect.Type, in bool, props map[string]any, required *[]string) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag := f.Tag.Get("json")
+		name, opts, _ := strings.Cut(tag, ",")
+		if f.Anonymous && tag == "" {
+			g.fields(f.Type, in, props, required)
+			continue
+		}
+		if name == "-" || !f.IsExported() {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		s := g.schema(f.Type, in)
+		rules := parseRules(f.Tag.Get("openapi"))
+		if len(rules) > 0 || f.Tag.Get("doc") != "" {
+			s = withRules(s, rules, f.Tag.Get("doc"))
+		}
+		props[name] = s
+		if in && rules["required"] != "" || !in && !strings.Contains(opts, "omitempty") {
+			*required = append(*required, name)
+		}
+	}
+}
+
+// parseRules reads an openapi tag: required,enum=a|b,min=1,max=9,maxLength=99,format=uuid.
+func parseRules(tag string) map[string]string {
+	out := map[string]string{}
+	for _, part := range strings.Split(tag, ",") {
+		if part == "" {
+			continue
+		}
+		k, v, found := strings.Cut(part, "=")
+		if !found {
+			v = "true"
+		}
+		out[k] = v
+	}
+	return out
+}
+
+func withRules(s map[string]any, rules map[string]string, doc string) map[string]any {
+	out := map[string]any{}
+	for k, v := range s {
+		out[k] = v
+	}
+	if doc != "" {
+		out["description"] = doc
+	}
+	for k, v := range rules {
+		switch k {
+		case "required":
+		case "any":
+			out = anyJSON()
+			if doc != "" {
+				out["description"] = doc
+			}
+		case "enum":
+			out["enum"] = strings.Split(v, "|")
+		case "format":
+			out["format"] = v
+		case "min", "max", "maxLength", "minLength":
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				panic(fmt.Sprintf("api: openapi tag %s=%s is not a number", k, v))
+			}
+			key := map[string]string{"min": "minimum", "max": "maximum"}[k]
+			if key == "" {
+				key = k
+			}
+			out[key] = n
+		default:
+			panic("api: unknown openapi tag rule " + k)
+		}
+	}
+	return out
+}
+
+// nullableRef is s or null. OpenAPI 3.0 cannot put nullable beside $ref, and
+// lints want a type beside nullable: every referenced schema is an object.
+func nullableRef(s map[string]any) map[string]any {
+	return map[string]any{"type": "object", "nullable": true, "allOf": []any{s}}
+}
+
+// anyJSON is any JSON value, null included, as OpenAPI 3.0 can say it.
+func anyJSON() map[string]any {
+	return map[string]any{"description": "any JSON value", "anyOf": []any{
+		map[string]any{"type": "object", "nullable": true, "additionalProperties": true},
+		map[string]any{"type": "array", "items": map[string]any{}},
+		map[string]any{"type": "string"}, map[string]any{"type": "number"}, map[string]any{"type": "boolean"},
+	}}
+}
+
+func sortedSet(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Document is the OpenAPI document as JSON, without a server: for
+// `task-service openapi`, client generators and the lint.
+func Document() ([]byte, error) {
+	s := &Server{metrics: newMetrics(prometheus.NewRegistry())}
+	s.routes = s.table()
+	return json.MarshalIndent(s.OpenAPI(), "", "  ")
 }

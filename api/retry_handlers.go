@@ -11,7 +11,7 @@ import (
 type retryRequest struct {
 	// Hint, optional, is advice for the next attempt, added to the retry's
 	// description after the failure.
-	Hint string `json:"hint,omitempty"`
+	Hint string `json:"hint,omitempty" openapi:"maxLength=1000"`
 }
 
 const maxRetryHint = 1000

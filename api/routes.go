@@ -1,42 +1,127 @@
 package api
 
-import "net/http"
+import (
+	"net/http"
+
+	"github.com/clawdbot/task-service/events"
+	"github.com/clawdbot/task-service/store"
+)
 
 // table is every API route: registered by newEcho and documented by openapi.
+// A new route names its success status and response type, its errors and its
+// query parameters' types (see route in server.go); TestOpenAPIDocument fails
+// when one is missing, and the API tests validate every answer against them.
 func (s *Server) table() []route {
 	const w, a = "/api/v1/worker", "/api/v1/admin/workers"
+	const (
+		bad, notFound, conflict = http.StatusBadRequest, http.StatusNotFound, http.StatusConflict
+		created                 = http.StatusCreated
+		okay                    = http.StatusOK
+	)
 	return []route{
-		{method: http.MethodPost, path: "/api/v1/auth/login", id: "login", summary: "Log in; returns a JWT and the user", role: rolePublic, handler: s.login, request: loginRequest{}},
-		{method: http.MethodPost, path: w + "/heartbeat", id: "heartbeat", summary: "Report that this worker is alive", role: roleWorker, handler: s.heartbeat, request: heartbeatRequest{}},
-		{method: http.MethodPost, path: w + "/tasks/claim", id: "claimTask", summary: "Claim the next task; with wait=<seconds, up to 60>, wait for one (null when none came)", role: roleWorker, handler: s.claim, query: []string{"wait"}},
-		{method: http.MethodPost, path: w + "/tasks/claims", id: "claimTasks", summary: "Claim up to max tasks (1-100, at most the free slots) in claim order; with wait=<seconds, up to 60>, wait until at least one comes (an empty list when none came)", role: roleWorker, handler: s.claimMany, request: claimManyRequest{}},
-		{method: http.MethodPost, path: w + "/tasks/completions", id: "completeTasks", summary: "Complete or fail up to 100 held tasks; each item is answered in order with its own status and error", role: roleWorker, handler: s.finishMany, request: []finishItem{}},
-		{method: http.MethodGet, path: w + "/tasks", id: "listMyTasks", summary: "List this worker's tasks (active; all=true for every status)", role: roleWorker, handler: s.workerTasks, query: []string{"all"}},
-		{method: http.MethodGet, path: w + "/tasks/:id", id: "getMyTask", summary: "Read one of this worker's tasks with its type", role: roleWorker, handler: s.workerTask},
-		{method: http.MethodPost, path: w + "/tasks/:id/updates", id: "postUpdate", summary: "Post a progress message", role: roleWorker, handler: s.postUpdate, request: updateRequest{}},
-		{method: http.MethodPost, path: w + "/tasks/:id/result", id: "postResult", summary: "Post the structured result", role: roleWorker, handler: s.postResult, request: resultRequest{}},
-		{method: http.MethodPut, path: w + "/tasks/:id/status", id: "setTaskStatus", summary: "Complete or fail the task", role: roleWorker, handler: s.setStatus, request: statusRequest{}},
-		{method: http.MethodPost, path: w + "/tasks/:id/release", id: "releaseTask", summary: "Give the task back to the pool", role: roleWorker, handler: s.release, request: reasonRequest{}},
-		{method: http.MethodPost, path: a, id: "createWorker", summary: "Create a worker user", role: roleAdmin, handler: s.createWorker, request: createWorkerRequest{}},
-		{method: http.MethodGet, path: a, id: "listWorkers", summary: "List workers with their activity", role: roleAdmin, handler: s.listWorkers},
-		{method: http.MethodGet, path: a + "/capacity", id: "getCapacity", summary: "Fleet capacity: slots used and free", role: roleAdmin, handler: s.capacity},
-		{method: http.MethodGet, path: a + "/stats", id: "getStats", summary: "Counts per status, queue depth, workers online", role: roleAdmin, handler: s.stats},
-		{method: http.MethodPost, path: a + "/task-types", id: "createTaskType", summary: "Create a task type", role: roleAdmin, handler: s.createTaskType, request: taskTypeRequest{}},
-		{method: http.MethodGet, path: a + "/task-types", id: "listTaskTypes", summary: "List task types (archived=true to include archived)", role: roleAdmin, handler: s.listTaskTypes, query: []string{"archived"}},
-		{method: http.MethodGet, path: a + "/task-types/:id", id: "getTaskType", summary: "Read a task type", role: roleAdmin, handler: s.getTaskType},
-		{method: http.MethodPut, path: a + "/task-types/:id", id: "updateTaskType", summary: "Replace a task type's definition", role: roleAdmin, handler: s.updateTaskType, request: taskTypeRequest{}},
-		{method: http.MethodPost, path: a + "/task-types/:id/archive", id: "archiveTaskType", summary: "Archive a task type (no new tasks)", role: roleAdmin, handler: s.archiveTaskType},
-		{method: http.MethodPost, path: a + "/tasks", id: "createTask", summary: "Create a task", role: roleAdmin, handler: s.createTask, request: createTaskRequest{}},
-		{method: http.MethodGet, path: a + "/tasks", id: "listTasks", summary: "List tasks, newest first, with the queue depth", role: roleAdmin, handler: s.listTasks, query: []string{"status", "task_type_id", "priority", "assigned_to", "unassigned", "retries", "after", "limit"}},
-		{method: http.MethodGet, path: a + "/tasks/:id", id: "getTask", summary: "Read a task with parent, retries, assignments and updates; with at=<RFC 3339>, the task as it was then", role: roleAdmin, handler: s.getTask, query: []string{"at"}},
-		{method: http.MethodPut, path: a + "/tasks/:id", id: "editTask", summary: "Edit a pending task", role: roleAdmin, handler: s.editTask, request: editTaskRequest{}},
-		{method: http.MethodPost, path: a + "/tasks/:id/cancel", id: "cancelTask", summary: "Cancel a task", role: roleAdmin, handler: s.cancelTask, request: reasonRequest{}},
-		{method: http.MethodPost, path: a + "/tasks/:id/assign", id: "assignTask", summary: "Assign a pending task to a worker, with a reason", role: roleAdmin, handler: s.assignTask, request: assignRequest{}},
-		{method: http.MethodPost, path: a + "/tasks/:id/retry", id: "retryTask", summary: "Retry a failed task now, by hand (also after retries were skipped or exhausted)", role: roleAdmin, handler: s.retryTask, request: retryRequest{}},
-		{method: http.MethodGet, path: a + "/tasks/:id/events", id: "listTaskEvents", summary: "The task's history: its events with actor, causation and a one-line summary", role: roleAdmin, handler: s.taskEvents},
-		{method: http.MethodGet, path: a + "/tasks/:id/chain", id: "getTaskChain", summary: "The task's retry lineage, original to latest", role: roleAdmin, handler: s.taskChain},
-		{method: http.MethodGet, path: "/api/v1/admin/events", id: "listEvents", summary: "Page through the event log in consumer order", role: roleAdmin, handler: s.listEvents, query: eventQuery},
-		{method: http.MethodGet, path: streamPath, id: "streamEvents", summary: "Live tail of the event log (Server-Sent Events; id is the position)", role: roleAdmin, handler: s.streamEvents, query: append([]string{"token"}, eventQuery...)},
-		{method: http.MethodPost, path: streamPath + "-token", id: "createStreamToken", summary: "A short-lived token that opens the event stream (?token=), for browsers", role: roleAdmin, handler: s.streamToken},
+		{method: http.MethodPost, path: "/api/v1/auth/login", id: "login", summary: "Log in; returns a JWT and the user", role: rolePublic, handler: s.login,
+			request: loginRequest{}, status: okay, response: LoginResponse{}, errors: []int{bad, http.StatusUnauthorized}},
+
+		{method: http.MethodPost, path: w + "/heartbeat", id: "heartbeat", summary: "Report that this worker is alive", role: roleWorker, handler: s.heartbeat,
+			request: heartbeatRequest{}, emptyBody: true, status: okay, response: heartbeatView{}, errors: []int{bad}},
+		{method: http.MethodPost, path: w + "/tasks/claim", id: "claimTask", summary: "Claim the next task; with wait=<seconds, up to 60>, wait for one (null when none came)", role: roleWorker, handler: s.claim,
+			query:  []param{intParam("wait", 0, int(MaxClaimWait.Seconds()), "seconds to wait for a task when none is claimable now (long poll)")},
+			status: okay, response: orNull{store.TaskWithType{}}, errors: []int{bad, http.StatusServiceUnavailable}},
+		{method: http.MethodPost, path: w + "/tasks/claims", id: "claimTasks", summary: "Claim up to max tasks (1-100, at most the free slots) in claim order; with wait=<seconds, up to 60>, wait until at least one comes (an empty list when none came)", role: roleWorker, handler: s.claimMany,
+			request: claimManyRequest{}, status: okay, response: []store.TaskWithType{}, errors: []int{bad, http.StatusServiceUnavailable}},
+		{method: http.MethodPost, path: w + "/tasks/completions", id: "completeTasks", summary: "Complete or fail up to 100 held tasks; each item is answered in order with its own status and error", role: roleWorker, handler: s.finishMany,
+			request: []finishItem{}, status: okay, response: []FinishResult{}, errors: []int{bad, notFound, conflict}},
+		{method: http.MethodGet, path: w + "/tasks", id: "listMyTasks", summary: "List this worker's tasks (active; all=true for every status)", role: roleWorker, handler: s.workerTasks,
+			query:  []param{boolParam("all", "include finished tasks")},
+			status: okay, response: []events.Task{}, errors: []int{bad}},
+		{method: http.MethodGet, path: w + "/tasks/:id", id: "getMyTask", summary: "Read one of this worker's tasks with its type", role: roleWorker, handler: s.workerTask,
+			status: okay, response: store.TaskWithType{}, errors: []int{bad, notFound}},
+		{method: http.MethodPost, path: w + "/tasks/:id/updates", id: "postUpdate", summary: "Post a progress message", role: roleWorker, handler: s.postUpdate,
+			request: updateRequest{}, status: okay, response: events.Task{}, errors: []int{bad, notFound, conflict}},
+		{method: http.MethodPost, path: w + "/tasks/:id/result", id: "postResult", summary: "Post the structured result", role: roleWorker, handler: s.postResult,
+			request: resultRequest{}, status: okay, response: events.Task{}, errors: []int{bad, notFound, conflict}},
+		{method: http.MethodPut, path: w + "/tasks/:id/status", id: "setTaskStatus", summary: "Complete or fail the task", role: roleWorker, handler: s.setStatus,
+			request: statusRequest{}, status: okay, response: events.Task{}, errors: []int{bad, notFound, conflict}},
+		{method: http.MethodPost, path: w + "/tasks/:id/release", id: "releaseTask", summary: "Give the task back to the pool", role: roleWorker, handler: s.release,
+			request: reasonRequest{}, emptyBody: true, status: okay, response: events.Task{}, errors: []int{bad, notFound, conflict}},
+
+		{method: http.MethodPost, path: a, id: "createWorker", summary: "Create a worker user", role: roleAdmin, handler: s.createWorker,
+			request: createWorkerRequest{}, status: created, response: events.User{}, errors: []int{bad, conflict}},
+		{method: http.MethodGet, path: a, id: "listWorkers", summary: "List workers with their activity", role: roleAdmin, handler: s.listWorkers,
+			status: okay, response: []store.WorkerView{}, errors: []int{}},
+		{method: http.MethodGet, path: a + "/capacity", id: "getCapacity", summary: "Fleet capacity: slots used and free", role: roleAdmin, handler: s.capacity, tag: "fleet",
+			status: okay, response: store.Capacity{}, errors: []int{}},
+		{method: http.MethodGet, path: a + "/stats", id: "getStats", summary: "Counts per status, queue depth, workers online", role: roleAdmin, handler: s.stats, tag: "fleet",
+			status: okay, response: store.Stats{}, errors: []int{}},
+
+		{method: http.MethodPost, path: a + "/task-types", id: "createTaskType", summary: "Create a task type", role: roleAdmin, handler: s.createTaskType,
+			request: taskTypeRequest{}, status: created, response: events.TaskType{}, errors: []int{bad, conflict}},
+		{method: http.MethodGet, path: a + "/task-types", id: "listTaskTypes", summary: "List task types (archived=true to include archived)", role: roleAdmin, handler: s.listTaskTypes,
+			query:  []param{boolParam("archived", "include archived types")},
+			status: okay, response: []events.TaskType{}, errors: []int{bad}},
+		{method: http.MethodGet, path: a + "/task-types/:id", id: "getTaskType", summary: "Read a task type", role: roleAdmin, handler: s.getTaskType,
+			status: okay, response: events.TaskType{}, errors: []int{bad, notFound}},
+		{method: http.MethodPut, path: a + "/task-types/:id", id: "updateTaskType", summary: "Replace a task type's definition", role: roleAdmin, handler: s.updateTaskType,
+			request: taskTypeRequest{}, status: okay, response: events.TaskType{}, errors: []int{bad, notFound, conflict}},
+		{method: http.MethodPost, path: a + "/task-types/:id/archive", id: "archiveTaskType", summary: "Archive a task type (no new tasks)", role: roleAdmin, handler: s.archiveTaskType,
+			status: okay, response: events.TaskType{}, errors: []int{bad, notFound, conflict}},
+
+		{method: http.MethodPost, path: a + "/tasks", id: "createTask", summary: "Create a task", role: roleAdmin, handler: s.createTask,
+			request: createTaskRequest{}, status: created, response: events.Task{}, errors: []int{bad, notFound, conflict}},
+		{method: http.MethodGet, path: a + "/tasks", id: "listTasks", summary: "List tasks, newest first, with the queue depth", role: roleAdmin, handler: s.listTasks,
+			query: []param{
+				enumParam("status", "only tasks in this status", events.StatusPending, events.StatusInProgress, events.StatusCompleted, events.StatusFailed, events.StatusCancelled),
+				uuidParam("task_type_id", "only tasks of this type"),
+				enumParam("priority", "only tasks of this priority", events.PriorityUrgent, events.PriorityHigh, events.PriorityMedium, events.PriorityLow),
+				uuidParam("assigned_to", "only tasks assigned to this worker"),
+				boolParam("unassigned", "only pending tasks nobody holds: the queue"),
+				boolParam("retries", "only retry tasks"),
+				stringParam("after", "the next_cursor of the previous page"),
+				intParam("limit", 1, 200, "page size (default 50)"),
+			},
+			status: okay, response: store.TaskPage{}, errors: []int{bad}},
+		{method: http.MethodGet, path: a + "/tasks/:id", id: "getTask", summary: "Read a task with parent, retries, assignments and updates; with at=<RFC 3339>, the task as it was then", role: roleAdmin, handler: s.getTask,
+			query:  []param{timeParam("at", "answer with the task as it was at this time (a bare task, without what surrounds it)")},
+			status: okay, response: oneOf{store.TaskDetail{}, events.Task{}}, errors: []int{bad, notFound}},
+		{method: http.MethodPut, path: a + "/tasks/:id", id: "editTask", summary: "Edit a pending task", role: roleAdmin, handler: s.editTask,
+			request: editTaskRequest{}, status: okay, response: events.Task{}, errors: []int{bad, notFound, conflict}},
+		{method: http.MethodPost, path: a + "/tasks/:id/cancel", id: "cancelTask", summary: "Cancel a task", role: roleAdmin, handler: s.cancelTask,
+			request: reasonRequest{}, emptyBody: true, status: okay, response: events.Task{}, errors: []int{bad, notFound, conflict}},
+		{method: http.MethodPost, path: a + "/tasks/:id/assign", id: "assignTask", summary: "Assign a pending task to a worker, with a reason", role: roleAdmin, handler: s.assignTask,
+			request: assignRequest{}, status: okay, response: events.Task{}, errors: []int{bad, notFound, conflict}},
+		{method: http.MethodPost, path: a + "/tasks/:id/retry", id: "retryTask", summary: "Retry a failed task now, by hand (also after retries were skipped or exhausted)", role: roleAdmin, handler: s.retryTask,
+			request: retryRequest{}, emptyBody: true, status: created, response: events.Task{}, errors: []int{bad, notFound, conflict}},
+		{method: http.MethodGet, path: a + "/tasks/:id/events", id: "listTaskEvents", summary: "The task's history: its events with actor, causation and a one-line summary", role: roleAdmin, handler: s.taskEvents,
+			status: okay, response: []EventView{}, errors: []int{bad, notFound}},
+		{method: http.MethodGet, path: a + "/tasks/:id/chain", id: "getTaskChain", summary: "The task's retry lineage, original to latest", role: roleAdmin, handler: s.taskChain,
+			status: okay, response: store.Chain{}, errors: []int{bad, notFound}},
+
+		{method: http.MethodGet, path: "/api/v1/admin/events", id: "listEvents", summary: "Page through the event log in consumer order", role: roleAdmin, handler: s.listEvents,
+			query: append(eventQuery(), intParam("limit", 1, maxEventLimit, "page size (default 100)")), status: okay, response: EventPage{}, errors: []int{bad}},
+		{method: http.MethodGet, path: streamPath, id: "streamEvents", summary: "Live tail of the event log (Server-Sent Events; id is the position)", role: roleAdmin, handler: s.streamEvents,
+			query:  append([]param{stringParam("token", "a stream token (createStreamToken) instead of the Authorization header, for browsers")}, eventQuery()...),
+			status: okay, media: mediaEventStream, errors: []int{bad, http.StatusServiceUnavailable}},
+		{method: http.MethodPost, path: streamPath + "-token", id: "createStreamToken", summary: "A short-lived token that opens the event stream (?token=), for browsers", role: roleAdmin, handler: s.streamToken,
+			status: okay, response: StreamToken{}, errors: []int{}},
+
+		{method: http.MethodGet, path: "/healthz", id: "getHealth", summary: "Liveness: the process answers", role: rolePublic, handler: s.healthz, tag: "operations",
+			status: okay, response: map[string]string{}, errors: []int{}},
+		{method: http.MethodGet, path: "/readyz", id: "getReadiness", summary: "Readiness: the database and the listener are up (each one's state in data)", role: rolePublic, handler: s.readyz, tag: "operations",
+			status: okay, response: map[string]string{}, errors: []int{http.StatusServiceUnavailable}},
+		{method: http.MethodGet, path: "/metrics", id: "getMetrics", summary: "Prometheus metrics", role: rolePublic, handler: s.metrics.handler(), tag: "operations",
+			status: okay, media: mediaText, errors: []int{}},
+		{method: http.MethodGet, path: "/api/v1/openapi.json", id: "getOpenAPI", summary: "This document", role: rolePublic, handler: s.openapi, tag: "operations",
+			status: okay, media: "application/json", errors: []int{}},
+	}
+}
+
+// eventQuery are the filters of the events API and the stream.
+func eventQuery() []param {
+	return []param{
+		stringParam("after", "a position (an event's position or the page's next): start after it"),
+		{name: "type", doc: "only events of these types (repeat the parameter, or separate with commas)",
+			schema: map[string]any{"type": "array", "items": map[string]any{"type": "string", "enum": events.Types()}}},
+		uuidParam("stream_id", "only the events of this stream (a task, task type or user)"),
+		uuidParam("worker_id", "only the events of this worker's tasks and of the worker itself"),
 	}
 }

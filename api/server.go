@@ -55,15 +55,26 @@ type Server struct {
 	tail      *broadcaster
 }
 
-// route is one endpoint: the table registers handlers and documents them.
+// route is one endpoint: the table registers handlers and documents them
+// (api/openapi.go). Every route says what it answers: status and response
+// (or media), and errors; a test fails when one is missing.
 type route struct {
 	method, path string
 	id           string // the OpenAPI operationId: a short verb phrase such as claimTask
 	summary      string
 	role         string
+	tag          string // the document's tag; by default the path's resource (see tagName)
 	handler      echo.HandlerFunc
-	request      any // body type for the OpenAPI document, nil when none
-	query        []string
+	request      any     // body type, nil when none; fields tagged openapi:"required,enum=a|b,min=1,max=9,maxLength=99"
+	emptyBody    bool    // the body may be left out (the handler decodes with emptyOK)
+	query        []param // query parameters with their types: intParam, boolParam, enumParam, uuidParam, timeParam, stringParam
+	status       int     // the success status: http.StatusOK or http.StatusCreated
+	response     any     // type of the envelope's data, e.g. events.Task{} or []events.Task{}; orNull{T{}} when it may be null
+	media        string  // instead of response: a body that is not the JSON envelope (text/event-stream, text/plain, ...)
+	// errors are the statuses the handler itself answers with (400, 404,
+	// 409, 503...); 401 and 403 (roles), 413 (bodies) and 500 are added.
+	// Write errors: []int{} for none.
+	errors []int
 }
 
 // New builds the server and its routes.
@@ -123,10 +134,6 @@ func (s *Server) newEcho() *echo.Echo {
 		}
 		e.Add(r.method, r.path, h)
 	}
-	e.GET("/healthz", s.healthz)
-	e.GET("/readyz", s.readyz)
-	e.GET("/metrics", s.metrics.handler())
-	e.GET("/api/v1/openapi.json", s.openapi)
 	return e
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
@@ -13,9 +14,16 @@ import (
 )
 
 type heartbeatRequest struct {
-	Status        string          `json:"status,omitempty"`
-	CurrentTaskID *string         `json:"current_task_id,omitempty"`
-	Metadata      json.RawMessage `json:"metadata,omitempty"`
+	Status        string          `json:"status,omitempty" openapi:"enum=idle|working|offline"`
+	CurrentTaskID *string         `json:"current_task_id,omitempty" openapi:"format=uuid"`
+	Metadata      json.RawMessage `json:"metadata,omitempty" doc:"a JSON object of at most 16 KiB, shown to admins"`
+}
+
+// heartbeatView is data of POST /worker/heartbeat.
+type heartbeatView struct {
+	WorkerID   string    `json:"worker_id"`
+	Online     bool      `json:"online"`
+	ServerTime time.Time `json:"server_time"`
 }
 
 const maxMetadataBytes = 16 << 10
@@ -49,7 +57,7 @@ func (s *Server) heartbeat(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return ok(c, http.StatusOK, map[string]any{"worker_id": u.ID, "online": u.Online, "server_time": s.now().UTC()})
+	return ok(c, http.StatusOK, heartbeatView{WorkerID: u.ID, Online: u.Online, ServerTime: s.now().UTC()})
 }
 
 func (s *Server) claim(c echo.Context) error {
@@ -129,7 +137,7 @@ func (s *Server) workerCommand(c echo.Context, decide func(t *events.Task, worke
 }
 
 type updateRequest struct {
-	Message *string `json:"message"`
+	Message *string `json:"message" openapi:"required"`
 }
 
 func (s *Server) postUpdate(c echo.Context) error {
@@ -147,7 +155,7 @@ func (s *Server) postUpdate(c echo.Context) error {
 }
 
 type resultRequest struct {
-	Result json.RawMessage `json:"result"`
+	Result json.RawMessage `json:"result" openapi:"required,any" doc:"the result: any JSON value but null"`
 }
 
 func (s *Server) postResult(c echo.Context) error {
@@ -161,12 +169,12 @@ func (s *Server) postResult(c echo.Context) error {
 }
 
 type statusRequest struct {
-	Status *string `json:"status"`
+	Status *string `json:"status" openapi:"required,enum=completed|failed"`
 	Reason string  `json:"reason,omitempty"`
 	// Kind says why a failure happened: error (default) or timeout (the
 	// worker killed the command at its time limit). worker_offline is the
 	// stuck detector's to say, never a worker's.
-	Kind string `json:"kind,omitempty"`
+	Kind string `json:"kind,omitempty" openapi:"enum=error|timeout"`
 }
 
 func (s *Server) setStatus(c echo.Context) error {
@@ -216,7 +224,7 @@ func (s *Server) complete(c echo.Context) error {
 }
 
 type reasonRequest struct {
-	Reason string `json:"reason,omitempty"`
+	Reason string `json:"reason,omitempty" openapi:"maxLength=10000"`
 }
 
 func (s *Server) release(c echo.Context) error {

@@ -75,7 +75,7 @@ type Task struct {
 	Priority      Priority        `json:"priority"`
 	Status        Status          `json:"status"`
 	AssignedTo    *string         `json:"assigned_to"`
-	Result        json.RawMessage `json:"result"`
+	Result        json.RawMessage `json:"result" openapi:"any"`
 	RetryCount    int             `json:"retry_count"`
 	ParentTaskID  *string         `json:"parent_task_id"`
 	CreatedBy     *string         `json:"created_by"`
@@ -84,9 +84,9 @@ type Task struct {
 	CompletedAt   *time.Time      `json:"completed_at"`
 	UpdatedAt     time.Time       `json:"updated_at"`
 	AvailableAt   time.Time       `json:"available_at"`
-	FailureKind   *string         `json:"failure_kind"`
+	FailureKind   *string         `json:"failure_kind" openapi:"enum=error|worker_offline|timeout"`
 	FailureReason *string         `json:"failure_reason"`
-	RetryOutcome  *string         `json:"retry_outcome"`
+	RetryOutcome  *string         `json:"retry_outcome" openapi:"enum=retried|skipped|exhausted"`
 	RetryTaskID   *string         `json:"retry_task_id"`
 	Version       int             `json:"version"`
 }

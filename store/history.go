@@ -185,7 +185,7 @@ type Attempt struct {
 	UpdatesTotal int             `json:"updates_total"`
 	// Result is the posted result; when longer than AttemptResultBytes it is
 	// a JSON string holding its beginning and ResultTruncated is set.
-	Result          json.RawMessage `json:"result"`
+	Result          json.RawMessage `json:"result" openapi:"any"`
 	ResultBytes     int             `json:"result_bytes,omitempty"`
 	ResultTruncated bool            `json:"result_truncated,omitempty"`
 	// DetailsOmitted: sent compact to stay within PreviousAttemptsBudget (no
@@ -316,7 +316,7 @@ func cutJSON(s string, n int) (json.RawMessage, bool) {
 
 // compact is a without its details, for when the budget is short.
 func compact(a Attempt) Attempt {
-	a.LastUpdates, a.Result, a.FailureEvidence = nil, nil, nil
+	a.LastUpdates, a.Result, a.FailureEvidence = []AttemptUpdate{}, nil, nil // an empty list, never null (the API contract)
 	a.ResultTruncated, a.ResultBytes, a.DetailsOmitted = false, 0, true
 	a.FailureReason, _ = cutPtr(a.FailureReason, AttemptCompactBytes)
 	a.HintForNext, _ = cutPtr(a.HintForNext, AttemptCompactBytes)
