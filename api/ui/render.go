@@ -231,6 +231,23 @@ func funcs(as *assets) template.FuncMap {
 			}
 			return (time.Duration(*p * float64(time.Second))).Round(time.Millisecond).String()
 		},
+		// nameOf is a user's name from names, else the start of its id.
+		"nameOf": func(names map[string]string, id any) string {
+			var s string
+			switch v := id.(type) {
+			case string:
+				s = v
+			case *string:
+				if v == nil {
+					return "—"
+				}
+				s = *v
+			}
+			if n := names[s]; n != "" {
+				return n
+			}
+			return shortID(s)
+		},
 		"add":      func(a, b int) int { return a + b },
 		"selected": func(a, b string) bool { return a == b },
 		"errorFor": func(fe formErrors, field string) string { return fe[field] },

@@ -78,6 +78,22 @@ func (u *UI) routes() []route {
 		{method: http.MethodGet, path: "/", handler: u.dashboard},
 		{method: http.MethodGet, path: "/tasks", handler: u.tasks},
 		{method: http.MethodPost, path: "/tasks/bulk", handler: u.bulk},
+		{method: http.MethodGet, path: "/tasks/new", handler: u.newTask},
+		{method: http.MethodPost, path: "/tasks/new", handler: u.createTask},
+		{method: http.MethodGet, path: "/tasks/:id", handler: u.task},
+		{method: http.MethodPost, path: "/tasks/:id/cancel", handler: u.cancelTask},
+		{method: http.MethodPost, path: "/tasks/:id/assign", handler: u.assignTask},
+		{method: http.MethodPost, path: "/tasks/:id/retry", handler: u.retryTask},
+		{method: http.MethodPost, path: "/tasks/:id/edit", handler: u.editTask},
+		{method: http.MethodGet, path: "/types", handler: u.types},
+		{method: http.MethodGet, path: "/types/new", handler: u.newType},
+		{method: http.MethodPost, path: "/types/new", handler: u.createType},
+		{method: http.MethodGet, path: "/types/:id", handler: u.typePage},
+		{method: http.MethodPost, path: "/types/:id", handler: u.updateType},
+		{method: http.MethodPost, path: "/types/:id/archive", handler: u.archiveType},
+		{method: http.MethodGet, path: "/workers", handler: u.workers},
+		{method: http.MethodPost, path: "/workers", handler: u.createWorker},
+		{method: http.MethodGet, path: "/events", handler: u.events},
 	}
 }
 

@@ -127,23 +127,42 @@ func (s *site) seed() (tt *events.TaskType, task *events.Task) {
 }
 
 // The pages a logged-in admin can open, with their status.
-func pages(task *events.Task) map[string]int {
+func pages(tt *events.TaskType, task *events.Task) map[string]int {
 	return map[string]int{
 		"/":      http.StatusOK,
 		"/tasks": http.StatusOK,
-		"/tasks?q=report&status=pending&queue=1&retries=1&stuck=1": http.StatusOK,
-		"/tasks?status=bogus":       http.StatusBadRequest,
-		"/tasks?after=not-a-cursor": http.StatusBadRequest,
+		"/tasks?q=report&status=pending&queue=1&retries=1&stuck=1&priority=high&type=" + tt.ID: http.StatusOK,
+		"/tasks?status=bogus":                            http.StatusBadRequest,
+		"/tasks?after=not-a-cursor":                      http.StatusBadRequest,
+		"/tasks/" + task.ID:                              http.StatusOK,
+		"/tasks/" + task.ID + "?at=2000-01-01T00:00:00Z": http.StatusOK,
+		"/tasks/" + task.ID + "?at=yesterday":            http.StatusBadRequest,
+		"/tasks/0190c6e2-9bd4-7c8a-b6a1-2f3e4d5c6b7a":    http.StatusNotFound,
+		"/tasks/not-a-uuid":                              http.StatusNotFound,
+		"/tasks/new":                                     http.StatusOK,
+		"/tasks/new?type=" + tt.ID:                       http.StatusOK,
+		"/tasks/new?type=nope":                           http.StatusBadRequest,
+		"/types":                                         http.StatusOK,
+		"/types/new":                                     http.StatusOK,
+		"/types/" + tt.ID:                                http.StatusOK,
+		"/types/0190c6e2-9bd4-7c8a-b6a1-2f3e4d5c6b7a":    http.StatusNotFound,
+		"/workers":                                       http.StatusOK,
+		"/events":                                        http.StatusOK,
+		"/events?type=task.created&task=" + task.ID:      http.StatusOK,
+		"/events?type=task.nope":                         http.StatusBadRequest,
+		"/events?worker=" + task.ID:                      http.StatusOK,
+		"/events?type=task.created&type=task.failed":     http.StatusOK,
+		"/login": http.StatusOK,
 	}
 }
 
 func TestEveryPageRendersUnderTheCSP(t *testing.T) {
 	s := newSite(t)
-	_, task := s.seed()
+	tt, task := s.seed()
 	s.login()
 	inline := regexp.MustCompile(`(?i)\sstyle=|\son[a-z]+=|<style|javascript:`)
 	script := regexp.MustCompile(`(?is)<script([^>]*)>(.*?)</script>`)
-	for path, want := range pages(task) {
+	for path, want := range pages(tt, task) {
 		resp, body := s.get(path)
 		require.Equal(t, want, resp.StatusCode, path)
 		csp := resp.Header.Get("Content-Security-Policy")
@@ -263,4 +282,56 @@ func mustURL(s string) *url.URL {
 		panic(err)
 	}
 	return u
+}
+
+func TestFormsShowTheCommandsErrorsAtTheirFields(t *testing.T) {
+	s := newSite(t)
+	tt, task := s.seed()
+	s.login()
+	token := s.csrf()
+
+	// A schema violation lands at its field; nothing is created.
+	resp, body := s.post("/tasks/new", url.Values{"_csrf": {token}, "task_type_id": {tt.ID}, "title": {"Too few days"}, "p.days": {"0"}})
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	require.Regexp(t, `id="f-params-days"[^>]*aria-invalid="true"`, body)
+	require.Contains(t, body, "minimum")
+	resp, body = s.post("/tasks/new", url.Values{"_csrf": {token}, "task_type_id": {tt.ID}, "title": {"No days"}})
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	require.Regexp(t, `id="f-params-days"[^>]*aria-invalid="true"`, body, "a missing property is shown at its field")
+	resp, _ = s.post("/tasks/new", url.Values{"_csrf": {token}, "task_type_id": {tt.ID}, "title": {"Ten days"}, "p.days": {"10"}, "priority": {"high"}})
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	require.Regexp(t, `^/tasks/[0-9a-f-]{36}$`, resp.Header.Get("Location"))
+
+	// A bad schema on a type, a bad number.
+	resp, body = s.post("/types/new", url.Values{"_csrf": {token}, "name": {"broken"}, "param_schema": {`{"type": 12}`}})
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	require.Regexp(t, `id="f-param_schema"[^>]*aria-invalid="true"`, body)
+	resp, body = s.post("/types/new", url.Values{"_csrf": {token}, "name": {"fine"}, "max_retries": {"many"}})
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	require.Contains(t, body, "must be a whole number")
+
+	// Assign without a worker, then to a worker; cancel a finished task.
+	resp, body = s.post("/tasks/"+task.ID+"/assign", url.Values{"_csrf": {token}})
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	require.Regexp(t, `id="assign-worker"[^>]*aria-invalid="true"`, body)
+	require.Contains(t, body, "<details open>")
+	resp, body = s.post("/workers", url.Values{"_csrf": {token}, "email": {"bot@example.com"}, "full_name": {"Bot"}, "password": {"short"}})
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	require.Regexp(t, `id="w-password"[^>]*aria-invalid="true"`, body)
+	resp, _ = s.post("/workers", url.Values{"_csrf": {token}, "email": {"bot@example.com"}, "full_name": {"Bot"}, "password": {"bot-password-1"}, "max_concurrent_tasks": {"2"}})
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	ws, err := s.db.Workers(s.ctx)
+	require.NoError(t, err)
+	require.Len(t, ws, 1)
+	resp, _ = s.post("/tasks/"+task.ID+"/assign", url.Values{"_csrf": {token}, "assigned_to": {ws[0].ID}, "reason": {"knows the repo"}})
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	resp, _ = s.post("/tasks/"+task.ID+"/cancel", url.Values{"_csrf": {token}, "reason": {"done by hand"}})
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	resp, body = s.post("/tasks/"+task.ID+"/cancel", url.Values{"_csrf": {token}, "reason": {"again"}})
+	require.Equal(t, http.StatusConflict, resp.StatusCode)
+	require.Contains(t, body, `role="alert"`)
+
+	// An unknown task is a 404 page, for actions too.
+	resp, _ = s.post("/tasks/0190c6e2-9bd4-7c8a-b6a1-2f3e4d5c6b7a/cancel", url.Values{"_csrf": {token}})
+	require.Equal(t, http.StatusNotFound, resp.StatusCode)
 }

@@ -116,7 +116,7 @@
     function row(ev) {
       const tr = document.createElement("tr");
       tr.dataset.position = ev.position;
-      tr.appendChild(cell(ev.occurred_at.replace("T", " ").slice(0, 23), "mono"));
+      tr.appendChild(cell(ev.occurred_at, "mono"));
       tr.appendChild(cell(ev.type, "mono"));
       const task = document.createElement("td");
       if (ev.stream_type === "task") {

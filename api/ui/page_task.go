@@ -1,0 +1,180 @@
+package ui
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/clawdbot/task-service/api"
+	"github.com/clawdbot/task-service/events"
+	"github.com/clawdbot/task-service/store"
+)
+
+type taskData struct {
+	D        *store.TaskDetail
+	Chain    *store.Chain
+	Events   []eventRow
+	Workers  []store.WorkerRef
+	Names    map[string]string
+	Watch    string // the chain's task ids, for the live refresh
+	Prios    []events.Priority
+	AsOf     *events.Task
+	At       string
+	AtError  string
+	Action   string                // the action whose form failed
+	Errs     map[string]formErrors // its errors by field, under its name
+	Form     url.Values            // what was sent
+	Params   string                // params as pretty JSON, for the edit form
+	MaxRetry int
+	// Files is for the task data page (issue 14): the uploads to list in
+	// the "task-data" slot.
+	Files any
+}
+
+// eventRow is a timeline line: the API's view of the event and its raw
+// JSON for the expander.
+type eventRow struct {
+	api.EventView
+	Raw string
+}
+
+func (u *UI) task(c echo.Context) error {
+	return u.renderTask(c, http.StatusOK, "", nil)
+}
+
+// renderTask shows task :id; after a refused action, with that action's
+// form open and its errors at their fields.
+func (u *UI) renderTask(c echo.Context, status int, action string, errs formErrors) error {
+	ctx := c.Request().Context()
+	id, err := uuidField("id", c.Param("id"))
+	if err != nil {
+		return u.notFound(c, "no task "+c.Param("id"))
+	}
+	d := taskData{Action: action, Errs: map[string]formErrors{action: errs}, Prios: allPriorities(), Names: map[string]string{}}
+	if action != "" {
+		d.Form, _ = c.FormParams()
+	}
+	if d.D, err = u.db.GetTaskDetail(ctx, id); err != nil {
+		return u.fail(c, err)
+	}
+	if d.D.TaskType != nil {
+		d.MaxRetry = d.D.TaskType.MaxRetries
+	}
+	d.Params = prettyJSON(d.D.Params)
+	if d.Chain, err = u.db.TaskChain(ctx, u.db.Pool(), id); err != nil {
+		return u.fail(c, err)
+	}
+	ids := make([]string, 0, len(d.Chain.Attempts))
+	for _, a := range d.Chain.Attempts {
+		ids = append(ids, a.TaskID)
+	}
+	d.Watch = strings.Join(ids, " ")
+	evs, err := u.db.Stream(ctx, u.db.Pool(), id)
+	if err != nil {
+		return u.fail(c, err)
+	}
+	views, err := u.api.EventViews(ctx, evs)
+	if err != nil {
+		return u.fail(c, err)
+	}
+	d.Events = make([]eventRow, len(views))
+	for i, v := range views {
+		raw, _ := json.MarshalIndent(v, "", "  ")
+		d.Events[i] = eventRow{EventView: v, Raw: string(raw)}
+	}
+	if d.Workers, err = u.db.Workers(ctx); err != nil {
+		return u.fail(c, err)
+	}
+	d.Names = workerNames(d.Workers)
+	if at := c.QueryParam("at"); at != "" {
+		d.At = at
+		t, perr := time.Parse(time.RFC3339Nano, at)
+		if perr != nil {
+			d.AtError = "Give a time like 2026-11-21T23:02:49Z."
+			status = http.StatusBadRequest
+		} else if d.AsOf, err = u.db.TaskAt(ctx, u.db.Pool(), id, t); err != nil {
+			if !errors.Is(err, events.ErrNotFound) {
+				return u.fail(c, err)
+			}
+			d.AtError = "The task did not exist yet at " + at + "."
+		}
+	}
+	return u.render(c, status, "task", d)
+}
+
+// taskAction runs one admin command from a task page's form: on success
+// back to the task (or to where to), on a refusal the page again with the
+// errors at their fields.
+func (u *UI) taskAction(c echo.Context, action string, run func(id string, form url.Values) (to string, err error)) error {
+	id, err := uuidField("id", c.Param("id"))
+	if err != nil {
+		return u.notFound(c, "no task "+c.Param("id"))
+	}
+	form, err := c.FormParams()
+	if err != nil {
+		return u.fail(c, events.Invalid("form", "could not be read"))
+	}
+	to, err := run(id, form)
+	if err != nil {
+		if errors.Is(err, events.ErrNotFound) && strings.Contains(err.Error(), id) {
+			return u.fail(c, err)
+		}
+		fe, status, ferr := errorsOf(err)
+		if ferr != nil {
+			return u.fail(c, ferr)
+		}
+		return u.renderTask(c, status, action, fe)
+	}
+	if to == "" {
+		to = "/tasks/" + id
+	}
+	return c.Redirect(http.StatusSeeOther, to)
+}
+
+func (u *UI) cancelTask(c echo.Context) error {
+	return u.taskAction(c, "cancel", func(id string, f url.Values) (string, error) {
+		_, err := u.api.CancelTask(c.Request().Context(), id, strings.TrimSpace(f.Get("reason")), actor(c))
+		return "", err
+	})
+}
+
+func (u *UI) assignTask(c echo.Context) error {
+	return u.taskAction(c, "assign", func(id string, f url.Values) (string, error) {
+		_, err := u.api.AssignTask(c.Request().Context(), id,
+			api.AssignRequest{AssignedTo: f.Get("assigned_to"), Reason: strings.TrimSpace(f.Get("reason"))}, actor(c))
+		return "", err
+	})
+}
+
+func (u *UI) retryTask(c echo.Context) error {
+	return u.taskAction(c, "retry", func(id string, f url.Values) (string, error) {
+		retry, err := u.api.RetryTask(c.Request().Context(), id, f.Get("hint"), actor(c))
+		if err != nil {
+			return "", err
+		}
+		return "/tasks/" + retry.ID, nil
+	})
+}
+
+func (u *UI) editTask(c echo.Context) error {
+	return u.taskAction(c, "edit", func(id string, f url.Values) (string, error) {
+		title, desc := f.Get("title"), f.Get("description")
+		req := api.EditTaskRequest{Title: &title, Description: &desc}
+		if p := events.Priority(f.Get("priority")); p != "" {
+			req.Priority = &p
+		}
+		if raw := strings.TrimSpace(f.Get("params")); raw != "" {
+			if !json.Valid([]byte(raw)) {
+				return "", events.Invalid("params", "is not valid JSON")
+			}
+			req.Params = json.RawMessage(raw)
+		}
+		_, err := u.api.EditTask(c.Request().Context(), id, req, actor(c))
+		return "", err
+	})
+}

@@ -1,0 +1,168 @@
+package ui
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/clawdbot/task-service/api"
+	"github.com/clawdbot/task-service/events"
+)
+
+type typesData struct {
+	Types []events.TaskType
+}
+
+func (u *UI) types(c echo.Context) error {
+	ts, err := u.db.ListTaskTypes(c.Request().Context(), true)
+	if err != nil {
+		return u.fail(c, err)
+	}
+	return u.render(c, http.StatusOK, "types", typesData{Types: ts})
+}
+
+// typeForm is the create/edit form of a task type.
+type typeForm struct {
+	Type   *events.TaskType // nil when creating
+	Form   url.Values
+	Errors formErrors
+}
+
+func typeValues(tt *events.TaskType) url.Values {
+	v := url.Values{}
+	if tt == nil {
+		v.Set("max_retries", strconv.Itoa(events.DefaultMaxRetries))
+		v.Set("param_schema", "{\n  \"type\": \"object\",\n  \"properties\": {}\n}")
+		return v
+	}
+	v.Set("name", tt.Name)
+	v.Set("label", tt.Label)
+	v.Set("description", tt.Description)
+	v.Set("sop", tt.SOP)
+	v.Set("param_schema", prettyJSON(tt.ParamSchema))
+	v.Set("max_retries", strconv.Itoa(tt.MaxRetries))
+	v.Set("timeout_seconds", strconv.Itoa(tt.TimeoutSeconds))
+	v.Set("retry_backoff_seconds", strconv.Itoa(tt.RetryBackoffSeconds))
+	return v
+}
+
+// typeRequest reads the form; numbers that do not parse are the field's
+// error.
+func typeRequest(f url.Values) (api.TaskTypeRequest, error) {
+	req := api.TaskTypeRequest{Name: strings.TrimSpace(f.Get("name")), Label: strings.TrimSpace(f.Get("label")),
+		Description: f.Get("description"), SOP: f.Get("sop")}
+	if raw := strings.TrimSpace(f.Get("param_schema")); raw != "" {
+		if !json.Valid([]byte(raw)) {
+			return req, events.Invalid("param_schema", "is not valid JSON")
+		}
+		req.ParamSchema = json.RawMessage(raw)
+	}
+	num := func(field string) (int, error) {
+		v := strings.TrimSpace(f.Get(field))
+		if v == "" {
+			return 0, nil
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return 0, events.Invalid(field, "must be a whole number")
+		}
+		return n, nil
+	}
+	var err error
+	if strings.TrimSpace(f.Get("max_retries")) != "" {
+		n, nerr := num("max_retries")
+		if nerr != nil {
+			return req, nerr
+		}
+		req.MaxRetries = &n
+	}
+	if req.TimeoutSeconds, err = num("timeout_seconds"); err != nil {
+		return req, err
+	}
+	if req.RetryBackoffSeconds, err = num("retry_backoff_seconds"); err != nil {
+		return req, err
+	}
+	return req, nil
+}
+
+func (u *UI) newType(c echo.Context) error {
+	return u.render(c, http.StatusOK, "type_form", typeForm{Form: typeValues(nil)})
+}
+
+func (u *UI) createType(c echo.Context) error {
+	form, err := c.FormParams()
+	if err != nil {
+		return u.fail(c, events.Invalid("form", "could not be read"))
+	}
+	req, err := typeRequest(form)
+	var tt *events.TaskType
+	if err == nil {
+		tt, err = u.api.CreateTaskType(c.Request().Context(), req, actor(c))
+	}
+	if err != nil {
+		fe, status, ferr := errorsOf(err)
+		if ferr != nil {
+			return u.fail(c, ferr)
+		}
+		return u.render(c, status, "type_form", typeForm{Form: form, Errors: fe})
+	}
+	return c.Redirect(http.StatusSeeOther, "/types/"+tt.ID)
+}
+
+func (u *UI) typePage(c echo.Context) error {
+	tt, err := u.findType(c)
+	if err != nil {
+		return u.fail(c, err)
+	}
+	return u.render(c, http.StatusOK, "type_form", typeForm{Type: tt, Form: typeValues(tt)})
+}
+
+func (u *UI) findType(c echo.Context) (*events.TaskType, error) {
+	id, err := uuidField("id", c.Param("id"))
+	if err != nil {
+		return nil, events.NotFound("task type", c.Param("id"))
+	}
+	return u.db.GetTaskType(c.Request().Context(), u.db.Pool(), id)
+}
+
+func (u *UI) updateType(c echo.Context) error {
+	tt, err := u.findType(c)
+	if err != nil {
+		return u.fail(c, err)
+	}
+	form, err := c.FormParams()
+	if err != nil {
+		return u.fail(c, events.Invalid("form", "could not be read"))
+	}
+	req, err := typeRequest(form)
+	if err == nil {
+		_, err = u.api.UpdateTaskType(c.Request().Context(), tt.ID, req, actor(c))
+	}
+	if err != nil {
+		fe, status, ferr := errorsOf(err)
+		if ferr != nil {
+			return u.fail(c, ferr)
+		}
+		return u.render(c, status, "type_form", typeForm{Type: tt, Form: form, Errors: fe})
+	}
+	return c.Redirect(http.StatusSeeOther, "/types/"+tt.ID)
+}
+
+func (u *UI) archiveType(c echo.Context) error {
+	tt, err := u.findType(c)
+	if err != nil {
+		return u.fail(c, err)
+	}
+	if _, err := u.api.ArchiveTaskType(c.Request().Context(), tt.ID, actor(c)); err != nil {
+		fe, status, ferr := errorsOf(err)
+		if ferr != nil {
+			return u.fail(c, ferr)
+		}
+		return u.render(c, status, "type_form", typeForm{Type: tt, Form: typeValues(tt), Errors: fe})
+	}
+	return c.Redirect(http.StatusSeeOther, "/types")
+}

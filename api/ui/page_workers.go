@@ -1,0 +1,84 @@
+package ui
+
+import (
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/clawdbot/task-service/api"
+	"github.com/clawdbot/task-service/events"
+	"github.com/clawdbot/task-service/store"
+)
+
+type workerRow struct {
+	store.WorkerView
+	Current  []events.Task
+	Metadata string
+}
+
+type workersData struct {
+	Workers []workerRow
+	Form    url.Values
+	Errors  formErrors
+	Created string
+}
+
+func (u *UI) workers(c echo.Context) error {
+	return u.renderWorkers(c, http.StatusOK, nil, nil, c.QueryParam("created"))
+}
+
+func (u *UI) renderWorkers(c echo.Context, status int, form url.Values, errs formErrors, created string) error {
+	ctx := c.Request().Context()
+	ws, err := u.db.ListWorkers(ctx)
+	if err != nil {
+		return u.fail(c, err)
+	}
+	held, err := u.db.InProgress(ctx)
+	if err != nil {
+		return u.fail(c, err)
+	}
+	byWorker := map[string][]events.Task{}
+	for _, t := range held {
+		if t.AssignedTo != nil {
+			byWorker[*t.AssignedTo] = append(byWorker[*t.AssignedTo], t)
+		}
+	}
+	if form == nil {
+		form = url.Values{"max_concurrent_tasks": {"1"}}
+	}
+	d := workersData{Form: form, Errors: errs, Created: created}
+	for _, w := range ws {
+		d.Workers = append(d.Workers, workerRow{WorkerView: w, Current: byWorker[w.ID], Metadata: prettyJSON(w.Metadata)})
+	}
+	return u.render(c, status, "workers", d)
+}
+
+func (u *UI) createWorker(c echo.Context) error {
+	form, err := c.FormParams()
+	if err != nil {
+		return u.fail(c, events.Invalid("form", "could not be read"))
+	}
+	req := api.CreateWorkerRequest{Email: strings.TrimSpace(form.Get("email")), FullName: strings.TrimSpace(form.Get("full_name")),
+		Password: form.Get("password"), IsAdmin: form.Get("is_admin") != ""}
+	if v := strings.TrimSpace(form.Get("max_concurrent_tasks")); v != "" {
+		if req.MaxConcurrentTasks, err = strconv.Atoi(v); err != nil {
+			err = events.Invalid("max_concurrent_tasks", "must be a whole number")
+		}
+	}
+	var w *events.User
+	if err == nil {
+		w, err = u.api.CreateWorker(c.Request().Context(), req, actor(c))
+	}
+	if err != nil {
+		fe, status, ferr := errorsOf(err)
+		if ferr != nil {
+			return u.fail(c, ferr)
+		}
+		form.Del("password")
+		return u.renderWorkers(c, status, form, fe, "")
+	}
+	return c.Redirect(http.StatusSeeOther, "/workers?created="+url.QueryEscape(w.Email))
+}
