@@ -89,6 +89,9 @@ func Summary(e Envelope, names func(userID string) string) string {
 		}
 		return s + fmt.Sprintf(", %d in progress)", p.InProgress)
 	}
+	if s, ok := scheduleSummary(e, who); ok {
+		return s
+	}
 	return e.Type
 }
 

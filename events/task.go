@@ -88,6 +88,8 @@ type Task struct {
 	FailureReason *string         `json:"failure_reason"`
 	RetryOutcome  *string         `json:"retry_outcome" openapi:"enum=retried|skipped|exhausted"`
 	RetryTaskID   *string         `json:"retry_task_id"`
+	ScheduleID    *string         `json:"schedule_id"`
+	ScheduleRun   *int            `json:"schedule_run"`
 	Version       int             `json:"version"`
 }
 
@@ -106,7 +108,11 @@ func (t *Task) Apply(e Envelope) {
 			ID: e.StreamID, Title: p.Title, Description: p.Description, TaskTypeID: p.TaskTypeID,
 			Params: p.Params, Priority: p.Priority, Status: StatusPending, RetryCount: p.RetryCount,
 			ParentTaskID: optional(p.ParentTaskID), CreatedBy: optional(p.CreatedBy),
-			CreatedAt: at, AvailableAt: at,
+			CreatedAt: at, AvailableAt: at, ScheduleID: optional(p.ScheduleID),
+		}
+		if p.ScheduleID != "" {
+			run := p.ScheduleRun
+			t.ScheduleRun = &run
 		}
 		if p.AvailableAt != nil {
 			t.AvailableAt = p.AvailableAt.UTC()
@@ -189,6 +195,8 @@ type NewTaskParams struct {
 	RetryCount   int
 	ParentTaskID string
 	AvailableAt  *time.Time
+	ScheduleID   string
+	ScheduleRun  int
 }
 
 // NewTask decides the events that create a task of type tt. Params must
@@ -223,7 +231,7 @@ func NewTask(p NewTaskParams, tt *TaskType) ([]Payload, error) {
 	out := []Payload{TaskCreated{
 		Title: title, Description: p.Description, TaskTypeID: tt.ID, Params: params,
 		Priority: p.Priority, RetryCount: p.RetryCount, ParentTaskID: p.ParentTaskID,
-		CreatedBy: p.CreatedBy, AvailableAt: p.AvailableAt,
+		CreatedBy: p.CreatedBy, AvailableAt: p.AvailableAt, ScheduleID: p.ScheduleID, ScheduleRun: p.ScheduleRun,
 	}}
 	if p.AssignedTo != "" {
 		out = append(out, TaskAssigned{WorkerID: p.AssignedTo, By: p.CreatedBy, Reason: p.AssignReason})

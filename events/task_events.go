@@ -17,6 +17,10 @@ type TaskCreated struct {
 	ParentTaskID string          `json:"parent_task_id,omitempty"`
 	CreatedBy    string          `json:"created_by,omitempty"`
 	AvailableAt  *time.Time      `json:"available_at,omitempty"`
+	// ScheduleID and ScheduleRun: the schedule whose firing (execution
+	// number ScheduleRun) created the task; retries carry them on.
+	ScheduleID  string `json:"schedule_id,omitempty"`
+	ScheduleRun int    `json:"schedule_run,omitempty"`
 }
 
 // TaskAssigned: an admin (or the creator) gave the task to a worker; it stays

@@ -28,6 +28,7 @@ type Projector interface {
 	Task(b *pgx.Batch, t *events.Task, evs []events.Envelope)
 	TaskType(b *pgx.Batch, tt *events.TaskType, evs []events.Envelope)
 	User(b *pgx.Batch, u *events.User, evs []events.Envelope)
+	Schedule(b *pgx.Batch, s *events.Schedule, evs []events.Envelope)
 }
 
 // Config configures a DB.
@@ -40,6 +41,9 @@ type Config struct {
 	// OfflineAfter is how long a silent worker still counts as online in
 	// read models before the stuck detector says so (default 10 minutes).
 	OfflineAfter time.Duration
+	// ScheduleMinInterval is the shortest interval a schedule may have
+	// (default 1 minute; only tests lower it).
+	ScheduleMinInterval time.Duration
 }
 
 // DB is the store.
@@ -49,6 +53,8 @@ type DB struct {
 	now          func() time.Time
 	afterCommit  func()
 	offlineAfter time.Duration
+
+	scheduleMinInterval time.Duration
 
 	claims      *batcher[claimRequest, []*TaskWithType]
 	completions *batcher[completeRequest, *events.Task]
@@ -72,8 +78,11 @@ func New(pool *pgxpool.Pool, cfg Config) (*DB, error) {
 	if cfg.OfflineAfter <= 0 {
 		cfg.OfflineAfter = 10 * time.Minute
 	}
+	if cfg.ScheduleMinInterval <= 0 {
+		cfg.ScheduleMinInterval = events.DefaultMinInterval
+	}
 	db := &DB{pool: pool, projector: cfg.Projector, now: cfg.Now, afterCommit: cfg.AfterCommit,
-		offlineAfter: cfg.OfflineAfter}
+		offlineAfter: cfg.OfflineAfter, scheduleMinInterval: cfg.ScheduleMinInterval}
 	db.claims = newBatcher(batchMax, func(r claimRequest) string { return r.worker }, db.claimBatch)
 	db.completions = newBatcher(batchMax, func(r completeRequest) string { return r.id }, db.completeBatch)
 	db.creations = newBatcher(batchMax, nil, db.createBatch)

@@ -33,6 +33,8 @@ func mapErr(err error) error {
 				return &events.DuplicateError{Field: "email"}
 			case "task_types_name_key":
 				return &events.DuplicateError{Field: "name"}
+			case "schedule_firings_once", "schedule_firings_pkey", "worker_tasks_schedule_once":
+				return fmt.Errorf("%w: this schedule's due time was fired already", events.ErrConflict)
 			case "worker_tasks_one_retry":
 				return fmt.Errorf("%w: the task already has a retry", events.ErrConflict)
 			}

@@ -70,6 +70,9 @@ func (db *DB) CreateRetryOf(ctx context.Context, q Querier, failed *events.Task,
 		}),
 		Params: failed.Params, Priority: failed.Priority, RetryCount: n, ParentTaskID: failed.ID,
 	}
+	if failed.ScheduleID != nil && failed.ScheduleRun != nil { // a retry belongs to its firing's execution
+		np.ScheduleID, np.ScheduleRun = *failed.ScheduleID, *failed.ScheduleRun
+	}
 	now := db.Now()
 	// The backoff counts from the failure, so a reactor that lags behind
 	// (or an admin retrying by hand later) does not add to it.

@@ -21,9 +21,11 @@ type fold struct {
 	users       map[key]*events.User
 	updates     [][]any
 	assignments [][]any
+	schedules   map[key]*events.Schedule
+	firings     [][]any
 	held        map[key][]events.Envelope // events waiting for their predecessor
 	events      int64
-	skipped     int64 // events of streams no projection reads (schedules, ...)
+	skipped     int64 // events of streams no projection reads
 }
 
 // key is a stream id's 16 bytes: cheaper to hash than its 36-character
@@ -52,6 +54,8 @@ func newFold(parent *fold) *fold {
 		types:  map[key]*events.TaskType{},
 		users:  map[key]*events.User{},
 		held:   map[key][]events.Envelope{},
+
+		schedules: map[key]*events.Schedule{},
 	}
 }
 
@@ -153,6 +157,20 @@ func (f *fold) next(e events.Envelope, k key) (bool, error) {
 		}
 		e.StreamID = u.ID
 		u.Apply(e)
+	case events.StreamSchedule:
+		s := lookup(f, f.schedules, func(p *fold) map[key]*events.Schedule { return p.schedules }, k)
+		if ok, err := f.inOrder(e, k, s != nil, func() int { return s.Version }); !ok {
+			return false, err
+		}
+		if s == nil {
+			s = &events.Schedule{ID: k.text()}
+			f.schedules[k] = s
+		}
+		e.StreamID = s.ID
+		s.Apply(e)
+		if row := projections.FiringRow(e); row != nil {
+			f.firings = append(f.firings, row)
+		}
 	}
 	return true, nil
 }
@@ -207,13 +225,18 @@ func (f *fold) version(streamType string, k key) int {
 			if u, ok := p.users[k]; ok {
 				return u.Version
 			}
+		case events.StreamSchedule:
+			if s, ok := p.schedules[k]; ok {
+				return s.Version
+			}
 		}
 	}
 	return 0
 }
 
 func knownStream(t string) bool {
-	return t == events.StreamTask || t == events.StreamTaskType || t == events.StreamUser
+	return t == events.StreamTask || t == events.StreamTaskType || t == events.StreamUser ||
+		t == events.StreamSchedule
 }
 
 // merge makes a committed delta part of f.
@@ -227,10 +250,13 @@ func (f *fold) merge(d *fold) {
 	for id, u := range d.users {
 		f.users[id] = u
 	}
+	for id, s := range d.schedules {
+		f.schedules[id] = s
+	}
 	f.events += d.events
 	f.skipped += d.skipped
 }
 
 // dropRows forgets the per-event rows once they are written; the aggregates
 // stay for the catch-up.
-func (f *fold) dropRows() { f.updates, f.assignments = nil, nil }
+func (f *fold) dropRows() { f.updates, f.assignments, f.firings = nil, nil, nil }

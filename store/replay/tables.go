@@ -64,6 +64,17 @@ func tables() []table {
 			name: "task_assignments", columns: projections.AssignmentColumns, key: []string{"task_id", "version"},
 			rows: func(f *fold) (int, pgx.CopyFromSource) { return len(f.assignments), pgx.CopyFromRows(f.assignments) },
 		},
+		{
+			name: "schedules", columns: projections.ScheduleColumns, key: []string{"id"}, aggregate: true,
+			rows: func(f *fold) (int, pgx.CopyFromSource) {
+				return aggregateRows(f.schedules, func(s *events.Schedule) []any { return projections.ScheduleRow(s) })
+			},
+			ids: func(f *fold) []string { return ids(f.schedules, func(s *events.Schedule) string { return s.ID }) },
+		},
+		{
+			name: "schedule_firings", columns: projections.FiringColumns, key: []string{"schedule_id", "version"},
+			rows: func(f *fold) (int, pgx.CopyFromSource) { return len(f.firings), pgx.CopyFromRows(f.firings) },
+		},
 	}
 }
 
