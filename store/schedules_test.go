@@ -249,7 +249,9 @@ func TestAutoPauseAfterConsecutiveFailedExecutions(t *testing.T) {
 		id := fired[0].TaskID
 		for _, decide := range []TaskDecision{
 			func(t *events.Task) ([]events.Payload, error) { return t.Claim(worker) },
-			func(t *events.Task) ([]events.Payload, error) { return t.Fail(worker, events.FailureError, "upstream 500", nil) },
+			func(t *events.Task) ([]events.Payload, error) {
+				return t.Fail(worker, events.FailureError, "upstream 500", nil)
+			},
 			func(t *events.Task) ([]events.Payload, error) { return t.RetriesExhausted(0) },
 		} {
 			_, _, err := e.db.UpdateTask(e.ctx, e.db.pool, id, e.admin, decide)

@@ -33,7 +33,7 @@ func TestVerifyAndRebuildWithSchedules(t *testing.T) {
 	var ids []string
 	for i, overlap := range []string{events.OverlapSkip, events.OverlapAllow, events.OverlapAllow} {
 		s, err := db.CreateSchedule(ctx, events.ScheduleSpec{Name: "s", Overlap: overlap,
-			Task: events.ScheduleTemplate{TaskTypeID: tt.ID, Title: "crawl", Params: json.RawMessage(`{"n":1}`)},
+			Task:           events.ScheduleTemplate{TaskTypeID: tt.ID, Title: "crawl", Params: json.RawMessage(`{"n":1}`)},
 			ScheduleTiming: events.ScheduleTiming{Interval: &events.Interval{Every: i + 1, Unit: events.UnitMinutes}, StartAt: &start}},
 			nil, admin)
 		require.NoError(t, err)
