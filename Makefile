@@ -10,6 +10,8 @@
 #   make bench-worker  task-worker's own overhead per task with a no-op command
 #   make lint       gofmt check + go vet
 #   make fuzz       fuzz the API's request decoding for FUZZTIME (default 30s)
+#   make screenshots  regenerate docs/ui/*.png: every admin UI page in a headless Chromium
+#   make bench-ui   server time of every admin UI page, p50/p99, against DATABASE_URL
 #   make devdb      start the dev cluster and print its URL
 #   make devdb-stop stop it
 
@@ -30,7 +32,7 @@ TEST_DB_ENV = \
 	fi; \
 	export TEST_DATABASE_URL
 
-.PHONY: build run test test-race bench bench-go bench-worker lint fuzz devdb devdb-stop
+.PHONY: build run test test-race bench bench-go bench-worker lint fuzz devdb devdb-stop screenshots bench-ui
 
 build:
 	$(GO) build -o bin/ ./cmd/...
@@ -47,14 +49,18 @@ run: build
 	echo "task-service: database $$DATABASE_URL"; \
 	exec bin/task-service serve
 
+# The admin UI's browser tests drive a headless Chromium: scripts/chromium.sh
+# installs Debian's chromium when it is missing and prints its path.
+CHROMIUM_ENV = CHROMIUM="$${CHROMIUM:-$$(scripts/chromium.sh)}"; export CHROMIUM
+
 test:
-	@set -e; $(TEST_DB_ENV); \
+	@set -e; $(TEST_DB_ENV); $(CHROMIUM_ENV); \
 	echo "go vet ./..."; $(GO) vet ./...; \
 	echo "go test -count=1 $(TESTFLAGS) ./...  (TEST_DATABASE_URL=$$TEST_DATABASE_URL)"; \
 	$(GO) test -count=1 $(TESTFLAGS) ./...
 
 test-race:
-	@set -e; $(TEST_DB_ENV); \
+	@set -e; $(TEST_DB_ENV); $(CHROMIUM_ENV); \
 	echo "go test -race -count=1 $(TESTFLAGS) ./...  (TEST_DATABASE_URL=$$TEST_DATABASE_URL)"; \
 	$(GO) test -race -count=1 -timeout 30m $(TESTFLAGS) ./...
 
@@ -98,3 +104,10 @@ devdb:
 
 devdb-stop:
 	@scripts/devdb.sh stop
+
+# Screenshots of every admin UI page (light, dark, phone width) into docs/ui/,
+# taken in a headless Chromium from a seeded scratch database.
+screenshots:
+	@set -e; $(TEST_DB_ENV); $(CHROMIUM_ENV); \
+	UI_SCREENSHOTS="$$(pwd)/docs/ui" $(GO) test -count=1 -run '^TestScreenshots$$' ./cmd/task-service; \
+	ls docs/ui

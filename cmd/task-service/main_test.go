@@ -114,15 +114,17 @@ type server struct {
 // It listens on 127.0.0.1:0 and the test reads the port from the binary's
 // "listening" log line: no window in which another process can take a port
 // picked in advance.
-func startServer(t *testing.T, dbURL string) *server {
+// Extra environment entries override the defaults (LISTEN_ADDR to restart on
+// the same port).
+func startServer(t *testing.T, dbURL string, env ...string) *server {
 	t.Helper()
 	logs := &syncBuffer{}
 	cmd := exec.Command(binary)
-	cmd.Env = baseEnv(
+	cmd.Env = append(baseEnv(
 		"DATABASE_URL="+dbURL, "LISTEN_ADDR=127.0.0.1:0", "JWT_SECRET=e2e-secret-0123456789abcdef",
 		"ADMIN_EMAIL=root@example.com", "ADMIN_PASSWORD=root-password", "BCRYPT_COST=4", "LOG_LEVEL=info",
 		"TELEGRAM_ENABLED=false",
-	)
+	), env...)
 	cmd.Stdout, cmd.Stderr = logs, logs
 	require.NoError(t, cmd.Start())
 	s := &server{cmd: cmd, logs: logs, done: make(chan error, 1)}
