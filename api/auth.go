@@ -20,6 +20,8 @@ type Claims struct {
 	Email    string `json:"email"`
 	IsAdmin  bool   `json:"adm,omitempty"`
 	IsWorker bool   `json:"wrk,omitempty"`
+	// Epoch is the user's token epoch at issue (see activeUser).
+	Epoch int `json:"ep,omitempty"`
 	jwt.RegisteredClaims
 }
 
@@ -30,7 +32,7 @@ func (s *Server) issueToken(u *events.User) (string, time.Time, error) {
 	now := s.now()
 	exp := now.Add(s.cfg.TokenTTL)
 	claims := Claims{
-		Email: u.Email, IsAdmin: u.IsAdmin, IsWorker: u.IsWorker,
+		Email: u.Email, IsAdmin: u.IsAdmin, IsWorker: u.IsWorker, Epoch: u.TokenEpoch,
 		RegisteredClaims: jwt.RegisteredClaims{
 			Issuer: issuer, Subject: u.ID,
 			IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(exp),
@@ -125,8 +127,31 @@ func (s *Server) requireRole(role string) echo.MiddlewareFunc {
 const (
 	roleAdmin  = "admin"
 	roleWorker = "worker"
+	roleUser   = "user" // any logged-in user, admin or worker
 	rolePublic = ""
 )
+
+// activeUser checks the token's user as it is now, on every authenticated
+// request (bearer, stream token or browser session): it exists, is active,
+// has the route's role, and the token was issued in the user's current token
+// epoch (no password change, deactivation or role change since). The user
+// comes from authUsers, so this costs no database read per request.
+func (s *Server) activeUser(ctx context.Context, claims *Claims, role string) error {
+	u, err := s.auth.user(ctx, claims.Subject)
+	switch {
+	case isNotFound(err):
+		return unauthenticated("the user of this token does not exist")
+	case err != nil:
+		return err
+	case !u.Active:
+		return unauthenticated("this account is deactivated; ask an admin")
+	case claims.Epoch != u.TokenEpoch:
+		return unauthenticated("this token was revoked (password, role or account changed); log in again (POST /api/v1/auth/login)")
+	case (role == roleAdmin && !u.IsAdmin) || (role == roleWorker && !u.IsWorker):
+		return forbidden("this route needs the " + role + " role")
+	}
+	return nil
+}
 
 func claimsOf(c echo.Context) *Claims {
 	cl, _ := c.Get(claimsKey).(*Claims)
@@ -155,7 +180,7 @@ func (s *Server) login(c echo.Context) error {
 	if err := decode(c, &req, false); err != nil {
 		return err
 	}
-	resp, err := s.Login(c.Request().Context(), req.Email, req.Password)
+	resp, err := s.Login(c, req.Email, req.Password)
 	if err != nil {
 		return err
 	}
@@ -163,32 +188,75 @@ func (s *Server) login(c echo.Context) error {
 }
 
 // Login checks an email and password and issues a login token: POST
-// /auth/login and the admin UI's login form.
-func (s *Server) Login(ctx context.Context, email, password string) (*LoginResponse, error) {
+// /auth/login and the admin UI's login form. c gives the client address and
+// request id the throttle and a lockout event need.
+func (s *Server) Login(c echo.Context, email, password string) (*LoginResponse, error) {
 	if email == "" {
 		return nil, events.Invalid("email", "is required")
 	}
 	if password == "" {
 		return nil, events.Invalid("password", "is required")
 	}
-	wrong := unauthenticated("email or password is wrong")
-	u, hash, err := s.db.Credentials(ctx, email)
-	if errors.Is(err, events.ErrNotFound) {
-		// Spend the same time as a real check so timing does not reveal emails.
-		_ = bcrypt.CompareHashAndPassword(s.dummyHash, []byte(password))
-		return nil, wrong
-	}
+	u, err := s.checkPassword(c, email, password)
 	if err != nil {
 		return nil, err
-	}
-	if bcrypt.CompareHashAndPassword([]byte(hash), []byte(password)) != nil {
-		return nil, wrong
 	}
 	tok, exp, err := s.issueToken(u)
 	if err != nil {
 		return nil, err
 	}
 	return &LoginResponse{Token: tok, ExpiresAt: exp, User: u}, nil
+}
+
+// checkPassword is every password login (API and browser): throttled per
+// client address and per account before any bcrypt work, refused while the
+// account is locked, and counting wrong passwords in a row to lock it
+// (user.locked_out, which every instance then honours).
+func (s *Server) checkPassword(c echo.Context, email, password string) (*events.User, error) {
+	ctx := c.Request().Context()
+	email, client, now := normalEmail(email), clientAddress(c), s.now()
+	if err := s.guard.admit(email, client, now); err != nil {
+		return nil, err
+	}
+	wrong := unauthenticated("email or password is wrong")
+	u, hash, err := s.db.Credentials(ctx, email)
+	if errors.Is(err, events.ErrNotFound) {
+		if err := s.guard.locked(email, nil, now); err != nil {
+			return nil, err
+		}
+		// Spend the same time as a real check so timing does not reveal emails.
+		s.guard.checks.Inc()
+		_ = bcrypt.CompareHashAndPassword(s.dummyHash, []byte(password))
+		if n := s.guard.failed(email); n > 0 {
+			s.guard.lockUnknown(email, n, now)
+		}
+		return nil, wrong
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := s.guard.locked(email, u, now); err != nil {
+		return nil, err
+	}
+	s.guard.checks.Inc()
+	if bcrypt.CompareHashAndPassword([]byte(hash), []byte(password)) != nil {
+		if n := s.guard.failed(email); n > 0 {
+			locked, err := s.db.LockOut(ctx, u.ID, n, client, s.guard.cfg.policy(),
+				events.Meta{Actor: events.System("login"), RequestID: requestID(c)})
+			if err != nil {
+				return nil, err
+			}
+			s.auth.saw(locked.ID, locked.Version)
+			s.log.Warn().Str("user_id", u.ID).Str("client", client).Int("failures", n).
+				Interface("until", locked.LockedUntil).Msg("account locked after wrong passwords")
+		}
+		return nil, wrong
+	}
+	if !u.Active {
+		return nil, unauthenticated("this account is deactivated; ask an admin")
+	}
+	s.guard.succeeded(email, client, now)
+	return u, nil
 }
 
 // HashPassword hashes with the configured bcrypt cost.

@@ -37,8 +37,8 @@ func (s *Server) Verify(ctx context.Context, raw, role string) (*Claims, error) 
 	if err != nil {
 		return nil, err
 	}
-	if (role == roleAdmin && !claims.IsAdmin) || (role == roleWorker && !claims.IsWorker) {
-		return nil, forbidden("this route needs the " + role + " role")
+	if err := s.activeUser(ctx, claims, role); err != nil {
+		return nil, err
 	}
 	return claims, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strconv"
 
 	"github.com/labstack/echo/v4"
 	"github.com/rs/zerolog"
@@ -34,6 +35,8 @@ func ok(c echo.Context, status int, data any) error {
 type httpError struct {
 	status int
 	body   ErrorBody
+	// retryAfter, when set, is sent as Retry-After (seconds).
+	retryAfter int
 }
 
 func (e *httpError) Error() string { return e.body.Message }
@@ -122,6 +125,10 @@ func errorHandler(log zerolog.Logger) echo.HTTPErrorHandler {
 			return
 		}
 		status, body := classify(err)
+		var he *httpError
+		if errors.As(err, &he) && he.retryAfter > 0 {
+			c.Response().Header().Set("Retry-After", strconv.Itoa(he.retryAfter))
+		}
 		if status >= 500 {
 			log.Error().Err(err).Str("request_id", requestID(c)).Str("path", c.Path()).Msg("request failed")
 		}

@@ -20,7 +20,9 @@ func (s *Server) table() []route {
 	)
 	return []route{
 		{method: http.MethodPost, path: "/api/v1/auth/login", id: "login", summary: "Log in; returns a JWT and the user", role: rolePublic, handler: s.login,
-			request: loginRequest{}, status: okay, response: LoginResponse{}, errors: []int{bad, http.StatusUnauthorized}},
+			request: loginRequest{}, status: okay, response: LoginResponse{}, errors: []int{bad, http.StatusUnauthorized, http.StatusTooManyRequests}},
+		{method: http.MethodPost, path: "/api/v1/auth/password", id: "changePassword", summary: "Change your own password; returns a new token (every older one stops working)", role: roleUser, handler: s.changePassword,
+			request: changePasswordRequest{}, status: okay, response: LoginResponse{}, errors: []int{bad}},
 
 		{method: http.MethodPost, path: w + "/heartbeat", id: "heartbeat", summary: "Report that this worker is alive", role: roleWorker, handler: s.heartbeat,
 			request: heartbeatRequest{}, emptyBody: true, status: okay, response: heartbeatView{}, errors: []int{bad}},
@@ -49,6 +51,16 @@ func (s *Server) table() []route {
 			request: createWorkerRequest{}, status: created, response: events.User{}, errors: []int{bad, conflict}},
 		{method: http.MethodGet, path: a, id: "listWorkers", summary: "List workers with their activity", role: roleAdmin, handler: s.listWorkers,
 			status: okay, response: []store.WorkerView{}, errors: []int{}},
+		{method: http.MethodGet, path: a + "/:id", id: "getWorker", summary: "Read a user (worker or admin): activity, active flag, lockout", role: roleAdmin, handler: s.getWorker,
+			status: okay, response: store.WorkerView{}, errors: []int{bad, notFound}},
+		{method: http.MethodPut, path: a + "/:id", id: "updateWorker", summary: "Change a user's name, max_concurrent_tasks or roles (a role change revokes its tokens)", role: roleAdmin, handler: s.updateWorker,
+			request: updateWorkerRequest{}, status: okay, response: store.WorkerView{}, errors: []int{bad, notFound, conflict}},
+		{method: http.MethodPost, path: a + "/:id/deactivate", id: "deactivateWorker", summary: "Deactivate a user: its tokens stop working, the tasks it holds go back to the pool", role: roleAdmin, handler: s.deactivateWorker,
+			request: reasonRequest{}, emptyBody: true, status: okay, response: store.WorkerView{}, errors: []int{bad, notFound, conflict}},
+		{method: http.MethodPost, path: a + "/:id/reactivate", id: "reactivateWorker", summary: "Let a deactivated user log in again (its old tokens stay revoked)", role: roleAdmin, handler: s.reactivateWorker,
+			request: reasonRequest{}, emptyBody: true, status: okay, response: store.WorkerView{}, errors: []int{bad, notFound, conflict}},
+		{method: http.MethodPost, path: a + "/:id/password", id: "resetPassword", summary: "Set a user's password (revokes its tokens and ends a lockout)", role: roleAdmin, handler: s.resetPassword,
+			request: passwordRequest{}, status: okay, response: store.WorkerView{}, errors: []int{bad, notFound, conflict}},
 		{method: http.MethodGet, path: a + "/capacity", id: "getCapacity", summary: "Fleet capacity: slots used and free", role: roleAdmin, handler: s.capacity, tag: "fleet",
 			status: okay, response: store.Capacity{}, errors: []int{}},
 		{method: http.MethodGet, path: a + "/stats", id: "getStats", summary: "Counts per status, queue depth, workers online", role: roleAdmin, handler: s.stats, tag: "fleet",

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"strconv"
 	"time"
@@ -37,6 +38,11 @@ type Config struct {
 	Hub *store.Hub
 	// Tail configures the live event stream (zero values: defaults).
 	Tail TailConfig
+	// Login throttles password logins (zero values: defaults).
+	Login LoginConfig
+	// TrustedProxies are the networks whose X-Forwarded-For is believed
+	// for the client address; empty: the peer address is the client.
+	TrustedProxies []*net.IPNet
 }
 
 // Server is the HTTP API.
@@ -53,6 +59,8 @@ type Server struct {
 	names     *nameCache
 	tokens    verifiedTokens
 	tail      *broadcaster
+	auth      *authUsers
+	guard     *loginGuard
 }
 
 // route is one endpoint: the table registers handlers and documents them
@@ -106,6 +114,8 @@ func New(cfg Config) (*Server, error) {
 	s.drain = newDrainer()
 	s.names = newNameCache(cfg.DB, cfg.Now)
 	s.tail = newBroadcaster(s, cfg.Hub, cfg.Tail)
+	s.auth = newAuthUsers(cfg.DB, cfg.Hub, cfg.Registry)
+	s.guard = newLoginGuard(cfg.Login, cfg.Registry)
 	s.echo = s.newEcho()
 	return s, nil
 }
@@ -122,6 +132,7 @@ func (s *Server) newEcho() *echo.Echo {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = errorHandler(s.log)
+	e.IPExtractor = ipExtractor(s.cfg.TrustedProxies)
 	e.Use(middleware.RequestID())
 	e.Use(s.recoverer)
 	e.Use(s.observe)
@@ -202,4 +213,18 @@ func (s *Server) readyz(c echo.Context) error {
 			Error: &ErrorBody{Code: "unavailable", Message: "not ready"}})
 	}
 	return ok(c, http.StatusOK, checks)
+}
+
+// ipExtractor finds the client address: the peer, unless the peer is a
+// trusted proxy, then the nearest untrusted address in X-Forwarded-For.
+// Without trusted proxies headers are ignored: anyone can send them.
+func ipExtractor(trusted []*net.IPNet) echo.IPExtractor {
+	if len(trusted) == 0 {
+		return echo.ExtractIPDirect()
+	}
+	opts := []echo.TrustOption{echo.TrustLoopback(false), echo.TrustLinkLocal(false), echo.TrustPrivateNet(false)}
+	for _, n := range trusted {
+		opts = append(opts, echo.TrustIPRange(n))
+	}
+	return echo.ExtractIPFromXFFHeader(opts...)
 }

@@ -209,7 +209,13 @@ func newBroadcaster(s *Server, hub *store.Hub, cfg TailConfig) *broadcaster {
 // Run runs the live tail's broadcaster until ctx ends, then closes every
 // stream (each ends cleanly with a comment). Call it once per Server; until
 // it runs, the stream route answers 503.
-func (s *Server) Run(ctx context.Context) error { return s.tail.run(ctx) }
+func (s *Server) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	wg.Go(func() { s.auth.run(ctx) })
+	err := s.tail.run(ctx)
+	wg.Wait()
+	return err
+}
 
 func (b *broadcaster) run(ctx context.Context) error {
 	b.mu.Lock()
@@ -585,7 +591,7 @@ func (s *Server) streamToken(c echo.Context) error {
 	cl := claimsOf(c)
 	now := s.now()
 	exp := now.Add(streamTokenTTL)
-	claims := Claims{Email: cl.Email, IsAdmin: true, RegisteredClaims: jwt.RegisteredClaims{
+	claims := Claims{Email: cl.Email, IsAdmin: true, Epoch: cl.Epoch, RegisteredClaims: jwt.RegisteredClaims{
 		Issuer: issuer, Subject: cl.Subject, Audience: jwt.ClaimStrings{streamAudience},
 		IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(exp),
 	}}
@@ -607,8 +613,9 @@ func (s *Server) streamTokenAuth(c echo.Context, next echo.HandlerFunc) error {
 		return unauthenticated("stream token expired; get a new one (POST " + streamPath + "-token)")
 	case err != nil || claims.Subject == "":
 		return unauthenticated("invalid stream token; get one with POST " + streamPath + "-token")
-	case !claims.IsAdmin:
-		return forbidden("this route needs the admin role")
+	}
+	if err := s.activeUser(c.Request().Context(), &claims, roleAdmin); err != nil {
+		return err
 	}
 	c.Set(claimsKey, &claims)
 	return next(c)

@@ -47,7 +47,18 @@ type WorkerWentOffline struct {
 	LastHeartbeat    string `json:"last_heartbeat"`
 	ThresholdSeconds int    `json:"threshold_seconds"`
 	InProgress       int    `json:"in_progress"`
+	// Rule says which rule fired; empty (older events) is OfflineSilent.
+	Rule string `json:"rule,omitempty"`
+	// LastClaim is, for a worker never heard from, when it last claimed.
+	LastClaim string `json:"last_claim,omitempty"`
 }
+
+// Rules that take a worker offline.
+const (
+	OfflineSilent          = "silent"            // no heartbeat for the threshold
+	OfflineNeverHeard      = "never_heard"       // held tasks, never sent a heartbeat, silent since its last claim
+	OfflineHeartbeatSaidSo = "heartbeat_offline" // its last heartbeat said status offline
+)
 
 func (TaskTypeCreated) EventType() string   { return "task_type.created" }
 func (TaskTypeUpdated) EventType() string   { return "task_type.updated" }

@@ -72,27 +72,56 @@ func Summary(e Envelope, names func(userID string) string) string {
 	case TaskTypeArchived:
 		return "task type archived"
 	case UserRegistered:
-		role := "worker"
-		switch {
-		case p.IsAdmin && p.IsWorker:
-			role = "admin and worker"
-		case p.IsAdmin:
-			role = "admin"
-		}
-		return fmt.Sprintf("%s %s <%s> registered", role, oneLine(p.FullName, summaryTextLen), p.Email)
+		return fmt.Sprintf("%s %s <%s> registered", roleName(p.IsAdmin, p.IsWorker), oneLine(p.FullName, summaryTextLen), p.Email)
 	case WorkerWentOnline:
 		return who(e.StreamID) + " came online"
 	case WorkerWentOffline:
 		s := fmt.Sprintf("%s went offline (silent for more than %ds", who(e.StreamID), p.ThresholdSeconds)
+		switch p.Rule {
+		case OfflineHeartbeatSaidSo:
+			return fmt.Sprintf("%s went offline (its heartbeat said so, %d in progress)", who(e.StreamID), p.InProgress)
+		case OfflineNeverHeard:
+			s = fmt.Sprintf("%s went offline (never sent a heartbeat; silent for more than %ds since its last claim %s",
+				who(e.StreamID), p.ThresholdSeconds, p.LastClaim)
+		}
 		if p.LastHeartbeat != "" {
 			s += ", last heartbeat " + p.LastHeartbeat
 		}
 		return s + fmt.Sprintf(", %d in progress)", p.InProgress)
+	case UserUpdated:
+		return fmt.Sprintf("%s updated: %s, %s, max %d tasks", who(e.StreamID), oneLine(p.FullName, summaryTextLen),
+			roleName(p.IsAdmin, p.IsWorker), p.MaxConcurrentTasks)
+	case UserDeactivated:
+		s := who(e.StreamID) + " deactivated"
+		if n := len(p.ReleasedTasks); n > 0 {
+			s += fmt.Sprintf(", %d held tasks released", n)
+		}
+		return withText(s, p.Reason)
+	case UserReactivated:
+		return withText(who(e.StreamID)+" reactivated", p.Reason)
+	case UserPasswordChanged:
+		if p.By == PasswordByAdmin {
+			return who(e.StreamID) + "'s password reset by an admin"
+		}
+		return who(e.StreamID) + " changed their password"
+	case UserLockedOut:
+		return fmt.Sprintf("%s locked out for %ds after %d wrong passwords (lockout #%d, from %s)",
+			who(e.StreamID), p.Seconds, p.Failures, p.Level, p.ClientAddress)
 	}
 	if s, ok := scheduleSummary(e, who); ok {
 		return s
 	}
 	return e.Type
+}
+
+func roleName(admin, worker bool) string {
+	switch {
+	case admin && worker:
+		return "admin and worker"
+	case admin:
+		return "admin"
+	}
+	return "worker"
 }
 
 // displayName is a user's name, or a short form of the id when unknown;

@@ -285,6 +285,26 @@ func (t *Task) Release(workerID, reason string) ([]Payload, error) {
 	return []Payload{TaskReleased{WorkerID: workerID, Reason: reason}}, nil
 }
 
+// ReleaseFromDeactivated gives back a task held by a worker being
+// deactivated: in progress, or pending and assigned to it (nobody else could
+// claim that one).
+func (t *Task) ReleaseFromDeactivated(workerID, reason string) ([]Payload, error) {
+	if !t.HeldBy(workerID) {
+		return nil, ErrForbidden
+	}
+	if t.Status != StatusInProgress && t.Status != StatusPending {
+		return nil, &TransitionError{Command: "release", Status: t.Status}
+	}
+	return []Payload{TaskReleased{WorkerID: workerID, Reason: cut(reason, MaxReasonLen)}}, nil
+}
+
+func cut(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
 // PostUpdate adds a message to the task's thread. A worker must hold the
 // task; an admin (workerID "") may comment on any task.
 func (t *Task) PostUpdate(updateID, authorID, message string, byWorker bool) ([]Payload, error) {

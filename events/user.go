@@ -19,6 +19,18 @@ type User struct {
 	Online             bool      `json:"online"`
 	CreatedAt          time.Time `json:"created_at"`
 	Version            int       `json:"version"`
+	// Active is false after user.deactivated: no login, no request.
+	Active bool `json:"active"`
+	// TokenEpoch counts the events that revoke tokens (password change,
+	// deactivation, role change); a token carries the epoch it was issued
+	// in and dies when the user's moves on.
+	TokenEpoch int `json:"-"`
+	// LockedUntil and Lockouts: the last lockout after wrong passwords.
+	LockedUntil *time.Time `json:"locked_until"`
+	Lockouts    int        `json:"lockouts"`
+	// OfflineSince is when the worker last went offline; nil while online
+	// or before it was ever heard from.
+	OfflineSince *time.Time `json:"offline_since"`
 }
 
 // Apply folds one event of the user's stream.
@@ -26,11 +38,28 @@ func (u *User) Apply(e Envelope) {
 	switch p := e.Payload.(type) {
 	case UserRegistered:
 		*u = User{ID: e.StreamID, Email: p.Email, FullName: p.FullName, IsAdmin: p.IsAdmin,
-			IsWorker: p.IsWorker, MaxConcurrentTasks: p.MaxConcurrentTasks, CreatedAt: e.OccurredAt}
+			IsWorker: p.IsWorker, MaxConcurrentTasks: p.MaxConcurrentTasks, CreatedAt: e.OccurredAt, Active: true}
 	case WorkerWentOnline:
-		u.Online = true
+		u.Online, u.OfflineSince = true, nil
 	case WorkerWentOffline:
-		u.Online = false
+		at := e.OccurredAt
+		u.Online, u.OfflineSince = false, &at
+	case UserUpdated:
+		if p.IsAdmin != u.IsAdmin || p.IsWorker != u.IsWorker {
+			u.TokenEpoch++
+		}
+		u.FullName, u.MaxConcurrentTasks, u.IsAdmin, u.IsWorker = p.FullName, p.MaxConcurrentTasks, p.IsAdmin, p.IsWorker
+	case UserDeactivated:
+		u.Active = false
+		u.TokenEpoch++
+	case UserReactivated:
+		u.Active = true
+	case UserPasswordChanged:
+		u.TokenEpoch++
+		u.LockedUntil, u.Lockouts = nil, 0
+	case UserLockedOut:
+		until := p.Until.UTC()
+		u.LockedUntil, u.Lockouts = &until, p.Level
 	}
 	u.Version = e.Version
 }

@@ -99,7 +99,7 @@ const claimTasks = `WITH req AS (
     SELECT e.worker, e.ord, e.want FROM (
         SELECT r.worker, r.ord, least(r.want, u.max_concurrent_tasks
                - (SELECT count(*) FROM worker_tasks h WHERE h.assigned_to = r.worker AND h.status = $5))::int AS want
-          FROM req r JOIN users u ON u.id = r.worker AND u.is_worker
+          FROM req r JOIN users u ON u.id = r.worker AND u.is_worker AND u.active
          WHERE r.worker = ANY(NULLIF(current_setting('` + claimWorkersSetting + `', true), '')::uuid[])) e
      WHERE e.want > 0
 ), mine AS MATERIALIZED (

@@ -144,7 +144,7 @@ func (db *DB) typesAndWorkers(ctx context.Context, reqs []createRequest) (map[st
 	}
 	b := &pgx.Batch{}
 	b.Queue(`SELECT `+taskTypeColumns+` FROM task_types tt WHERE tt.id = ANY($1::uuid[])`, typeIDs)
-	b.Queue(`SELECT id::text FROM users WHERE id = ANY($1::uuid[]) AND is_worker`, assignees)
+	b.Queue(`SELECT id::text FROM users WHERE id = ANY($1::uuid[]) AND is_worker AND active`, assignees)
 	br := db.pool.SendBatch(ctx, b)
 	defer br.Close()
 

@@ -25,10 +25,14 @@ type SilentWorker struct {
 }
 
 // SilentWorkers lists workers marked online whose last heartbeat is older
-// than before (or missing).
+// than before (or missing), and workers never heard from (no heartbeat, not
+// yet declared offline) that hold tasks and last claimed before before.
 func (db *DB) SilentWorkers(ctx context.Context, before time.Time, limit int) ([]SilentWorker, error) {
-	rows, err := db.pool.Query(ctx, `SELECT id, full_name, last_activity_at FROM users
-		WHERE is_worker AND online AND (last_activity_at IS NULL OR last_activity_at < $1)
+	rows, err := db.pool.Query(ctx, `SELECT id, full_name, last_activity_at FROM users u
+		WHERE is_worker AND (
+		      (online AND (last_activity_at IS NULL OR last_activity_at < $1))
+		   OR (NOT online AND offline_since IS NULL AND last_activity_at IS NULL
+		       AND (SELECT max(t.started_at) FROM worker_tasks t WHERE t.assigned_to = u.id AND t.status = 'in_progress') < $1))
 		ORDER BY last_activity_at NULLS FIRST, id LIMIT $2`, before, limit)
 	if err != nil {
 		return nil, mapErr(fmt.Errorf("silent workers: %w", err))
@@ -47,17 +51,20 @@ func (db *DB) SilentWorkers(ctx context.Context, before time.Time, limit int) ([
 func (db *DB) MarkWorkerOffline(ctx context.Context, id string, threshold time.Duration, meta events.Meta) (bool, error) {
 	var u events.User
 	var last *time.Time
+	var lastClaim *time.Time
 	var inProgress int
-	err := db.pool.QueryRow(ctx, `SELECT `+userColumns+`, u.last_activity_at,
-		    (SELECT count(*) FROM worker_tasks t WHERE t.assigned_to = u.id AND t.status = 'in_progress')
-		  FROM users u WHERE u.id = $1`, id).Scan(append(userDest(&u), &last, &inProgress)...)
+	err := db.pool.QueryRow(ctx, `SELECT `+userColumns+`, u.last_activity_at, h.n, h.last_claim
+		  FROM users u, LATERAL (SELECT count(*) AS n, max(t.started_at) AS last_claim FROM worker_tasks t
+		                          WHERE t.assigned_to = u.id AND t.status = 'in_progress') h
+		 WHERE u.id = $1`, id).Scan(append(userDest(&u), &last, &inProgress, &lastClaim)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}
 	if err != nil {
 		return false, mapErr(fmt.Errorf("mark worker offline: %w", err))
 	}
-	ps := u.GoOffline(last, threshold, inProgress, db.Now())
+	normalizeUser(&u)
+	ps := u.GoOffline(last, lastClaim, threshold, inProgress, db.Now())
 	if len(ps) == 0 {
 		return false, nil
 	}

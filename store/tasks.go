@@ -101,10 +101,13 @@ func (db *DB) AssignTask(ctx context.Context, q Querier, id, workerID, reason st
 
 // checkWorker makes sure id names a worker user; field is blamed if not.
 func (db *DB) checkWorker(ctx context.Context, q Querier, id, field string) error {
-	var isWorker bool
-	err := q.QueryRow(ctx, `SELECT is_worker FROM users WHERE id = $1`, id).Scan(&isWorker)
+	var isWorker, active bool
+	err := q.QueryRow(ctx, `SELECT is_worker, active FROM users WHERE id = $1`, id).Scan(&isWorker, &active)
 	if errors.Is(err, pgx.ErrNoRows) || (err == nil && !isWorker) {
 		return events.Invalid(field, "no worker %s", id)
+	}
+	if err == nil && !active {
+		return events.Invalid(field, "worker %s is deactivated", id)
 	}
 	return mapErr(err)
 }

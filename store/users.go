@@ -13,10 +13,18 @@ import (
 	"github.com/clawdbot/task-service/events"
 )
 
-const userColumns = `u.id, u.email, u.full_name, u.is_admin, u.is_worker, u.max_concurrent_tasks, u.online, u.created_at, u.version`
+const userColumns = `u.id, u.email, u.full_name, u.is_admin, u.is_worker, u.max_concurrent_tasks, u.online, u.created_at, u.version,
+ u.active, u.token_epoch, u.locked_until, u.lockouts, u.offline_since`
 
 func userDest(u *events.User) []any {
-	return []any{&u.ID, &u.Email, &u.FullName, &u.IsAdmin, &u.IsWorker, &u.MaxConcurrentTasks, &u.Online, &u.CreatedAt, &u.Version}
+	return []any{&u.ID, &u.Email, &u.FullName, &u.IsAdmin, &u.IsWorker, &u.MaxConcurrentTasks, &u.Online, &u.CreatedAt, &u.Version,
+		&u.Active, &u.TokenEpoch, &u.LockedUntil, &u.Lockouts, &u.OfflineSince}
+}
+
+// normalizeUser makes timestamps UTC so a read row equals the fold.
+func normalizeUser(u *events.User) {
+	u.CreatedAt = u.CreatedAt.UTC()
+	u.LockedUntil, u.OfflineSince = utcPtr(u.LockedUntil), utcPtr(u.OfflineSince)
 }
 
 // CreateUser registers a user; passwordHash is stored outside the event log
@@ -50,7 +58,7 @@ func (db *DB) GetUser(ctx context.Context, id string) (*events.User, error) {
 	if err != nil {
 		return nil, mapErr(fmt.Errorf("get user: %w", err))
 	}
-	u.CreatedAt = u.CreatedAt.UTC()
+	normalizeUser(&u)
 	return &u, nil
 }
 
@@ -67,6 +75,7 @@ func (db *DB) Credentials(ctx context.Context, email string) (*events.User, stri
 	if err != nil {
 		return nil, "", mapErr(fmt.Errorf("credentials: %w", err))
 	}
+	normalizeUser(&u)
 	return &u, hash, nil
 }
 
@@ -104,6 +113,10 @@ func (db *DB) Heartbeat(ctx context.Context, workerID string, p HeartbeatParams,
 	if err != nil {
 		return nil, mapErr(fmt.Errorf("heartbeat: %w", err))
 	}
+	normalizeUser(&u)
+	if p.Status == HeartbeatOffline {
+		return db.heartbeatOffline(ctx, &u, meta)
+	}
 	if u.Online {
 		return &u, nil
 	}
@@ -115,6 +128,29 @@ func (db *DB) Heartbeat(ctx context.Context, workerID string, p HeartbeatParams,
 		[]events.Payload{events.WorkerWentOnline{LastSeenBefore: before}}, meta, db.projector.User, nil)
 	if errors.Is(err, events.ErrConflict) {
 		return db.GetUser(ctx, workerID) // a concurrent heartbeat already said so
+	}
+	return after, err
+}
+
+// HeartbeatOffline is the heartbeat status of a worker going away (the
+// reference worker sends it when it shuts down).
+const HeartbeatOffline = "offline"
+
+// heartbeatOffline takes a worker that said it is going offline offline at
+// once, with worker.went_offline (rule heartbeat_offline).
+func (db *DB) heartbeatOffline(ctx context.Context, u *events.User, meta events.Meta) (*events.User, error) {
+	var inProgress int
+	if err := db.pool.QueryRow(ctx, `SELECT count(*) FROM worker_tasks WHERE assigned_to = $1 AND status = 'in_progress'`,
+		u.ID).Scan(&inProgress); err != nil {
+		return nil, mapErr(fmt.Errorf("heartbeat: %w", err))
+	}
+	ps := u.HeartbeatOffline(inProgress)
+	if len(ps) == 0 {
+		return u, nil
+	}
+	after, _, err := appendStream(ctx, db, db.pool, events.StreamUser, u.ID, u, ps, meta, db.projector.User, nil)
+	if errors.Is(err, events.ErrConflict) {
+		return db.GetUser(ctx, u.ID)
 	}
 	return after, err
 }
@@ -132,15 +168,32 @@ type WorkerView struct {
 }
 
 // ListWorkers lists every worker with its activity. Online means the worker
-// is marked online and was heard from within the offline threshold.
+// is marked online, was heard from within the offline threshold and did not
+// say it was going offline.
 func (db *DB) ListWorkers(ctx context.Context) ([]WorkerView, error) {
+	return db.workerViews(ctx, `u.is_worker`)
+}
+
+// GetWorkerView reads one user (worker or admin) as admins see workers.
+func (db *DB) GetWorkerView(ctx context.Context, id string) (*WorkerView, error) {
+	ws, err := db.workerViews(ctx, `u.id = $2`, id)
+	if err != nil {
+		return nil, err
+	}
+	if len(ws) == 0 {
+		return nil, events.NotFound("user", id)
+	}
+	return &ws[0], nil
+}
+
+func (db *DB) workerViews(ctx context.Context, where string, args ...any) ([]WorkerView, error) {
 	now := db.Now()
 	dayStart := now.Truncate(24 * time.Hour)
 	rows, err := db.pool.Query(ctx, `SELECT `+userColumns+`, u.last_activity_at, u.heartbeat_status,
 		    u.current_task_id, u.heartbeat_metadata,
 		    (SELECT count(*) FROM worker_tasks t WHERE t.assigned_to = u.id AND t.status = 'in_progress'),
 		    (SELECT count(*) FROM worker_tasks t WHERE t.assigned_to = u.id AND t.status = 'completed' AND t.completed_at >= $1)
-		  FROM users u WHERE u.is_worker ORDER BY u.full_name, u.id`, dayStart)
+		  FROM users u WHERE `+where+` ORDER BY u.full_name, u.id`, append([]any{dayStart}, args...)...)
 	if err != nil {
 		return nil, mapErr(fmt.Errorf("list workers: %w", err))
 	}
@@ -153,7 +206,9 @@ func (db *DB) ListWorkers(ctx context.Context) ([]WorkerView, error) {
 		if err := rows.Scan(dest...); err != nil {
 			return nil, mapErr(err)
 		}
-		w.Online = w.Online && w.LastActivityAt != nil && now.Sub(*w.LastActivityAt) < db.offlineAfter
+		normalizeUser(&w.User)
+		w.Online = w.Online && w.LastActivityAt != nil && now.Sub(*w.LastActivityAt) < db.offlineAfter &&
+			(w.HeartbeatStatus == nil || *w.HeartbeatStatus != HeartbeatOffline)
 		w.AvailableSlots = max(0, w.MaxConcurrentTasks-w.InProgressCount)
 		out = append(out, w)
 	}

@@ -121,7 +121,7 @@ func (u *UI) loginPage(c echo.Context) error {
 func (u *UI) login(c echo.Context) error {
 	email, password := strings.TrimSpace(c.FormValue("email")), c.FormValue("password")
 	data := loginData{Email: email, Next: safeNext(c.FormValue("next"))}
-	resp, err := u.api.Login(c.Request().Context(), email, password)
+	resp, err := u.api.Login(c, email, password)
 	if err != nil {
 		fe, status, err := errorsOf(err)
 		if err != nil {

@@ -1,0 +1,168 @@
+package api
+
+import (
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/clawdbot/task-service/events"
+)
+
+// Account routes (issue 11): admins read, edit, deactivate, reactivate and
+// reset users; users change their own password.
+
+func (s *Server) getWorker(c echo.Context) error {
+	id, err := pathID(c, "id")
+	if err != nil {
+		return err
+	}
+	w, err := s.db.GetWorkerView(c.Request().Context(), id)
+	if err != nil {
+		return err
+	}
+	return ok(c, http.StatusOK, w)
+}
+
+type updateWorkerRequest struct {
+	FullName           *string `json:"full_name,omitempty"`
+	MaxConcurrentTasks *int    `json:"max_concurrent_tasks,omitempty"`
+	IsAdmin            *bool   `json:"is_admin,omitempty"`
+	IsWorker           *bool   `json:"is_worker,omitempty"`
+}
+
+func (s *Server) updateWorker(c echo.Context) error {
+	id, err := pathID(c, "id")
+	if err != nil {
+		return err
+	}
+	var req updateWorkerRequest
+	if err := decode(c, &req, false); err != nil {
+		return err
+	}
+	meta := actor(c, events.ActorAdmin)
+	u, err := s.db.UpdateUser(c.Request().Context(), id, meta, func(u *events.User) ([]events.Payload, error) {
+		return u.Update(events.UserEdit{FullName: req.FullName, MaxConcurrentTasks: req.MaxConcurrentTasks,
+			IsAdmin: req.IsAdmin, IsWorker: req.IsWorker}, meta.Actor.ID)
+	})
+	return s.accountChanged(c, u, err, "user.updated")
+}
+
+func (s *Server) deactivateWorker(c echo.Context) error {
+	id, err := pathID(c, "id")
+	if err != nil {
+		return err
+	}
+	var req reasonRequest
+	if err := decode(c, &req, true); err != nil {
+		return err
+	}
+	u, err := s.db.DeactivateUser(c.Request().Context(), id, req.Reason, actor(c, events.ActorAdmin))
+	return s.accountChanged(c, u, err, "user.deactivated")
+}
+
+func (s *Server) reactivateWorker(c echo.Context) error {
+	id, err := pathID(c, "id")
+	if err != nil {
+		return err
+	}
+	var req reasonRequest
+	if err := decode(c, &req, true); err != nil {
+		return err
+	}
+	u, err := s.db.UpdateUser(c.Request().Context(), id, actor(c, events.ActorAdmin), func(u *events.User) ([]events.Payload, error) {
+		return u.Reactivate(req.Reason)
+	})
+	return s.accountChanged(c, u, err, "user.reactivated")
+}
+
+type passwordRequest struct {
+	Password string `json:"password"`
+}
+
+// resetPassword is an admin setting a user's password.
+func (s *Server) resetPassword(c echo.Context) error {
+	id, err := pathID(c, "id")
+	if err != nil {
+		return err
+	}
+	var req passwordRequest
+	if err := decode(c, &req, false); err != nil {
+		return err
+	}
+	hash, err := s.newPasswordHash("password", req.Password)
+	if err != nil {
+		return err
+	}
+	u, err := s.db.SetPassword(c.Request().Context(), id, req.Password, hash, events.PasswordByAdmin, actor(c, events.ActorAdmin))
+	return s.accountChanged(c, u, err, "user.password_changed")
+}
+
+type changePasswordRequest struct {
+	CurrentPassword string `json:"current_password"`
+	NewPassword     string `json:"new_password"`
+}
+
+// changePassword is users changing their own password. Every token issued
+// before (this one included) stops working, so the answer carries a new one.
+func (s *Server) changePassword(c echo.Context) error {
+	var req changePasswordRequest
+	if err := decode(c, &req, false); err != nil {
+		return err
+	}
+	if req.CurrentPassword == "" {
+		return events.Invalid("current_password", "is required")
+	}
+	ctx := c.Request().Context()
+	id := claimsOf(c).Subject
+	_, hash, err := s.db.CredentialsByID(ctx, id)
+	if err != nil {
+		return err
+	}
+	s.guard.checks.Inc()
+	if bcrypt.CompareHashAndPassword([]byte(hash), []byte(req.CurrentPassword)) != nil {
+		return events.Invalid("current_password", "is wrong")
+	}
+	newHash, err := s.newPasswordHash("new_password", req.NewPassword)
+	if err != nil {
+		return err
+	}
+	kind := events.ActorWorker
+	if claimsOf(c).IsAdmin {
+		kind = events.ActorAdmin
+	}
+	u, err := s.db.SetPassword(ctx, id, req.NewPassword, newHash, events.PasswordBySelf, actor(c, kind))
+	if err != nil {
+		return err
+	}
+	s.auth.saw(u.ID, u.Version)
+	s.metrics.countEvents("user.password_changed")
+	tok, exp, err := s.issueToken(u)
+	if err != nil {
+		return err
+	}
+	return ok(c, http.StatusOK, LoginResponse{Token: tok, ExpiresAt: exp, User: u})
+}
+
+// newPasswordHash validates and hashes a new password sent as field.
+func (s *Server) newPasswordHash(field, password string) (string, error) {
+	if len(password) < events.MinPasswordLen || len(password) > events.MaxPasswordLen {
+		return "", events.Invalid(field, "must be %d to %d bytes", events.MinPasswordLen, events.MaxPasswordLen)
+	}
+	return s.HashPassword(password)
+}
+
+// accountChanged answers an account command: the user after it, and this
+// instance's cache told at once (other instances hear it from the log).
+func (s *Server) accountChanged(c echo.Context, u *events.User, err error, event string) error {
+	if err != nil {
+		return err
+	}
+	s.auth.saw(u.ID, u.Version)
+	s.metrics.countEvents(event)
+	w, err := s.db.GetWorkerView(c.Request().Context(), u.ID)
+	if err != nil {
+		return err
+	}
+	return ok(c, http.StatusOK, w)
+}

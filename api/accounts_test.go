@@ -1,0 +1,223 @@
+package api_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/clawdbot/task-service/api"
+	"github.com/clawdbot/task-service/api/client"
+	"github.com/clawdbot/task-service/events"
+	"github.com/clawdbot/task-service/store/replay"
+)
+
+// run starts the server's background work (the live tail and the users'
+// auth cache) for the test's life.
+func (b *bundle) run(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = b.srv.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+func (b *bundle) requireReplayClean(t *testing.T) {
+	t.Helper()
+	rep, err := replay.Verify(b.ctx, b.pool, replay.VerifyConfig{})
+	require.NoError(t, err)
+	require.True(t, rep.Clean(), "replay --verify found differences: %+v", rep.Differences)
+}
+
+// counter reads one unlabelled series from /metrics.
+func (b *bundle) counter(t *testing.T, name string) float64 {
+	t.Helper()
+	resp, err := b.http.Get(b.url + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, found := strings.CutPrefix(line, name+" "); found {
+			f, err := strconv.ParseFloat(v, 64)
+			require.NoError(t, err)
+			return f
+		}
+	}
+	return 0
+}
+
+func requireStatus(t *testing.T, err error, status int, code string) {
+	t.Helper()
+	require.Error(t, err)
+	var ae *client.Error
+	require.ErrorAs(t, err, &ae)
+	require.Equal(t, status, ae.Status, "%v", err)
+	if code != "" {
+		require.Equal(t, code, ae.Code, "%v", err)
+	}
+}
+
+func eventTypes(t *testing.T, b *bundle, streamID string) []string {
+	t.Helper()
+	evs, err := b.db.Stream(b.ctx, b.pool, streamID)
+	require.NoError(t, err)
+	var out []string
+	for _, e := range evs {
+		out = append(out, e.Type)
+	}
+	return out
+}
+
+// TestAccounts drives every account route with and without the auth cache
+// running: the answers must be the same.
+func TestAccounts(t *testing.T) {
+	t.Parallel()
+	for _, cached := range []bool{false, true} {
+		t.Run(map[bool]string{false: "uncached", true: "cached"}[cached], func(t *testing.T) {
+			t.Parallel()
+			b := setupHub(t)
+			if cached {
+				b.run(t)
+			}
+			testAccounts(t, b, cached)
+		})
+	}
+}
+
+func testAccounts(t *testing.T, b *bundle, cached bool) {
+	ctx := b.ctx
+	tt := b.newType(t, "report")
+	w := b.newWorker(t, "Wanda", 3)
+
+	// With the cache running, requests do not read the user each time.
+	reads := b.counter(t, "taskservice_auth_user_reads_total")
+	for range 20 {
+		_, err := w.MyTasks(ctx, false)
+		require.NoError(t, err)
+	}
+	if extra := b.counter(t, "taskservice_auth_user_reads_total") - reads; cached {
+		require.LessOrEqual(t, extra, 1.0, "cached: at most one read for 20 requests")
+	} else {
+		require.Equal(t, 20.0, extra, "uncached: one read per request")
+	}
+
+	// Read and edit.
+	got, err := b.admin.Worker(ctx, w.ID)
+	require.NoError(t, err)
+	require.True(t, got.Active)
+	require.Equal(t, "Wanda", got.FullName)
+	name, limit := "Wanda Maximoff", 5
+	got, err = b.admin.UpdateWorker(ctx, w.ID, client.WorkerEdit{FullName: &name, MaxConcurrentTasks: &limit})
+	require.NoError(t, err)
+	require.Equal(t, name, got.FullName)
+	require.Equal(t, 5, got.MaxConcurrentTasks)
+	_, err = w.MyTasks(ctx, false)
+	require.NoError(t, err, "a name change does not revoke tokens")
+
+	// A role change revokes the worker's token.
+	yes := true
+	_, err = b.admin.UpdateWorker(ctx, w.ID, client.WorkerEdit{IsAdmin: &yes})
+	require.NoError(t, err)
+	_, err = w.MyTasks(ctx, false)
+	requireStatus(t, err, http.StatusUnauthorized, "unauthenticated")
+	_, err = w.Login(ctx, w.Email, workerPass)
+	require.NoError(t, err)
+	_, err = w.Workers(ctx)
+	require.NoError(t, err, "the new token carries the admin role")
+
+	// Deactivation releases what the worker holds, with the reason.
+	held := b.newTask(t, tt, "held", events.PriorityHigh, "")
+	claimed, err := w.Claim(ctx)
+	require.NoError(t, err)
+	require.Equal(t, held.ID, claimed.ID)
+	assigned := b.newTask(t, tt, "assigned", events.PriorityLow, w.ID)
+	got, err = b.admin.DeactivateWorker(ctx, w.ID, "laptop stolen")
+	require.NoError(t, err)
+	require.False(t, got.Active)
+	for _, id := range []string{held.ID, assigned.ID} {
+		task := b.requireProjectionIsFold(t, id)
+		require.Equal(t, events.StatusPending, task.Status)
+		require.Nil(t, task.AssignedTo)
+		_, evs := b.fold(t, id)
+		last := evs[len(evs)-1]
+		require.Equal(t, "task.released", last.Type)
+		require.Contains(t, string(last.Data), "worker deactivated: laptop stolen")
+	}
+	_, err = w.MyTasks(ctx, false)
+	requireStatus(t, err, http.StatusUnauthorized, "unauthenticated")
+	_, err = w.Login(ctx, w.Email, workerPass)
+	requireStatus(t, err, http.StatusUnauthorized, "unauthenticated")
+	_, err = b.admin.DeactivateWorker(ctx, w.ID, "")
+	requireStatus(t, err, http.StatusConflict, "invalid_transition")
+	_, err = b.admin.AssignTask(ctx, held.ID, w.ID, "")
+	requireStatus(t, err, http.StatusBadRequest, "validation_failed")
+
+	// Reactivation: the old token stays dead, a new login works.
+	old := w.Token()
+	got, err = b.admin.ReactivateWorker(ctx, w.ID, "found it")
+	require.NoError(t, err)
+	require.True(t, got.Active)
+	w.SetToken(old)
+	_, err = w.MyTasks(ctx, false)
+	requireStatus(t, err, http.StatusUnauthorized, "unauthenticated")
+	_, err = w.Login(ctx, w.Email, workerPass)
+	require.NoError(t, err)
+
+	// An admin's reset revokes; the user's own change returns a new token.
+	_, err = b.admin.ResetPassword(ctx, w.ID, "short")
+	requireStatus(t, err, http.StatusBadRequest, "validation_failed")
+	_, err = b.admin.ResetPassword(ctx, w.ID, "reset-password-1")
+	require.NoError(t, err)
+	_, err = w.MyTasks(ctx, false)
+	requireStatus(t, err, http.StatusUnauthorized, "unauthenticated")
+	_, err = w.Login(ctx, w.Email, workerPass)
+	requireStatus(t, err, http.StatusUnauthorized, "unauthenticated")
+	_, err = w.Login(ctx, w.Email, "reset-password-1")
+	require.NoError(t, err)
+	before := w.Token()
+	_, err = w.ChangePassword(ctx, "wrong-current", "my-own-password")
+	requireStatus(t, err, http.StatusBadRequest, "validation_failed")
+	_, err = w.ChangePassword(ctx, "reset-password-1", "my-own-password")
+	require.NoError(t, err)
+	_, err = w.MyTasks(ctx, false)
+	require.NoError(t, err, "the token from the change works")
+	w.SetToken(before)
+	_, err = w.MyTasks(ctx, false)
+	requireStatus(t, err, http.StatusUnauthorized, "unauthenticated")
+
+	// An admin cannot lock itself out.
+	_, err = b.admin.DeactivateWorker(ctx, b.adminID, "")
+	requireStatus(t, err, http.StatusConflict, "invalid_transition")
+	no := false
+	_, err = b.admin.UpdateWorker(ctx, b.adminID, client.WorkerEdit{IsAdmin: &no})
+	requireStatus(t, err, http.StatusBadRequest, "validation_failed")
+
+	require.Equal(t, []string{"user.registered", "user.updated", "user.updated", "user.deactivated",
+		"user.reactivated", "user.password_changed", "user.password_changed"}, eventTypes(t, b, w.ID))
+	b.requireReplayClean(t)
+}
+
+// TestTokenOfMissingUser: a token signed with the right secret for a user
+// that does not exist is refused, on every kind of route.
+func TestTokenOfMissingUser(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	now := time.Now()
+	tok := token(t, b.secret, jwt.SigningMethodHS256, api.Claims{Email: "ghost@example.com", IsAdmin: true, IsWorker: true,
+		RegisteredClaims: jwt.RegisteredClaims{Issuer: "task-service", Subject: uuid.NewString(),
+			IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(now.Add(time.Hour))}})
+	ghost := client.New(b.url, b.http)
+	ghost.SetToken(tok)
+	_, err := ghost.Workers(b.ctx)
+	requireStatus(t, err, http.StatusUnauthorized, "unauthenticated")
+	_, err = ghost.MyTasks(b.ctx, false)
+	requireStatus(t, err, http.StatusUnauthorized, "unauthenticated")
+}

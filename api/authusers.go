@@ -1,0 +1,154 @@
+package api
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/clawdbot/task-service/events"
+	"github.com/clawdbot/task-service/store"
+)
+
+// authUsers answers "who is this token's user now" for every authenticated
+// request without a database read per request (ADR 011). It caches users
+// and follows the log's auth events (events.AuthEventTypes) from any
+// instance, woken by the hub that the listener wakes on every NOTIFY, with a
+// short ticker as the safety net. A cached user is used only while it is at
+// least as new as every auth event seen for it. Until the follower runs (and
+// after it stops), every lookup reads the database.
+type authUsers struct {
+	db   *store.DB
+	hub  *store.Hub
+	poll time.Duration
+
+	following atomic.Bool
+	mu        sync.RWMutex
+	users     map[string]*events.User
+	seen      map[string]int // the highest auth event version seen per user
+
+	reads prometheus.Counter
+}
+
+// authPoll bounds how long a revocation takes to reach this instance when
+// no wake comes (a lost NOTIFY): well within the second the issue allows.
+const authPoll = 500 * time.Millisecond
+
+func newAuthUsers(db *store.DB, hub *store.Hub, reg prometheus.Registerer) *authUsers {
+	a := &authUsers{db: db, hub: hub, poll: authPoll, users: map[string]*events.User{}, seen: map[string]int{}}
+	a.reads = prometheus.NewCounter(prometheus.CounterOpts{Name: "taskservice_auth_user_reads_total",
+		Help: "Users read from the database to authenticate a request (cache misses)."})
+	reg.MustRegister(a.reads)
+	return a
+}
+
+// user returns the current state of user id.
+func (a *authUsers) user(ctx context.Context, id string) (*events.User, error) {
+	following := a.following.Load()
+	if following {
+		a.mu.RLock()
+		u, min := a.users[id], a.seen[id]
+		a.mu.RUnlock()
+		if u != nil && u.Version >= min {
+			return u, nil
+		}
+	}
+	a.reads.Inc()
+	u, err := a.db.GetUser(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if following {
+		a.mu.Lock()
+		if u.Version >= a.seen[id] {
+			a.users[id] = u
+		}
+		a.mu.Unlock()
+	}
+	return u, nil
+}
+
+// saw records that user id is at version or later, so older cached state is
+// read again. Handlers call it after their own commands; the follower after
+// everyone's.
+func (a *authUsers) saw(id string, version int) {
+	a.mu.Lock()
+	if version > a.seen[id] {
+		a.seen[id] = version
+	}
+	a.mu.Unlock()
+}
+
+// run follows the auth events until ctx ends.
+func (a *authUsers) run(ctx context.Context) {
+	defer func() {
+		a.following.Store(false)
+		a.mu.Lock()
+		a.users = map[string]*events.User{}
+		a.mu.Unlock()
+	}()
+	var wake <-chan struct{}
+	if a.hub != nil {
+		w, unsubscribe := a.hub.Subscribe()
+		defer unsubscribe()
+		wake = w
+	}
+	tick := time.NewTicker(a.poll)
+	defer tick.Stop()
+	var pos events.Position
+	started := false
+	for {
+		if !started {
+			p, err := a.db.AuthChangesStart(ctx)
+			if err == nil {
+				pos, started = p, true
+				a.following.Store(true)
+			}
+		} else if !a.follow(ctx, &pos) {
+			// The database is away: cached users may miss a revocation, so
+			// stop trusting them until the follower has caught up again.
+			a.following.Store(false)
+			a.mu.Lock()
+			a.users = map[string]*events.User{}
+			a.mu.Unlock()
+		} else {
+			a.following.Store(true)
+		}
+		// Every commit wakes the hub; one read per authSpacing is plenty.
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(authSpacing):
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-wake:
+		case <-tick.C:
+		}
+	}
+}
+
+// authSpacing is the least time between two reads of the auth events.
+const authSpacing = 20 * time.Millisecond
+
+// follow reads every auth event after pos; false when the read failed.
+func (a *authUsers) follow(ctx context.Context, pos *events.Position) bool {
+	const page = 500
+	for {
+		changes, next, err := a.db.AuthChanges(ctx, *pos, page)
+		if err != nil {
+			return false
+		}
+		for _, c := range changes {
+			a.saw(c.UserID, c.Version)
+		}
+		moved := next != *pos
+		*pos = next
+		if len(changes) < page || !moved {
+			return true
+		}
+	}
+}
