@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/clawdbot/task-service/api"
+	"github.com/clawdbot/task-service/api/client"
 	"github.com/clawdbot/task-service/events"
 )
 
@@ -81,6 +82,7 @@ func TestBadInput(t *testing.T) {
 	_, err = b.admin.CancelTask(ctx, cancelled.ID, "not needed")
 	require.NoError(t, err)
 	forW2 := b.newTask(t, tt, "reserved for Duo", events.PriorityLow, w2.ID)
+	live, gone, oldType := b.badInputSchedules(t, tt)
 
 	admin, una, duo := b.admin.Token(), w1.Token(), w2.Token()
 	now := time.Now()
@@ -130,6 +132,14 @@ func TestBadInput(t *testing.T) {
 	task := func(fields string) string {
 		return fmt.Sprintf(`{"title":"t","task_type_id":%q,%s}`, tt.ID, fields)
 	}
+	const S = "/api/v1/admin/schedules"
+	schedOf := func(typeID, params, timing string) string {
+		if timing != "" {
+			timing = "," + timing
+		}
+		return fmt.Sprintf(`{"task":{"task_type_id":%q,"title":"t","params":%s}%s}`, typeID, params, timing)
+	}
+	sched := func(timing string) string { return schedOf(tt.ID, `{"days":1}`, timing) }
 
 	cases := []struct {
 		name, method, path, auth, body string
@@ -302,6 +312,51 @@ func TestBadInput(t *testing.T) {
 		{"completions: oversize", "POST", W + "/tasks/completions", una, `[{"id":"` + strings.Repeat("x", api.MaxBodyBytes) + `"}]`, 413, "too_large", ""},
 		{"completions by an admin", "POST", W + "/tasks/completions", admin, fmt.Sprintf(`[{"id":%q,"status":"completed"}]`, held.ID), 403, "forbidden", ""},
 
+		// Schedules (issue 13): each refusal names the field; nothing is stored.
+		{"schedule: interval under a minute", "POST", S, admin, sched(`"interval":{"every":30,"unit":"seconds"}`), 400, "validation_failed", "interval"},
+		{"schedule: interval of 0", "POST", S, admin, sched(`"interval":{"every":0,"unit":"hours"}`), 400, "validation_failed", "interval.every"},
+		{"schedule: unknown unit", "POST", S, admin, sched(`"interval":{"every":1,"unit":"fortnights"}`), 400, "validation_failed", "interval.unit"},
+		{"schedule: interval not an object", "POST", S, admin, sched(`"interval":"5m"`), 400, "validation_failed", "interval"},
+		{"schedule: unknown time zone", "POST", S, admin, sched(`"cron":"0 6 * * 1-5","time_zone":"Europe/Atlantis"`), 400, "validation_failed", "time_zone"},
+		{"schedule: malformed cron", "POST", S, admin, sched(`"cron":"0 6 * *"`), 400, "validation_failed", "cron"},
+		{"schedule: cron out of range", "POST", S, admin, sched(`"cron":"61 6 * * *"`), 400, "validation_failed", "cron"},
+		{"schedule: interval and cron", "POST", S, admin, sched(`"cron":"@daily","interval":{"every":1,"unit":"days"}`), 400, "validation_failed", "cron"},
+		{"schedule: end before start", "POST", S, admin, sched(`"interval":{"every":1,"unit":"days"},"start_at":"2030-01-02T00:00:00Z","end_at":"2030-01-01T00:00:00Z"`), 400, "validation_failed", "end_at"},
+		{"schedule: one time without start", "POST", S, admin, sched(``), 400, "validation_failed", "start_at"},
+		{"schedule: archived type", "POST", S, admin, schedOf(oldType.ID, `{"days":1}`, `"cron":"@daily"`), 400, "validation_failed", "task.task_type_id"},
+		{"schedule: unknown type", "POST", S, admin, schedOf(unknown, `{"days":1}`, `"cron":"@daily"`), 400, "validation_failed", "task.task_type_id"},
+		{"schedule: bad type id", "POST", S, admin, schedOf("42", `{"days":1}`, `"cron":"@daily"`), 400, "validation_failed", "task.task_type_id"},
+		{"schedule: params break the schema", "POST", S, admin, schedOf(tt.ID, `{"days":"seven"}`, `"cron":"@daily"`), 400, "validation_failed", "task.params.days"},
+		{"schedule: params miss a required field", "POST", S, admin, schedOf(tt.ID, `{}`, `"cron":"@daily"`), 400, "validation_failed", "task.params"},
+		{"schedule: assigned to nobody", "POST", S, admin, fmt.Sprintf(`{"task":{"task_type_id":%q,"title":"t","params":{"days":1},"assigned_to":%q},"cron":"@daily"}`, tt.ID, unknown), 400, "validation_failed", "task.assigned_to"},
+		{"schedule: no title", "POST", S, admin, fmt.Sprintf(`{"task":{"task_type_id":%q,"params":{"days":1}},"cron":"@daily"}`, tt.ID), 400, "validation_failed", "task.title"},
+		{"schedule: NUL in title", "POST", S, admin, fmt.Sprintf(`{"task":{"task_type_id":%q,"title":"a\u0000","params":{"days":1}},"cron":"@daily"}`, tt.ID), 400, "validation_failed", "task.title"},
+		{"schedule: bad overlap", "POST", S, admin, sched(`"cron":"@daily","overlap":"queue"`), 400, "validation_failed", "overlap"},
+		{"schedule: negative max_failures", "POST", S, admin, sched(`"cron":"@daily","max_failures":-1`), 400, "validation_failed", "max_failures"},
+		{"schedule: negative max_runs", "POST", S, admin, sched(`"cron":"@daily","max_runs":-1`), 400, "validation_failed", "max_runs"},
+		{"schedule: unknown field", "POST", S, admin, sched(`"cron":"@daily","every":"5m"`), 400, "validation_failed", "every"},
+		{"schedule: empty body", "POST", S, admin, ``, 400, "validation_failed", "body"},
+		{"schedule edit: interval under a minute", "PUT", S + "/" + live.ID, admin, `{"interval":{"every":10,"unit":"seconds"}}`, 400, "validation_failed", "interval"},
+		{"schedule edit: params break the schema", "PUT", S + "/" + live.ID, admin, `{"task":{"params":{"days":0}}}`, 400, "validation_failed", "task.params.days"},
+		{"schedule edit: unknown field", "PUT", S + "/" + live.ID, admin, `{"colour":"red"}`, 400, "validation_failed", "colour"},
+		{"schedule edit: cancelled", "PUT", S + "/" + gone.ID, admin, `{"name":"again"}`, 409, "invalid_transition", ""},
+		{"schedule edit: unknown", "PUT", S + "/" + unknown, admin, `{"name":"x"}`, 404, "not_found", ""},
+		{"schedule edit: bad id", "PUT", S + "/nope", admin, `{"name":"x"}`, 400, "validation_failed", "id"},
+		{"schedule: resume an active one", "POST", S + "/" + live.ID + "/resume", admin, ``, 409, "invalid_transition", ""},
+		{"schedule: pause a cancelled one", "POST", S + "/" + gone.ID + "/pause", admin, ``, 409, "invalid_transition", ""},
+		{"schedule: cancel a cancelled one", "POST", S + "/" + gone.ID + "/cancel", admin, `{"reason":"again"}`, 409, "invalid_transition", ""},
+		{"schedule: run a cancelled one", "POST", S + "/" + gone.ID + "/run", admin, ``, 409, "invalid_transition", ""},
+		{"schedule: NUL in pause reason", "POST", S + "/" + live.ID + "/pause", admin, `{"reason":"\u0000"}`, 400, "validation_failed", "reason"},
+		{"schedule: unknown", "GET", S + "/" + unknown, admin, "", 404, "not_found", ""},
+		{"schedule: unknown executions", "GET", S + "/" + unknown + "/executions", admin, "", 404, "not_found", ""},
+		{"schedule: unknown stats", "GET", S + "/" + unknown + "/stats", admin, "", 404, "not_found", ""},
+		{"schedule: run an unknown one", "POST", S + "/" + unknown + "/run", admin, ``, 404, "not_found", ""},
+		{"schedules: bad state", "GET", S + "?state=sleeping", admin, "", 400, "validation_failed", "state"},
+		{"schedules: bad limit", "GET", S + "?limit=0", admin, "", 400, "validation_failed", "limit"},
+		{"schedules: bad executions page", "GET", S + "/" + live.ID + "/executions?before=-3", admin, "", 400, "validation_failed", "before"},
+		{"schedules: a worker lists them", "GET", S, una, "", 403, "forbidden", ""},
+		{"schedules: a worker runs one", "POST", S + "/" + live.ID + "/run", una, ``, 403, "forbidden", ""},
+
 		// Authentication.
 		{"no token", "POST", W + "/tasks/claim", "", "", 401, "unauthenticated", ""},
 		{"no token on admin", "GET", A + "/tasks", "", "", 401, "unauthenticated", ""},
@@ -381,6 +436,25 @@ func TestBadInput(t *testing.T) {
 			require.Equal(t, before, b.snapshot(t), "the database changed")
 		})
 	}
+}
+
+// badInputSchedules makes a live schedule, a cancelled one and an archived
+// type for the schedule cases.
+func (b *bundle) badInputSchedules(t *testing.T, tt *events.TaskType) (live, gone *events.Schedule, archived *events.TaskType) {
+	t.Helper()
+	spec := client.NewSchedule{Task: events.ScheduleTemplate{TaskTypeID: tt.ID, Title: "weekly report", Params: json.RawMessage(`{"days":7}`)},
+		Cron: "0 6 * * 1", TimeZone: "Europe/Berlin"}
+	live, err := b.admin.CreateSchedule(b.ctx, spec)
+	require.NoError(t, err)
+	gone, err = b.admin.CreateSchedule(b.ctx, spec)
+	require.NoError(t, err)
+	_, err = b.admin.ScheduleAction(b.ctx, gone.ID, "cancel", "")
+	require.NoError(t, err)
+	archived = b.newType(t, "old_report")
+	_, err = b.db.UpdateTaskType(b.ctx, archived.ID, events.Meta{Actor: events.System("test")},
+		func(tt *events.TaskType) ([]events.Payload, error) { return tt.Archive() })
+	require.NoError(t, err)
+	return live, gone, archived
 }
 
 func jwtDecode(s string) ([]byte, error) { return base64.RawURLEncoding.DecodeString(s) }

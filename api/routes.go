@@ -18,7 +18,7 @@ func (s *Server) table() []route {
 		created                 = http.StatusCreated
 		okay                    = http.StatusOK
 	)
-	return []route{
+	return append([]route{
 		{method: http.MethodPost, path: "/api/v1/auth/login", id: "login", summary: "Log in; returns a JWT and the user", role: rolePublic, handler: s.login,
 			request: loginRequest{}, status: okay, response: LoginResponse{}, errors: []int{bad, http.StatusUnauthorized, http.StatusTooManyRequests}},
 		{method: http.MethodPost, path: "/api/v1/auth/password", id: "changePassword", summary: "Change your own password; returns a new token (every older one stops working)", role: roleUser, handler: s.changePassword,
@@ -124,7 +124,7 @@ func (s *Server) table() []route {
 			status: okay, media: mediaText, errors: []int{}},
 		{method: http.MethodGet, path: "/api/v1/openapi.json", id: "getOpenAPI", summary: "This document", role: rolePublic, handler: s.openapi, tag: "operations",
 			status: okay, media: "application/json", errors: []int{}},
-	}
+	}, s.scheduleRoutes()...)
 }
 
 // eventQuery are the filters of the events API and the stream.

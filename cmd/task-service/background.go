@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/clawdbot/task-service/api"
 	"github.com/clawdbot/task-service/reactors"
 	"github.com/clawdbot/task-service/store"
 )
@@ -34,6 +35,13 @@ type backgroundConfig struct {
 	anthropicTimeout time.Duration
 
 	telegram telegramConfig
+
+	// Schedules (issue 13).
+	scheduler        bool
+	schedulerCatchUp time.Duration
+	// scheduleMinInterval lowers the one-minute floor of schedule
+	// intervals; only tests set it (TASK_SERVICE_TEST_MIN_SCHEDULE_INTERVAL).
+	scheduleMinInterval time.Duration
 }
 
 func (c *backgroundConfig) register(fs *flag.FlagSet) {
@@ -50,6 +58,9 @@ func (c *backgroundConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.anthropicModel, "anthropic-model", envOr("ANTHROPIC_MODEL", "claude-sonnet-4-5"), "model for retry advice (env ANTHROPIC_MODEL)")
 	fs.DurationVar(&c.anthropicTimeout, "anthropic-timeout", envDuration("ANTHROPIC_TIMEOUT", 10*time.Second), "timeout of one retry-advice call (env ANTHROPIC_TIMEOUT)")
 	c.telegram.register(fs)
+	fs.BoolVar(&c.scheduler, "scheduler", envBool("SCHEDULER", true), "fire due schedules on this instance (env SCHEDULER)")
+	fs.DurationVar(&c.schedulerCatchUp, "scheduler-catch-up", envDuration("SCHEDULER_CATCH_UP", 30*time.Second), "the scheduler looks for due schedules this often even without a wake (env SCHEDULER_CATCH_UP)")
+	c.scheduleMinInterval = envDuration("TASK_SERVICE_TEST_MIN_SCHEDULE_INTERVAL", 0)
 }
 
 // background owns the instance's long-running goroutines and stops them in
@@ -126,6 +137,14 @@ func (b *background) addWorkers(cfg config, db *store.DB, reg prometheus.Registe
 			return err
 		}
 		b.workers = append(b.workers, runner.Run)
+	}
+	if bg.scheduler {
+		sched, err := reactors.NewScheduler(reactors.SchedulerConfig{DB: db, Hub: b.hub, Check: api.NewParamsCheck(),
+			CatchUp: bg.schedulerCatchUp, Registerer: reg, Logger: log})
+		if err != nil {
+			return err
+		}
+		b.workers = append(b.workers, sched.Run)
 	}
 	if bg.stuckDetector {
 		stuck, err := reactors.NewStuck(reactors.StuckConfig{DB: db, InstanceID: b.instanceID, Tick: bg.stuckTick,

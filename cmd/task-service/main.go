@@ -147,7 +147,8 @@ func serve(ctx context.Context, cfg config, log zerolog.Logger) error {
 		return err
 	}
 	db, err := store.New(pool, store.Config{Projector: projections.Projector{},
-		AfterCommit: bg.notifier.Committed, OfflineAfter: cfg.bg.offlineAfter})
+		AfterCommit: bg.notifier.Committed, OfflineAfter: cfg.bg.offlineAfter,
+		ScheduleMinInterval: cfg.bg.scheduleMinInterval})
 	if err != nil {
 		return err
 	}
