@@ -21,7 +21,7 @@ import (
 // ScheduleRequest creates a schedule, or edits one: in an edit every field
 // is optional and a field left out keeps its value (null clears it).
 type ScheduleRequest struct {
-	Name string                  `json:"name,omitempty"`
+	Name string                   `json:"name,omitempty"`
 	Task *events.ScheduleTemplate `json:"task,omitempty"`
 	// Interval: every N minutes, hours or days; or Cron, a five-field
 	// expression (or @daily, @hourly...) in TimeZone (IANA, default UTC).
