@@ -19,15 +19,20 @@ func TestClaimPlanAtAMillionRows(t *testing.T) {
 	}
 	e := newBatchEnv(t)
 	w := e.user(t, "w", true, 2)
-	_, err := e.db.pool.Exec(e.ctx, `INSERT INTO worker_tasks (id, title, task_type_id, priority, status, assigned_to,
-		created_at, updated_at, available_at, version)
-		SELECT gen_random_uuid(), 'task ' || g, $1, (ARRAY['urgent','high','medium','low'])[1 + g % 4],
-		       CASE WHEN g % 20 = 0 THEN 'pending' ELSE 'completed' END,
-		       CASE WHEN g % 20 = 0 THEN NULL ELSE $2::uuid END,
-		       now() - (g || ' ms')::interval, now(), now() - interval '1 day', 3
-		  FROM generate_series(1, 1000000) g`, e.typeID, w)
-	require.NoError(t, err)
-	_, err = e.db.pool.Exec(e.ctx, `ANALYZE worker_tasks; ANALYZE users`)
+	// In slices of 50,000, each its own transaction: the consumer horizon is
+	// cluster-wide, and one long insert would stall every other test package's
+	// reactors on the same server.
+	for from := 1; from <= 1000000; from += 50000 {
+		_, err := e.db.pool.Exec(e.ctx, `INSERT INTO worker_tasks (id, title, task_type_id, priority, status, assigned_to,
+			created_at, updated_at, available_at, version)
+			SELECT gen_random_uuid(), 'task ' || g, $1, (ARRAY['urgent','high','medium','low'])[1 + g % 4],
+			       CASE WHEN g % 20 = 0 THEN 'pending' ELSE 'completed' END,
+			       CASE WHEN g % 20 = 0 THEN NULL ELSE $2::uuid END,
+			       now() - (g || ' ms')::interval, now(), now() - interval '1 day', 3
+			  FROM generate_series($3::int, $3::int + 49999) g`, e.typeID, w, from)
+		require.NoError(t, err)
+	}
+	_, err := e.db.pool.Exec(e.ctx, `ANALYZE worker_tasks; ANALYZE users`)
 	require.NoError(t, err)
 
 	workers := "ARRAY['" + w + "']::uuid[]"

@@ -26,8 +26,8 @@ type TaskFilter struct {
 	// Search keeps tasks whose title contains it, case-insensitively (a
 	// trigram index, migration 011).
 	Search string
-	After      string
-	Limit      int
+	After  string
+	Limit  int
 }
 
 // TaskPage is one page of tasks, newest first.
