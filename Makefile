@@ -35,7 +35,7 @@ TEST_DB_ENV = \
 .PHONY: build run test test-race bench bench-go bench-worker lint fuzz devdb devdb-stop screenshots bench-ui
 
 build:
-	$(GO) build -o bin/ ./cmd/...
+	$(GO) build -buildvcs=auto -o bin/ ./cmd/... # stamps the git revision `version` prints, even where GOFLAGS turns it off
 
 run: build
 	@set -e; \

@@ -146,7 +146,7 @@ func newCluster(t *testing.T, n int, extra ...string) *cluster {
 	dbURL := storetest.NewDB(t)
 	ins := startInstances(t, dbURL, n, extra...)
 	require.False(t, t.Failed())
-	hc := &http.Client{Timeout: 90 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	hc := checkedHTTP(t, ins[0].base, &http.Transport{MaxIdleConnsPerHost: 64})
 	admin := client.New(ins[0].base, hc)
 	_, err := admin.Login(ctx, "root@example.com", "root-password")
 	require.NoError(t, err)

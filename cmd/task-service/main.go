@@ -5,6 +5,8 @@
 //	task-service migrate up       apply migrations
 //	task-service migrate down [N] revert N migrations (all without N)
 //	task-service migrate version  print the applied version
+//	task-service openapi          print the OpenAPI document (JSON)
+//	task-service version          print the version and VCS revision
 //
 // Configuration comes from the environment; each variable has a flag twin.
 package main
@@ -19,6 +21,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -28,6 +31,7 @@ import (
 	"github.com/clawdbot/task-service/api"
 	"github.com/clawdbot/task-service/api/ui"
 	"github.com/clawdbot/task-service/cmd/internal/logs"
+	"github.com/clawdbot/task-service/cmd/internal/version"
 	"github.com/clawdbot/task-service/events"
 	"github.com/clawdbot/task-service/migrations"
 	"github.com/clawdbot/task-service/projections"
@@ -54,7 +58,7 @@ func main() {
 
 func run(args []string) int {
 	cmd := "serve"
-	if len(args) > 0 && (args[0] == "serve" || args[0] == "migrate") {
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		cmd, args = args[0], args[1:]
 	}
 	fs := flag.NewFlagSet("task-service "+cmd, flag.ContinueOnError)
@@ -71,9 +75,32 @@ func run(args []string) int {
 	fs.IntVar(&cfg.maxConns, "max-conns", envInt("DB_MAX_CONNS", 40), "database pool size (env DB_MAX_CONNS)")
 	cfg.bg.register(fs)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: task-service [serve|migrate up|migrate down [N]|migrate version] [flags]\n\nFlags (each has an environment twin):\n")
+		fmt.Fprint(fs.Output(), usageCommands)
+		fmt.Fprintf(fs.Output(), "\nFlags of serve and migrate (each has an environment twin):\n")
 		fs.PrintDefaults()
 		fmt.Fprintf(fs.Output(), "\nExample:\n  DATABASE_URL=postgres://localhost/taskservice JWT_SECRET=$(openssl rand -hex 32) \\\n    ADMIN_EMAIL=admin@example.com ADMIN_PASSWORD=change-me task-service serve\n")
+	}
+	switch cmd {
+	case "serve", "migrate":
+	case "help":
+		fs.SetOutput(os.Stdout)
+		fs.Usage()
+		return 0
+	case "version":
+		fmt.Print("task-service " + version.Read().String())
+		return 0
+	case "openapi":
+		doc, err := api.Document()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "task-service openapi: %v\n", err)
+			return 1
+		}
+		fmt.Println(string(doc))
+		return 0
+	default:
+		fmt.Fprintf(os.Stderr, "task-service: unknown command %q\n\n", cmd)
+		fs.Usage()
+		return 2
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -101,6 +128,18 @@ func run(args []string) int {
 	}
 	return 0
 }
+
+const usageCommands = `Usage: task-service [COMMAND] [flags]
+
+Commands:
+  serve             run the server: API, admin UI, reactors (the default; migrates first)
+  migrate up        apply the database migrations
+  migrate down [N]  revert N migrations (all without N)
+  migrate version   print the applied migration version
+  openapi           print the OpenAPI document (JSON), for client generators
+  version           print the version and VCS revision of this binary
+  help              print this help
+`
 
 func migrate(ctx context.Context, cfg config, args []string) error {
 	if len(args) == 0 {
@@ -153,6 +192,12 @@ func serve(ctx context.Context, cfg config, log zerolog.Logger) error {
 		return err
 	}
 	reg := prometheus.NewRegistry()
+	build := version.Read()
+	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "taskservice_build_info",
+		Help: "Always 1: the running build's version, VCS revision and Go version as labels."},
+		[]string{"version", "revision", "goversion"})
+	buildInfo.WithLabelValues(build.Version, build.Revision, build.GoVersion).Set(1)
+	reg.MustRegister(buildInfo)
 	srv, err := api.New(api.Config{DB: db, Logger: log, JWTSecret: []byte(cfg.jwtSecret),
 		TokenTTL: cfg.tokenTTL, BcryptCost: cfg.bcryptCost, Registry: reg, Hub: bg.hub,
 		Ready: func(context.Context) error { return bg.listener.Ready() }})
@@ -180,7 +225,7 @@ func serve(ctx context.Context, cfg config, log zerolog.Logger) error {
 		return fmt.Errorf("listen on %s: %w (set LISTEN_ADDR to a free address)", cfg.listenAddr, err)
 	}
 	httpSrv := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
-	log.Info().Str("addr", ln.Addr().String()).Str("api", "http://"+displayAddr(ln.Addr())+"/api/v1").Str("ui", "http://"+displayAddr(ln.Addr())+"/").Msg("task-service listening")
+	log.Info().Str("version", build.Short()).Str("addr", ln.Addr().String()).Str("api", "http://"+displayAddr(ln.Addr())+"/api/v1").Str("ui", "http://"+displayAddr(ln.Addr())+"/").Msg("task-service listening")
 
 	// The live tail's broadcaster: its own context, ended before Shutdown so
 	// open event streams close cleanly instead of holding Shutdown up.

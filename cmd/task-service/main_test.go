@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"net/http"
@@ -23,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/clawdbot/task-service/api/apitest"
 	"github.com/clawdbot/task-service/api/client"
 	"github.com/clawdbot/task-service/events"
 	"github.com/clawdbot/task-service/migrations"
@@ -166,6 +168,19 @@ func startServer(t *testing.T, dbURL string, env ...string) *server {
 	}
 }
 
+// checkedHTTP is an HTTP client whose every answer is validated against
+// the OpenAPI document the server at base serves (failures are reported
+// when t ends).
+func checkedHTTP(t *testing.T, base string, tr http.RoundTripper) *http.Client {
+	t.Helper()
+	resp, err := http.Get(base + "/api/v1/openapi.json")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	doc, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return &http.Client{Timeout: 90 * time.Second, Transport: apitest.New(t, doc).Transport(tr)}
+}
+
 // listeningOn finds the address in the "task-service listening" log line.
 func listeningOn(logs string) string {
 	for _, line := range strings.Split(logs, "\n") {
@@ -186,7 +201,8 @@ func TestServeEndToEnd(t *testing.T) {
 	dbURL := storetest.NewDB(t)
 	s := startServer(t, dbURL)
 
-	admin := client.New(s.base, nil)
+	hc := checkedHTTP(t, s.base, nil)
+	admin := client.New(s.base, hc)
 	login, err := admin.Login(ctx, "root@example.com", "root-password")
 	require.NoError(t, err, "the bootstrap admin from ADMIN_EMAIL/ADMIN_PASSWORD logs in")
 	require.True(t, login.User.IsAdmin)
@@ -194,7 +210,7 @@ func TestServeEndToEnd(t *testing.T) {
 	worker := func(email string, limit int) (*client.Client, string) {
 		u, err := admin.CreateWorker(ctx, client.NewWorker{Email: email, Password: "worker-password", FullName: email, MaxConcurrentTasks: limit})
 		require.NoError(t, err)
-		c := client.New(s.base, nil)
+		c := client.New(s.base, hc)
 		_, err = c.Login(ctx, email, "worker-password")
 		require.NoError(t, err)
 		return c, u.ID
@@ -300,6 +316,8 @@ func TestServeEndToEnd(t *testing.T) {
 	resp.Body.Close()
 	require.NoError(t, err)
 	require.Contains(t, metrics.String(), `taskservice_claims_total{outcome="claimed"} 2`)
+	require.Regexp(t, `taskservice_build_info\{goversion="go[^"]+",revision="[^"]*",version="[^"]+"\} 1`, metrics.String())
+	require.Regexp(t, `"version":"[^"]+".*"message":"task-service listening"`, s.logs.String(), "the start-up line names the version")
 
 	// SIGTERM: a clean exit, code 0, within 10 s.
 	require.NoError(t, s.cmd.Process.Signal(syscall.SIGTERM))
@@ -434,6 +452,26 @@ func TestHelpAndConfigErrors(t *testing.T) {
 	code, out = runCmd(t, baseEnv(), "migrate", "-h")
 	require.Equal(t, 0, code, out)
 	require.Contains(t, out, "Usage: task-service")
+
+	// An unknown command is a mistake, not a request to serve and migrate.
+	code, out = runCmd(t, baseEnv("DATABASE_URL=postgres://127.0.0.1:1/none"), "bogus")
+	require.Equal(t, 2, code, out)
+	require.Contains(t, out, `unknown command "bogus"`)
+	require.Contains(t, out, "Usage: task-service")
+	require.NotContains(t, out, `"level":`, "nothing ran: no log line, no migration")
+
+	code, out = runCmd(t, baseEnv(), "version")
+	require.Equal(t, 0, code, out)
+	require.Regexp(t, `(?m)^task-service version \S+\nrevision .+\n`, out)
+	require.Contains(t, out, "module github.com/clawdbot/task-service")
+
+	code, out = runCmd(t, baseEnv(), "openapi")
+	require.Equal(t, 0, code, out)
+	var doc struct {
+		OpenAPI string `json:"openapi"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &doc), "openapi prints the document as JSON")
+	require.Equal(t, "3.0.3", doc.OpenAPI)
 
 	code, out = runCmd(t, baseEnv(), "--no-such-flag")
 	require.Equal(t, 2, code, out)

@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/clawdbot/task-service/cmd/internal/version"
 )
 
 // Limits that are not worth a flag.
@@ -247,7 +249,7 @@ func loadConfig(args []string, getenv func(string) string, out io.Writer) (*Conf
 		return nil, err
 	}
 	if *showVersion {
-		fmt.Fprintln(out, "task-worker", buildVersion())
+		fmt.Fprint(out, "task-worker "+version.Read().String())
 		return nil, flag.ErrHelp
 	}
 	if fs.NArg() > 0 {

@@ -18,15 +18,11 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"syscall"
 
 	"github.com/clawdbot/task-service/cmd/internal/logs"
+	"github.com/clawdbot/task-service/cmd/internal/version"
 )
-
-// version is set at build time with -ldflags "-X main.version=v1.2.3";
-// otherwise the VCS revision is used.
-var version = ""
 
 func main() {
 	os.Exit(run(os.Args[1:]))
@@ -67,31 +63,5 @@ func run(args []string) int {
 	return 0
 }
 
-func buildVersion() string {
-	if version != "" {
-		return version
-	}
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "dev"
-	}
-	rev, dirty := "", false
-	for _, s := range info.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.modified":
-			dirty = s.Value == "true"
-		}
-	}
-	if rev == "" {
-		return "dev"
-	}
-	if len(rev) > 12 {
-		rev = rev[:12]
-	}
-	if dirty {
-		rev += "-dirty"
-	}
-	return rev
-}
+// buildVersion is the version the worker reports in its logs and heartbeats.
+func buildVersion() string { return version.Read().Short() }

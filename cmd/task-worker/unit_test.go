@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -208,4 +209,11 @@ func TestTheExampleConfigsLoad(t *testing.T) {
 	require.Equal(t, 20*time.Minute, review.Timeout)
 	require.Equal(t, "/srv/workspace", review.Workdir)
 	require.Equal(t, "-mod=mod", cfg.Resolve("fix_bug", 0).Env["GOFLAGS"])
+}
+
+func TestVersionFlag(t *testing.T) {
+	var out strings.Builder
+	_, err := loadConfig([]string{"--version"}, func(string) string { return "" }, &out)
+	require.ErrorIs(t, err, flag.ErrHelp, "--version prints and exits 0, like --help")
+	require.Regexp(t, `^task-worker version \S+\nrevision .+\nmodule github.com/clawdbot/task-service\n`, out.String())
 }

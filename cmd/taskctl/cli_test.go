@@ -276,6 +276,7 @@ func TestExitCodesAndHelp(t *testing.T) {
 		err  string
 	}{
 		{[]string{"nope"}, exitUsage, "unknown command"},
+		{[]string{"version", "extra"}, exitUsage, "takes no arguments"},
 		{[]string{"tasks"}, exitUsage, "Verbs:"},
 		{[]string{"tasks", "frob"}, exitUsage, "unknown verb"},
 		{[]string{"tasks", "show"}, exitUsage, "missing TASK"},
@@ -300,6 +301,8 @@ func TestExitCodesAndHelp(t *testing.T) {
 	require.Equal(t, exitFailure, code)
 	require.Contains(t, errOut, "cannot reach the API")
 	t.Setenv("TASKCTL_TOKEN", "")
+
+	require.Regexp(t, `^taskctl version \S+\nrevision `, e.ok("version"))
 
 	// Every command and verb has --help with an example, on stdout, exit 0.
 	for name := range commands() {

@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"sort"
+
+	"github.com/clawdbot/task-service/cmd/internal/version"
 )
 
 // command is one taskctl subcommand. run gets the arguments after its name
@@ -33,6 +35,7 @@ func commands() map[string]command {
 		"tail":    {summary: "follow the event log live (reconnects and resumes by itself)", run: entry((*app).tail)},
 		"stats":   {summary: "tasks per status, queue, workers online, retries, reactor lag", run: entry((*app).stats)},
 		"replay":  {summary: "rebuild the projections from the events, or --verify them (database access)", run: entry((*app).replay)},
+		"version": {summary: "print the version and VCS revision of this binary", run: printVersion},
 	}
 }
 
@@ -66,4 +69,17 @@ func usage(w io.Writer, cmds map[string]command) {
 		fmt.Fprintf(w, "  %-10s %s\n", n, cmds[n].summary)
 	}
 	fmt.Fprintln(w, "\nRun `taskctl COMMAND --help` for a command's flags and an example.")
+}
+
+func printVersion(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 1 && (args[0] == "--help" || args[0] == "-h") {
+		fmt.Fprint(stdout, "Usage: taskctl version\n\nPrints the module version and the git revision this binary was built from.\n\nExample:\n  taskctl version\n")
+		return 0
+	}
+	if len(args) > 0 {
+		fmt.Fprintf(stderr, "taskctl version takes no arguments\n")
+		return exitUsage
+	}
+	fmt.Fprint(stdout, "taskctl "+version.Read().String())
+	return 0
 }
