@@ -442,3 +442,37 @@ func TestReplayCommand(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(e.ok("replay", "--verify", "--json")), &rep))
 	require.Equal(t, 3, rep.Events) // the admin, the type, the task
 }
+
+// The schedules commands against a real server: create, list, show,
+// update, the actions, run, executions; and the refusals users meet.
+func TestSchedulesCommands(t *testing.T) {
+	e := newCLIEnv(t)
+	e.login()
+	e.ok("types", "create", "--name", "crawl")
+	out := e.ok("schedules", "create", "--name", "nightly crawl", "--type", "crawl", "--title", "crawl the site",
+		"--params", `{"site":"example.com"}`, "--cron", "0 6 * * 1-5", "--tz", "Europe/Berlin")
+	require.Contains(t, out, `Created schedule "nightly crawl" (cron "0 6 * * 1-5" Europe/Berlin)`)
+	require.Contains(t, e.ok("schedules", "list", "--state", "active"), "nightly crawl")
+	out = e.ok("schedules", "update", "nightly crawl", "--every", "2h", "--priority", "high")
+	require.Contains(t, out, "every 2 hours")
+	out = e.ok("schedules", "run", "nightly crawl")
+	require.Contains(t, out, "Run #1")
+	out = e.ok("schedules", "executions", "nightly crawl")
+	require.Contains(t, out, "pending")
+	out = e.ok("schedules", "show", "nightly crawl")
+	require.Contains(t, out, "every 2 hours")
+	require.Contains(t, out, "Runs")
+	require.Contains(t, e.ok("schedules", "pause", "nightly crawl", "--reason", "maintenance"), "is paused")
+	require.Contains(t, e.ok("schedules", "resume", "nightly crawl"), "is active")
+	require.Contains(t, e.ok("schedules", "cancel", "nightly crawl"), "is cancelled")
+
+	code, _, errOut := e.taskctl("schedules", "pause", "nightly crawl")
+	require.NotEqual(t, exitOK, code)
+	require.Contains(t, errOut, "cannot pause a schedule that is cancelled")
+	code, _, errOut = e.taskctl("schedules", "create", "--type", "crawl", "--title", "x", "--every", "30s")
+	require.NotEqual(t, exitOK, code)
+	require.Contains(t, errOut, "interval")
+	code, _, errOut = e.taskctl("schedules", "create", "--type", "crawl", "--title", "x", "--every", "soon")
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut, "30m, 2h or 1d")
+}

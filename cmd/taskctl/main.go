@@ -36,6 +36,9 @@ func commands() map[string]command {
 		"stats":   {summary: "tasks per status, queue, workers online, retries, reactor lag", run: entry((*app).stats)},
 		"replay":  {summary: "rebuild the projections from the events, or --verify them (database access)", run: entry((*app).replay)},
 		"version": {summary: "print the version and VCS revision of this binary", run: printVersion},
+
+		// Schedules (issue 13).
+		"schedules": {summary: "recurring work: create, list, show, update, pause, resume, cancel, run schedules; their executions", run: entry(schedulesCommand)},
 	}
 }
 
