@@ -9,6 +9,7 @@
 #   make bench-go   Go benchmarks of the store hot paths (go test -bench)
 #   make bench-worker  task-worker's own overhead per task with a no-op command
 #   make lint       gofmt check + go vet
+#   make lint-openapi  Redocly lint of the OpenAPI document (installs Redocly CLI into ~/.cache)
 #   make fuzz       fuzz the API's request decoding for FUZZTIME (default 30s)
 #   make screenshots  regenerate docs/ui/*.png: every admin UI page in a headless Chromium
 #   make bench-ui   server time of every admin UI page, p50/p99, against DATABASE_URL
@@ -32,7 +33,7 @@ TEST_DB_ENV = \
 	fi; \
 	export TEST_DATABASE_URL
 
-.PHONY: build run test test-race bench bench-go bench-worker lint fuzz devdb devdb-stop screenshots bench-ui
+.PHONY: build run test test-race bench bench-go bench-worker lint lint-openapi fuzz devdb devdb-stop screenshots bench-ui
 
 build:
 	$(GO) build -buildvcs=auto -o bin/ ./cmd/... # stamps the git revision `version` prints, even where GOFLAGS turns it off
@@ -93,6 +94,10 @@ lint:
 	unformatted="$$(gofmt -l $$($(GO) list -e -f '{{.Dir}}' ./...))"; \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed on:"; echo "$$unformatted"; exit 1; fi; \
 	$(GO) vet ./...
+
+# The OpenAPI document against Redocly's recommended rules: zero errors.
+lint-openapi:
+	@scripts/redocly.sh
 
 # The seed corpus of FuzzDecode runs in `make test`; this explores beyond it.
 FUZZTIME ?= 30s

@@ -228,6 +228,7 @@ var tagDocs = map[string]string{
 	"tasks":      "Tasks as admins see and steer them",
 	"events":     "The event log: pages and a live tail",
 	"operations": "Health, readiness, metrics and this document",
+	"schedules":  "Recurring work: schedules that create tasks on their own",
 }
 
 // tagName is the route's tag, or the first fixed path segment after the

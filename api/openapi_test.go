@@ -105,7 +105,11 @@ func TestOpenAPIDocument(t *testing.T) {
 
 	var doc struct {
 		Servers []any `json:"servers"`
-		Paths   map[string]map[string]struct {
+		Tags    []struct {
+			Name        string `json:"name"`
+			Description string `json:"description"`
+		} `json:"tags"`
+		Paths map[string]map[string]struct {
 			OperationID string              `json:"operationId"`
 			Tags        []string            `json:"tags"`
 			Security    *[]any              `json:"security"`
@@ -119,6 +123,9 @@ func TestOpenAPIDocument(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal(raw, &doc))
 	require.NotEmpty(t, doc.Servers)
+	for _, tag := range doc.Tags {
+		require.NotEmpty(t, tag.Description, "tag %s needs a line in tagDocs (api/openapi.go)", tag.Name)
+	}
 	for _, name := range []string{"Task", "TaskType", "User", "WorkerView", "TaskWithType", "Attempt", "TaskPage", "Stats", "Capacity", "EventPage", "Chain", "StreamToken", "HeartbeatView", "ErrorCode", "Error"} {
 		require.Contains(t, doc.Components.Schemas, name)
 	}
