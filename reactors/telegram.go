@@ -117,12 +117,15 @@ const (
 	kindExhausted     = "task.retries_exhausted"
 	kindRetrySkipped  = "task.retry_skipped"
 	kindWentOffline   = "worker.went_offline"
-	kindWaiting       = "task.waiting" // synthetic: see telegram_waiting.go
+	kindWaiting       = "task.waiting"    // synthetic: see telegram_waiting.go
+	kindSchedulePause = "schedule.paused" // only the automatic pause is announced
+	kindFireFailed    = "schedule.fire_failed"
 	telegramReactorID = "telegram"
 )
 
 // telegramEventTypes are the events the reactor turns into notifications.
-var telegramEventTypes = []string{kindCompleted, kindFailed, kindRetried, kindExhausted, kindRetrySkipped, kindWentOffline}
+var telegramEventTypes = []string{kindCompleted, kindFailed, kindRetried, kindExhausted, kindRetrySkipped, kindWentOffline,
+	kindSchedulePause, kindFireFailed}
 
 // outboxRow is one notification line on its way to Telegram.
 type outboxRow struct {
@@ -158,6 +161,7 @@ type taskFacts struct {
 	Result     json.RawMessage
 	// RetryOutcome is the retry decision when it is already taken ("" not yet).
 	RetryOutcome string
+	Schedule     string // the name of the schedule that created the task, if one did
 }
 
 func recordNotifications(ctx context.Context, tx pgx.Tx, cfg TelegramConfig, evs []events.Envelope) error {
@@ -175,6 +179,8 @@ func recordNotifications(ctx context.Context, tx pgx.Tx, cfg TelegramConfig, evs
 			taskIDs, workerIDs = append(taskIDs, evs[i].StreamID), append(workerIDs, p.WorkerID)
 		case events.WorkerWentOffline:
 			workerIDs = append(workerIDs, evs[i].StreamID)
+		case events.SchedulePaused, events.ScheduleFireFailed:
+			taskIDs = append(taskIDs, evs[i].StreamID) // a schedule: loadFacts reads its name
 		default:
 			taskIDs = append(taskIDs, evs[i].StreamID)
 		}
@@ -212,16 +218,29 @@ func loadFacts(ctx context.Context, tx pgx.Tx, taskIDs, workerIDs []string) (map
 	b := &pgx.Batch{}
 	// An archived type gets no retries (the retry reactor skips them).
 	b.Queue(`SELECT t.id::text, t.title, t.retry_count,
-		    CASE WHEN coalesce(tt.archived, true) THEN 0 ELSE tt.max_retries END, t.result, coalesce(t.retry_outcome, '')
+		    CASE WHEN coalesce(tt.archived, true) THEN 0 ELSE tt.max_retries END, t.result, coalesce(t.retry_outcome, ''),
+		    coalesce(s.name, '')
 		FROM worker_tasks t LEFT JOIN task_types tt ON tt.id = t.task_type_id
+		    LEFT JOIN schedules s ON s.id = t.schedule_id
 		WHERE t.id = ANY ($1::uuid[])`, taskIDs).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var id string
 			var f taskFacts
-			if err := rows.Scan(&id, &f.Title, &f.RetryCount, &f.MaxRetries, &f.Result, &f.RetryOutcome); err != nil {
+			if err := rows.Scan(&id, &f.Title, &f.RetryCount, &f.MaxRetries, &f.Result, &f.RetryOutcome, &f.Schedule); err != nil {
 				return err
 			}
 			tasks[id] = f
+		}
+		return rows.Err()
+	})
+	// Schedule events: the schedule's own name.
+	b.Queue(`SELECT id::text, name FROM schedules WHERE id = ANY ($1::uuid[])`, taskIDs).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var id, name string
+			if err := rows.Scan(&id, &name); err != nil {
+				return err
+			}
+			tasks[id] = taskFacts{Title: name, Schedule: name}
 		}
 		return rows.Err()
 	})
@@ -307,8 +326,22 @@ func notificationFor(e events.Envelope, tasks map[string]taskFacts, names map[st
 		r.Urgent = true
 	case events.WorkerWentOffline:
 		r.Text = fmt.Sprintf("📴 %s went offline with %s in progress", bold(name(e.StreamID)), plural(p.InProgress, "task", "tasks"))
+	case events.SchedulePaused:
+		if !p.Auto {
+			return r, false // an admin's pause: they know
+		}
+		r.Text = fmt.Sprintf("⏸️ Schedule %s paused itself: %s. Resume it when fixed.", title, esc(p.Reason, budgetReason))
+		r.Urgent = true
+		return r, true
+	case events.ScheduleFireFailed:
+		r.Text = fmt.Sprintf("⚠️ Schedule %s could not create its task: %s", title, esc(p.Reason, budgetReason))
+		r.Urgent = true
+		return r, true
 	default:
 		return r, false
+	}
+	if t.Schedule != "" {
+		r.Text += " (schedule " + bold(esc(t.Schedule, budgetName)) + ")"
 	}
 	return r, true
 }
