@@ -392,7 +392,9 @@ func (db *DB) UserNames(ctx context.Context, ids []string) (map[string]string, e
 
 // logHead is the position of the last event visible to consumers: every
 // event at or before it has committed, and none can appear there later.
-const logHead = `SELECT tx_id::text::bigint, seq FROM task_events
+// The output is named tx_num so that ORDER BY tx_id means the column, whose
+// index answers in one probe (see eventColumns).
+const logHead = `SELECT tx_id::text::bigint AS tx_num, seq FROM task_events
   WHERE tx_id < pg_snapshot_xmin(pg_current_snapshot()) ORDER BY tx_id DESC, seq DESC LIMIT 1`
 
 // LogHead returns the position of the last event consumers can see (the zero

@@ -10,7 +10,11 @@ import (
 	"github.com/clawdbot/task-service/events"
 )
 
-const eventColumns = `seq, tx_id::text::bigint, stream_type, stream_id, version, type, schema_version, data, meta, occurred_at`
+// eventColumns names the converted tx_id tx_num: left as tx_id, an output
+// column would shadow the table's, and ORDER BY tx_id would sort by the
+// expression instead of walking task_events_position (a sort of the whole
+// log on every page; ADR 010).
+const eventColumns = `seq, tx_id::text::bigint AS tx_num, stream_type, stream_id, version, type, schema_version, data, meta, occurred_at`
 
 func scanEvent(r pgx.CollectableRow) (events.Envelope, error) {
 	var e events.Envelope

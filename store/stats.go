@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"fmt"
 )
 
 // Stats is the admin dashboard's summary.
@@ -14,35 +13,26 @@ type Stats struct {
 	ReactorStats
 }
 
-// Stats counts tasks per status, the queue and the workers online.
+// Stats counts tasks per status, the queue and the workers online. The task
+// totals come from task_counts; nothing here reads finished history.
 func (db *DB) Stats(ctx context.Context) (*Stats, error) {
-	s := &Stats{ByStatus: map[string]int{"pending": 0, "in_progress": 0, "completed": 0, "failed": 0, "cancelled": 0}}
-	rows, err := db.pool.Query(ctx, `SELECT status, count(*) FROM worker_tasks GROUP BY status`)
+	c, err := db.Counts(ctx, db.pool)
 	if err != nil {
-		return nil, mapErr(fmt.Errorf("stats: %w", err))
+		return nil, err
 	}
-	for rows.Next() {
-		var status string
-		var n int
-		if err := rows.Scan(&status, &n); err != nil {
-			return nil, mapErr(err)
-		}
-		s.ByStatus[status] = n
-	}
-	if err := rows.Err(); err != nil {
-		return nil, mapErr(err)
-	}
+	s := &Stats{ByStatus: map[string]int{"pending": c.Pending, "in_progress": c.InProgress, "completed": c.Completed,
+		"failed": c.Failed, "cancelled": c.Cancelled}, QueueDepth: c.Queued}
 	err = db.pool.QueryRow(ctx, `SELECT
-		(SELECT count(*) FROM worker_tasks WHERE status = 'pending' AND assigned_to IS NULL),
 		(SELECT count(*) FROM users WHERE is_worker AND online AND last_activity_at > $1),
 		(SELECT count(*) FROM users WHERE is_worker)`, db.Now().Add(-db.offlineAfter)).
-		Scan(&s.QueueDepth, &s.WorkersOnline, &s.WorkersTotal)
+		Scan(&s.WorkersOnline, &s.WorkersTotal)
 	if err != nil {
 		return nil, mapErr(err)
 	}
 	if s.ReactorStats, err = db.reactorStats(ctx); err != nil {
 		return nil, err
 	}
+	s.FailedAwaitingRetry, s.RetriesExhausted, s.RetriesSkipped = c.AwaitingRetry, c.RetriesExhausted, c.RetriesSkipped
 	return s, nil
 }
 

@@ -26,19 +26,22 @@ type OutboxStats struct {
 	Dead    int `json:"dead"`
 }
 
-// reactorStats fills the reactors' part of the admin stats.
+// stuckCount reads the tasks in progress only (worker_tasks_status), which
+// worker capacity bounds.
+const stuckCount = `SELECT
+    (SELECT count(*) FROM worker_tasks t JOIN users u ON u.id = t.assigned_to
+      WHERE t.status = 'in_progress'
+        AND (NOT u.online OR coalesce(u.last_activity_at, t.started_at) < $1)),
+    to_regclass('telegram_outbox') IS NOT NULL`
+
+// reactorStats fills the reactors' part of the admin stats; the retry
+// totals come from task_counts (Stats). Stuck reads the tasks in progress
+// only, which worker capacity bounds.
 func (db *DB) reactorStats(ctx context.Context) (ReactorStats, error) {
 	var rs ReactorStats
 	var outbox bool
-	err := db.pool.QueryRow(ctx, `SELECT
-		(SELECT count(*) FROM worker_tasks WHERE status = 'failed' AND retry_outcome IS NULL),
-		(SELECT count(*) FROM worker_tasks WHERE status = 'failed' AND retry_outcome = 'exhausted'),
-		(SELECT count(*) FROM worker_tasks WHERE status = 'failed' AND retry_outcome = 'skipped'),
-		(SELECT count(*) FROM worker_tasks t JOIN users u ON u.id = t.assigned_to
-		  WHERE t.status = 'in_progress'
-		    AND (NOT u.online OR coalesce(u.last_activity_at, t.started_at) < $1)),
-		to_regclass('telegram_outbox') IS NOT NULL`, db.Now().Add(-db.offlineAfter)).
-		Scan(&rs.FailedAwaitingRetry, &rs.RetriesExhausted, &rs.RetriesSkipped, &rs.Stuck, &outbox)
+	err := db.pool.QueryRow(ctx, stuckCount, db.Now().Add(-db.offlineAfter)).
+		Scan(&rs.Stuck, &outbox)
 	if err != nil {
 		return rs, mapErr(fmt.Errorf("reactor stats: %w", err))
 	}

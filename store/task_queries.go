@@ -120,11 +120,10 @@ func escapeLike(s string) string {
 	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(s)
 }
 
-// QueueDepth counts pending tasks nobody holds.
+// QueueDepth counts pending tasks nobody holds (from task_counts).
 func (db *DB) QueueDepth(ctx context.Context) (int, error) {
-	var n int
-	err := db.pool.QueryRow(ctx, `SELECT count(*) FROM worker_tasks WHERE status = 'pending' AND assigned_to IS NULL`).Scan(&n)
-	return n, mapErr(err)
+	c, err := db.Counts(ctx, db.pool)
+	return c.Queued, err
 }
 
 func (db *DB) queryTasks(ctx context.Context, q Querier, sql string, args ...any) ([]events.Task, error) {

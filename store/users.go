@@ -167,6 +167,18 @@ type WorkerView struct {
 	AvailableSlots  int             `json:"available_slots"`
 }
 
+// workerViewsSQL reads each worker's tasks in progress through
+// worker_tasks_holder and its completions since $1 through
+// worker_tasks_completed: both bounded by what the worker does now or did
+// today, never by its whole history (ADR 010).
+func workerViewsSQL(where string) string {
+	return `SELECT ` + userColumns + `, u.last_activity_at, u.heartbeat_status,
+    u.current_task_id, u.heartbeat_metadata,
+    (SELECT count(*) FROM worker_tasks t WHERE t.assigned_to = u.id AND t.status = 'in_progress'),
+    (SELECT count(*) FROM worker_tasks t WHERE t.assigned_to = u.id AND t.status = 'completed' AND t.completed_at >= $1)
+  FROM users u WHERE ` + where + ` ORDER BY u.full_name, u.id`
+}
+
 // ListWorkers lists every worker with its activity. Online means the worker
 // is marked online, was heard from within the offline threshold and did not
 // say it was going offline.
@@ -189,11 +201,7 @@ func (db *DB) GetWorkerView(ctx context.Context, id string) (*WorkerView, error)
 func (db *DB) workerViews(ctx context.Context, where string, args ...any) ([]WorkerView, error) {
 	now := db.Now()
 	dayStart := now.Truncate(24 * time.Hour)
-	rows, err := db.pool.Query(ctx, `SELECT `+userColumns+`, u.last_activity_at, u.heartbeat_status,
-		    u.current_task_id, u.heartbeat_metadata,
-		    (SELECT count(*) FROM worker_tasks t WHERE t.assigned_to = u.id AND t.status = 'in_progress'),
-		    (SELECT count(*) FROM worker_tasks t WHERE t.assigned_to = u.id AND t.status = 'completed' AND t.completed_at >= $1)
-		  FROM users u WHERE `+where+` ORDER BY u.full_name, u.id`, append([]any{dayStart}, args...)...)
+	rows, err := db.pool.Query(ctx, workerViewsSQL(where), append([]any{dayStart}, args...)...)
 	if err != nil {
 		return nil, mapErr(fmt.Errorf("list workers: %w", err))
 	}

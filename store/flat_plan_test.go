@@ -1,0 +1,86 @@
+package store
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/clawdbot/task-service/events"
+)
+
+// With a long history (200k events, 200k finished tasks of a few workers
+// spread over two months), the reads issue 10 found scanning history read
+// only what they return (ADR 010): the events page and the log's head walk
+// task_events_position, "completed today" is a range of
+// worker_tasks_completed, and the stats read task_counts and the tasks in
+// progress, never the finished ones.
+func TestFlatReadPlans(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fills 200k rows; skipped with -short")
+	}
+	e := newBatchEnv(t)
+	var workers []string
+	for _, name := range []string{"w1", "w2", "w3"} {
+		workers = append(workers, e.user(t, name, true, 2))
+	}
+	_, err := e.db.pool.Exec(e.ctx, `INSERT INTO task_events (stream_type, stream_id, version, type, data, meta, occurred_at)
+		SELECT 'task', gen_random_uuid(), 1, 'task.created', '{}', '{}', now() - (g || ' s')::interval
+		  FROM generate_series(1, 200000) g`)
+	require.NoError(t, err)
+	_, err = e.db.pool.Exec(e.ctx, `INSERT INTO worker_tasks (id, title, task_type_id, priority, status, assigned_to,
+		created_at, updated_at, available_at, completed_at, version)
+		SELECT gen_random_uuid(), 'task ' || g, $1, 'medium', 'completed', ($2::uuid[])[1 + g % 3],
+		       now() - (g * 17 || ' s')::interval, now(), now(), now() - (g * 17 || ' s')::interval, 5
+		  FROM generate_series(1, 200000) g`, e.typeID, workers)
+	require.NoError(t, err)
+	for _, sql := range []string{`VACUUM ANALYZE task_events`, `VACUUM ANALYZE worker_tasks`, `ANALYZE users`} {
+		_, err = e.db.pool.Exec(e.ctx, sql)
+		require.NoError(t, err)
+	}
+
+	plan := func(sql string, args ...any) string {
+		t.Helper()
+		rows, err := e.db.pool.Query(e.ctx, `EXPLAIN `+sql, args...)
+		require.NoError(t, err)
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		p := strings.Join(lines, "\n")
+		if testing.Verbose() {
+			t.Logf("%s\n%s", sql, p)
+		}
+		return p
+	}
+
+	// Events page, first and middle: an ordered walk of the position index.
+	for _, after := range []events.Position{{}, {TxID: 1, Seq: 100_000}} {
+		sql, args := readLogSQL(after, 500, LogFilter{})
+		p := plan(sql, args...)
+		require.Contains(t, p, "Index Scan using task_events_position", p)
+		require.NotContains(t, p, "Sort", p)
+		require.NotContains(t, p, "Seq Scan", p)
+	}
+	// The head: one probe from the end of the same index.
+	p := plan(logHead)
+	require.Contains(t, p, "Scan Backward using task_events_position", p)
+	require.NotContains(t, p, "Sort", p)
+
+	// Workers: completions since midnight by range, held tasks by holder.
+	p = plan(listWorkers, time.Now().UTC().Truncate(24*time.Hour))
+	require.Contains(t, p, "worker_tasks_completed", p)
+	require.NotContains(t, p, "Seq Scan on worker_tasks", p)
+	require.NotContains(t, p, "worker_tasks_status", p)
+
+	// Stats: the totals are task_counts; the only worker_tasks read is the
+	// tasks in progress.
+	counts, err := e.db.Counts(e.ctx, e.db.pool)
+	require.NoError(t, err)
+	require.Equal(t, 200_000, counts.Completed)
+	p = plan(stuckCount, time.Now())
+	require.NotContains(t, p, "Seq Scan on worker_tasks", p)
+	s, err := e.db.Stats(e.ctx)
+	require.NoError(t, err)
+	require.Equal(t, 200_000, s.ByStatus["completed"])
+}
