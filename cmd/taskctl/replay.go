@@ -16,9 +16,10 @@ import (
 var replaySpec = cmdSpec{
 	name: "replay", args: "[--verify] [--database-url URL] [flags]",
 	summary: "Rebuild every projection (users, task_types, worker_tasks, worker_task_updates,\n" +
-		"task_assignments) from the event log, talking to the database directly.\n\n" +
-		"  --verify  fold the log inside one REPEATABLE READ transaction into temporary tables and diff\n" +
-		"            them both ways against the live tables; print each difference; exit 1 if any.\n" +
+		"task_assignments, task_counts) from the event log, talking to the database directly.\n" +
+		"The log is folded one range of streams at a time, so memory does not grow with it.\n\n" +
+		"  --verify  fold the log inside one REPEATABLE READ READ ONLY transaction and diff the rows\n" +
+		"            both ways against the live tables; print each difference; exit 1 if any.\n" +
 		"  (none)    rebuild into fresh tables and swap them in. Writers keep going meanwhile: the events\n" +
 		"            they append are folded in before the swap, which locks them out for a moment only.\n\n" +
 		"Progress goes to standard error: a bar with events/s on a terminal, plain lines otherwise.",

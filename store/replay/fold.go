@@ -9,13 +9,11 @@ import (
 	"github.com/clawdbot/task-service/projections"
 )
 
-// fold is the log folded in memory: one aggregate per stream and the rows
-// that single events produce (thread messages, assignments). A fold with a
-// parent is a delta: it copies an aggregate from its parent the first time
-// an event touches it, so a catch-up can be applied, written and thrown away
-// if its transaction fails, leaving the parent as it was.
+// fold is part of the log folded in memory: one aggregate per stream of
+// the part read and the rows that single events produce (thread messages,
+// assignments). A fold never holds more than one range of streams
+// (partition.go), so memory does not grow with the log.
 type fold struct {
-	parent      *fold
 	tasks       map[key]*events.Task
 	types       map[key]*events.TaskType
 	users       map[key]*events.User
@@ -47,33 +45,14 @@ func (k key) text() string {
 	return string(b[:])
 }
 
-func newFold(parent *fold) *fold {
+func newFold() *fold {
 	return &fold{
-		parent: parent,
-		tasks:  map[key]*events.Task{},
-		types:  map[key]*events.TaskType{},
-		users:  map[key]*events.User{},
-		held:   map[key][]events.Envelope{},
-
+		tasks:     map[key]*events.Task{},
+		types:     map[key]*events.TaskType{},
+		users:     map[key]*events.User{},
 		schedules: map[key]*events.Schedule{},
+		held:      map[key][]events.Envelope{},
 	}
-}
-
-// lookup finds id's aggregate in m, or copies it from the parent's map
-// (chosen by of) into m. Copies are shallow: Apply replaces pointer fields,
-// it never writes through them.
-func lookup[T any](f *fold, m map[key]*T, of func(*fold) map[key]*T, id key) *T {
-	if a, ok := m[id]; ok {
-		return a
-	}
-	for p := f.parent; p != nil; p = p.parent {
-		if a, ok := of(p)[id]; ok {
-			c := *a
-			m[id] = &c
-			return &c
-		}
-	}
-	return nil
 }
 
 // apply folds one decoded event of stream k. e.StreamID may be empty: it is
@@ -119,7 +98,7 @@ func (f *fold) apply(e events.Envelope, k key) error {
 func (f *fold) next(e events.Envelope, k key) (bool, error) {
 	switch e.StreamType {
 	case events.StreamTask:
-		t := lookup(f, f.tasks, func(p *fold) map[key]*events.Task { return p.tasks }, k)
+		t := f.tasks[k]
 		if ok, err := f.inOrder(e, k, t != nil, func() int { return t.Version }); !ok {
 			return false, err
 		}
@@ -136,7 +115,7 @@ func (f *fold) next(e events.Envelope, k key) (bool, error) {
 			f.assignments = append(f.assignments, row)
 		}
 	case events.StreamTaskType:
-		tt := lookup(f, f.types, func(p *fold) map[key]*events.TaskType { return p.types }, k)
+		tt := f.types[k]
 		if ok, err := f.inOrder(e, k, tt != nil, func() int { return tt.Version }); !ok {
 			return false, err
 		}
@@ -147,7 +126,7 @@ func (f *fold) next(e events.Envelope, k key) (bool, error) {
 		e.StreamID = tt.ID
 		tt.Apply(e)
 	case events.StreamUser:
-		u := lookup(f, f.users, func(p *fold) map[key]*events.User { return p.users }, k)
+		u := f.users[k]
 		if ok, err := f.inOrder(e, k, u != nil, func() int { return u.Version }); !ok {
 			return false, err
 		}
@@ -158,7 +137,7 @@ func (f *fold) next(e events.Envelope, k key) (bool, error) {
 		e.StreamID = u.ID
 		u.Apply(e)
 	case events.StreamSchedule:
-		s := lookup(f, f.schedules, func(p *fold) map[key]*events.Schedule { return p.schedules }, k)
+		s := f.schedules[k]
 		if ok, err := f.inOrder(e, k, s != nil, func() int { return s.Version }); !ok {
 			return false, err
 		}
@@ -208,27 +187,24 @@ func (f *fold) finish() error {
 	return nil
 }
 
-// version is the stream's folded version, 0 when it has none yet; it looks
-// through the parents without copying anything.
+// version is the stream's folded version, 0 when it has none yet.
 func (f *fold) version(streamType string, k key) int {
-	for p := f; p != nil; p = p.parent {
-		switch streamType {
-		case events.StreamTask:
-			if t, ok := p.tasks[k]; ok {
-				return t.Version
-			}
-		case events.StreamTaskType:
-			if tt, ok := p.types[k]; ok {
-				return tt.Version
-			}
-		case events.StreamUser:
-			if u, ok := p.users[k]; ok {
-				return u.Version
-			}
-		case events.StreamSchedule:
-			if s, ok := p.schedules[k]; ok {
-				return s.Version
-			}
+	switch streamType {
+	case events.StreamTask:
+		if t, ok := f.tasks[k]; ok {
+			return t.Version
+		}
+	case events.StreamTaskType:
+		if tt, ok := f.types[k]; ok {
+			return tt.Version
+		}
+	case events.StreamUser:
+		if u, ok := f.users[k]; ok {
+			return u.Version
+		}
+	case events.StreamSchedule:
+		if s, ok := f.schedules[k]; ok {
+			return s.Version
 		}
 	}
 	return 0
@@ -239,24 +215,5 @@ func knownStream(t string) bool {
 		t == events.StreamSchedule
 }
 
-// merge makes a committed delta part of f.
-func (f *fold) merge(d *fold) {
-	for id, t := range d.tasks {
-		f.tasks[id] = t
-	}
-	for id, tt := range d.types {
-		f.types[id] = tt
-	}
-	for id, u := range d.users {
-		f.users[id] = u
-	}
-	for id, s := range d.schedules {
-		f.schedules[id] = s
-	}
-	f.events += d.events
-	f.skipped += d.skipped
-}
-
-// dropRows forgets the per-event rows once they are written; the aggregates
-// stay for the catch-up.
-func (f *fold) dropRows() { f.updates, f.assignments, f.firings = nil, nil, nil }
+// streams is how many streams the fold holds.
+func (f *fold) streams() int { return len(f.tasks) + len(f.types) + len(f.users) + len(f.schedules) }

@@ -36,6 +36,7 @@ const progressEvery = 16384
 type phase struct {
 	name  string
 	total int64
+	base  int64 // done before the current part (a range of streams)
 	start time.Time
 	fn    ProgressFunc
 }
@@ -50,6 +51,7 @@ func (p *phase) report(done int64) {
 	if p.fn == nil {
 		return
 	}
+	done += p.base
 	el := time.Since(p.start)
 	rate := 0.0
 	if el > 0 {

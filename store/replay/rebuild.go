@@ -8,11 +8,14 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/clawdbot/task-service/events"
 )
 
 // ErrBusy means another rebuild holds the replay lock.
@@ -29,12 +32,21 @@ const lockKey = 0x7265706c6179 // "replay"
 // RebuildConfig configures Rebuild.
 type RebuildConfig struct {
 	Progress ProgressFunc
-	// LockTimeout bounds each wait for the final locks (default 500ms, below
-	// PostgreSQL's default deadlock_timeout of 1s so that in a lock cycle
-	// with a writer the rebuild gives up first and the writer goes on).
+	// LockTimeout bounds the first wait for the swap's locks (default
+	// 500ms: in a lock cycle with a writer the rebuild, below
+	// deadlock_timeout, gives up first and the writer goes on). Each retry
+	// waits twice as long as the one before, up to twice deadlock_timeout:
+	// PostgreSQL cancels an autovacuum that blocks a lock only after the
+	// waiter has waited deadlock_timeout, so a shorter wait never gets past
+	// one (ADR 010).
 	LockTimeout time.Duration
-	// LockAttempts bounds how often the final step is tried (default 20).
+	// LockAttempts bounds how often the swap is tried; 0 (the default)
+	// tries until ctx ends: the finished rebuild is never thrown away
+	// because a lock was busy.
 	LockAttempts int
+	// PartitionEvents bounds the events folded at once (default
+	// DefaultPartitionEvents).
+	PartitionEvents int
 }
 
 // RebuildReport is the outcome of Rebuild.
@@ -68,8 +80,8 @@ func Rebuild(ctx context.Context, pool *pgxpool.Pool, cfg RebuildConfig) (*Rebui
 	if cfg.LockTimeout <= 0 {
 		cfg.LockTimeout = 500 * time.Millisecond
 	}
-	if cfg.LockAttempts <= 0 {
-		cfg.LockAttempts = 20
+	if cfg.PartitionEvents <= 0 {
+		cfg.PartitionEvents = DefaultPartitionEvents
 	}
 	start := time.Now()
 	conn, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
@@ -94,26 +106,28 @@ func Rebuild(ctx context.Context, pool *pgxpool.Pool, cfg RebuildConfig) (*Rebui
 }
 
 type rebuilder struct {
-	conn   *pgx.Conn
-	cfg    RebuildConfig
-	tables []table
-	rep    *RebuildReport
-	live   string // the live tables' schema
-	base   *fold
-	seen   string // the pg_snapshot whose visible events base holds
+	conn     *pgx.Conn
+	cfg      RebuildConfig
+	tables   []table
+	rep      *RebuildReport
+	live     string // the live tables' schema
+	seen     string // the pg_snapshot whose visible events the fresh tables hold
+	maxWait  time.Duration
+	triggers []string // the live tables' own triggers, recreated after the swap
+	mu       sync.Mutex
 }
 
 func (r *rebuilder) run(ctx context.Context) error {
 	if err := r.preflight(ctx); err != nil {
 		return err
 	}
-	if err := r.foldSnapshot(ctx); err != nil {
-		return err
-	}
 	if err := r.createTables(ctx); err != nil {
 		return err
 	}
-	if err := r.loadTables(ctx); err != nil {
+	if err := r.load(ctx); err != nil {
+		return err
+	}
+	if err := r.indexAll(ctx); err != nil {
 		return err
 	}
 	// Unlocked catch-up: each round folds what the previous snapshot could
@@ -130,18 +144,34 @@ func (r *rebuilder) run(ctx context.Context) error {
 	return r.swap(ctx)
 }
 
-// preflight refuses what a swap would silently lose or cannot do: triggers
-// are not copied, and a foreign key or view would pin the old table.
+// preflight refuses what a swap cannot do (a foreign key or view would pin
+// the old table) and remembers the live tables' triggers, which the swap
+// recreates on the fresh ones (task_counts is kept by triggers).
 func (r *rebuilder) preflight(ctx context.Context) error {
 	if err := r.conn.QueryRow(ctx, `SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 		WHERE c.oid = 'worker_tasks'::regclass`).Scan(&r.live); err != nil {
 		return fmt.Errorf("find the live schema: %w", err)
 	}
+	var deadlock float64
+	if err := r.conn.QueryRow(ctx, `SELECT extract(epoch FROM current_setting('deadlock_timeout')::interval)`).Scan(&deadlock); err != nil {
+		return fmt.Errorf("read deadlock_timeout: %w", err)
+	}
+	r.maxWait = max(2*time.Duration(deadlock*float64(time.Second)), r.cfg.LockTimeout)
+	for _, name := range r.swapped() {
+		rows, err := r.conn.Query(ctx, `SELECT pg_get_triggerdef(oid) FROM pg_trigger
+			WHERE tgrelid = $1::regclass AND NOT tgisinternal ORDER BY tgname`, pgx.Identifier{r.live, name}.Sanitize())
+		if err != nil {
+			return fmt.Errorf("read the triggers of %s: %w", name, err)
+		}
+		defs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return fmt.Errorf("read the triggers of %s: %w", name, err)
+		}
+		r.triggers = append(r.triggers, defs...)
+	}
 	for _, t := range r.tables {
 		var blockers []string
 		rows, err := r.conn.Query(ctx, `
-			SELECT 'trigger ' || tgname FROM pg_trigger WHERE tgrelid = $1::regclass AND NOT tgisinternal
-			UNION ALL
 			SELECT 'foreign key ' || conname || ' on ' || conrelid::regclass::text FROM pg_constraint
 			 WHERE contype = 'f' AND (confrelid = $1::regclass OR conrelid = $1::regclass)
 			UNION ALL
@@ -165,24 +195,18 @@ func (r *rebuilder) preflight(ctx context.Context) error {
 func (r *rebuilder) qualified(t table) string { return pgx.Identifier{r.live, t.name}.Sanitize() }
 func (r *rebuilder) fresh(t table) string     { return pgx.Identifier{rebuildSchema, t.name}.Sanitize() }
 
-// foldSnapshot folds every event visible to one snapshot and remembers it.
-func (r *rebuilder) foldSnapshot(ctx context.Context) error {
-	tx, err := r.conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
-	if err != nil {
-		return fmt.Errorf("begin: %w", err)
+// swapped names every table the swap replaces: the projections and
+// task_counts, in lock order (task_counts right after worker_tasks, whose
+// triggers write it).
+func (r *rebuilder) swapped() []string {
+	var out []string
+	for _, t := range r.tables {
+		out = append(out, t.name)
+		if t.name == "worker_tasks" {
+			out = append(out, countsTable)
+		}
 	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	var total int64
-	if err := tx.QueryRow(ctx, `SELECT pg_current_snapshot()::text, (SELECT count(*) FROM task_events)`).
-		Scan(&r.seen, &total); err != nil {
-		return fmt.Errorf("snapshot: %w", err)
-	}
-	r.base = newFold(nil)
-	if err := readEvents(ctx, tx, r.base, "true", nil, startPhase(r.cfg.Progress, "read", total)); err != nil {
-		return err
-	}
-	r.rep.Events, r.rep.Skipped = r.base.events, r.base.skipped
-	return tx.Commit(ctx)
+	return out
 }
 
 // createTables makes empty copies of the live tables (columns, defaults,
@@ -197,105 +221,182 @@ func (r *rebuilder) createTables(ctx context.Context) error {
 		if _, err := tx.Exec(ctx, `CREATE SCHEMA `+schema); err != nil {
 			return fmt.Errorf("create %s: %w", rebuildSchema, err)
 		}
-		for _, t := range r.tables {
+		for _, name := range r.swapped() {
+			fresh, live := pgx.Identifier{rebuildSchema, name}.Sanitize(), pgx.Identifier{r.live, name}.Sanitize()
 			if _, err := tx.Exec(ctx, fmt.Sprintf(`CREATE TABLE %s (LIKE %s INCLUDING ALL EXCLUDING INDEXES)`,
-				r.fresh(t), r.qualified(t))); err != nil {
-				return fmt.Errorf("create %s: %w", r.fresh(t), err)
+				fresh, live)); err != nil {
+				return fmt.Errorf("create %s: %w", fresh, err)
 			}
 		}
 		return nil
 	})
 }
 
-// loadTables fills each fresh table and then builds its indexes, each
-// table on a connection of its own, side by side: one table's COPY (mostly
-// the client encoding rows) overlaps another's index builds (the server
-// sorting). Each step is its own short transaction: nothing reads these
-// tables yet, and short writes keep consumers' horizon moving (DESIGN §2).
-func (r *rebuilder) loadTables(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	type result struct {
-		table   string
-		rows    int64
-		indexed bool
-		err     error
+// load folds the log as of one snapshot, one range of streams at a time,
+// and COPYs each range into the fresh tables while the next one is read:
+// memory holds about two ranges, never the log. Each table is written on a
+// connection of its own, one short transaction per range: nothing reads
+// these tables yet, and short writes keep consumers' horizon moving
+// (DESIGN §2). The totals of task_counts are the folded tasks'.
+func (r *rebuilder) load(ctx context.Context) error {
+	tx, err := r.conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
 	}
-	results := make(chan result, 2*len(r.tables))
-	var wg sync.WaitGroup
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	var total int64
-	for _, t := range r.tables {
-		n, _ := t.rows(r.base)
-		total += int64(n)
+	if err := tx.QueryRow(ctx, `SELECT pg_current_snapshot()::text, (SELECT count(*) FROM task_events)`).
+		Scan(&r.seen, &total); err != nil {
+		return fmt.Errorf("snapshot: %w", err)
+	}
+	ranges, err := partitions(ctx, tx, total, r.cfg.PartitionEvents)
+	if err != nil {
+		return err
+	}
+	conns := make([]*pgx.Conn, len(r.tables))
+	for i := range conns {
+		if conns[i], err = pgx.ConnectConfig(ctx, r.conn.Config().Copy()); err != nil {
+			return fmt.Errorf("connect: %w", err)
+		}
+		defer conns[i].Close(context.WithoutCancel(ctx))
+	}
+	folds := make(chan *fold, 1)
+	written := make(chan error, 1)
+	var sum counts
+	go func() { // the writer: one range at a time, its tables side by side
+		var err error
+		for f := range folds {
+			if err == nil {
+				err = r.write(ctx, conns, f)
+			}
+		}
+		written <- err
+	}()
+	read := startPhase(r.cfg.Progress, "read", total)
+	var readErr error
+	for _, rg := range ranges {
+		f, err := readRange(ctx, tx, rg, read)
+		if err != nil {
+			readErr = err
+			break
+		}
+		read.base += f.events
+		r.rep.Events += f.events
+		r.rep.Skipped += f.skipped
+		sum.addFold(f)
+		folds <- f
+	}
+	close(folds)
+	if err := <-written; err != nil {
+		return err
+	}
+	if readErr != nil {
+		return readErr
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return err
+	}
+	args := make([]any, len(sum))
+	for i, v := range sum {
+		args[i] = v
+	}
+	_, err = r.conn.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (pid, %s) VALUES (0, %s)`,
+		pgx.Identifier{rebuildSchema, countsTable}.Sanitize(), strings.Join(countColumns, ", "),
+		placeholders(1, len(countColumns))), args...)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", countsTable, err)
+	}
+	r.rep.Rows[countsTable] = 1
+	return nil
+}
+
+// write copies one fold's rows into the fresh tables.
+func (r *rebuilder) write(ctx context.Context, conns []*pgx.Conn, f *fold) error {
+	errs := make([]error, len(r.tables))
+	var wg sync.WaitGroup
+	for i, t := range r.tables {
+		wg.Go(func() {
+			errs[i] = pgx.BeginFunc(ctx, conns[i], func(tx pgx.Tx) error {
+				n, err := copyRows(ctx, tx, pgx.Identifier{rebuildSchema, t.name}, t, f)
+				if err == nil {
+					r.addRows(t.name, n)
+				}
+				return err
+			})
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (r *rebuilder) addRows(table string, n int64) {
+	r.mu.Lock()
+	r.rep.Rows[table] += n
+	r.mu.Unlock()
+}
+
+// addCounts adds c to the fresh task_counts (one row, pid 0, written by
+// load).
+func (r *rebuilder) addCounts(ctx context.Context, q interface {
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+}, c counts) error {
+	sets := make([]string, len(countColumns))
+	args := make([]any, len(countColumns))
+	for i, col := range countColumns {
+		args[i] = c[i]
+		sets[i] = fmt.Sprintf("%s = %s + $%d", col, col, i+1)
+	}
+	_, err := q.Exec(ctx, `UPDATE `+pgx.Identifier{rebuildSchema, countsTable}.Sanitize()+` SET `+strings.Join(sets, ", ")+` WHERE pid = 0`, args...)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", countsTable, err)
+	}
+	return nil
+}
+
+func placeholders(from, n int) string {
+	p := make([]string, n)
+	for i := range p {
+		p[i] = fmt.Sprintf("$%d", from+i)
+	}
+	return strings.Join(p, ", ")
+}
+
+// indexAll builds every fresh table's indexes, the tables side by side.
+func (r *rebuilder) indexAll(ctx context.Context) error {
+	names := r.swapped()
+	p := startPhase(r.cfg.Progress, "index", int64(len(names)))
+	errs := make([]error, len(names))
+	var wg sync.WaitGroup
+	var done atomic.Int64
+	for i, name := range names {
 		wg.Go(func() {
 			conn, err := pgx.ConnectConfig(ctx, r.conn.Config().Copy())
 			if err != nil {
-				results <- result{table: t.name, err: fmt.Errorf("connect: %w", err)}
+				errs[i] = fmt.Errorf("connect: %w", err)
 				return
 			}
 			defer conn.Close(context.WithoutCancel(ctx))
-			var n int64
-			err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-				n, err = copyRows(ctx, tx, pgx.Identifier{rebuildSchema, t.name}, t, r.base)
-				return err
-			})
-			if err != nil {
-				results <- result{table: t.name, err: err}
-				return
-			}
-			results <- result{table: t.name, rows: n}
-			results <- result{table: t.name, indexed: true, err: r.buildIndexes(ctx, conn, t)}
+			errs[i] = r.buildIndexes(ctx, conn, name)
+			done.Add(1)
 		})
 	}
-	go func() { // ends with the last loader; the loop below waits for it
-		wg.Wait()
-		close(results)
-	}()
-	write := startPhase(r.cfg.Progress, "write", total)
-	var index *phase
-	var done int64
-	var copied, indexed int
-	var firstErr error
-	for res := range results {
-		switch {
-		case res.err != nil:
-			if firstErr == nil {
-				firstErr = fmt.Errorf("load %s: %w", res.table, res.err)
-				cancel()
-			}
-		case res.indexed:
-			indexed++
-			if index != nil {
-				index.report(int64(indexed))
-			}
-		default:
-			r.rep.Rows[res.table] = res.rows
-			done += res.rows
-			write.report(done)
-			if copied++; copied == len(r.tables) {
-				index = startPhase(r.cfg.Progress, "index", int64(len(r.tables)))
-				index.report(int64(indexed))
-			}
-		}
-	}
-	if firstErr != nil {
-		return firstErr
-	}
-	r.base.dropRows()
-	return nil
+	wg.Wait()
+	p.report(done.Load())
+	return errors.Join(errs...)
 }
 
 // buildIndexes recreates every index and index-backed constraint of t's
 // live table on the fresh one, under the same names, then analyzes it so
 // the planner knows it the moment it goes live.
-func (r *rebuilder) buildIndexes(ctx context.Context, conn *pgx.Conn, t table) error {
+func (r *rebuilder) buildIndexes(ctx context.Context, conn *pgx.Conn, name string) error {
+	live, fresh := pgx.Identifier{r.live, name}.Sanitize(), pgx.Identifier{rebuildSchema, name}.Sanitize()
 	// pg_get_indexdef names the table the way quote_ident does.
 	rows, err := conn.Query(ctx, `SELECT i.relname, pg_get_indexdef(i.oid), c.conname, pg_get_constraintdef(c.oid),
 		       quote_ident(n.nspname) || '.' || quote_ident(tc.relname)
 		FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid
 		JOIN pg_class tc ON tc.oid = x.indrelid JOIN pg_namespace n ON n.oid = tc.relnamespace
 		LEFT JOIN pg_constraint c ON c.conindid = x.indexrelid AND c.conrelid = x.indrelid AND c.contype IN ('p', 'u', 'x')
-		WHERE x.indrelid = $1::regclass ORDER BY x.indisprimary DESC, i.relname`, r.qualified(t))
+		WHERE x.indrelid = $1::regclass ORDER BY x.indisprimary DESC, i.relname`, live)
 	if err != nil {
 		return fmt.Errorf("read indexes: %w", err)
 	}
@@ -309,7 +410,7 @@ func (r *rebuilder) buildIndexes(ctx context.Context, conn *pgx.Conn, t table) e
 		}
 		if con != nil {
 			stmts = append(stmts, fmt.Sprintf(`ALTER TABLE %s ADD CONSTRAINT %s %s`,
-				r.fresh(t), pgx.Identifier{*con}.Sanitize(), *condef))
+				fresh, pgx.Identifier{*con}.Sanitize(), *condef))
 			continue
 		}
 		on := " ON " + tableName + " "
@@ -317,13 +418,13 @@ func (r *rebuilder) buildIndexes(ctx context.Context, conn *pgx.Conn, t table) e
 			rows.Close()
 			return fmt.Errorf("index %s: cannot read its definition %q", name, def)
 		}
-		stmts = append(stmts, strings.Replace(def, on, " ON "+r.fresh(t)+" ", 1))
+		stmts = append(stmts, strings.Replace(def, on, " ON "+fresh+" ", 1))
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("read indexes: %w", err)
 	}
-	stmts = append(stmts, `ANALYZE `+r.fresh(t))
+	stmts = append(stmts, `ANALYZE `+fresh)
 	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SET LOCAL maintenance_work_mem = '256MB'`); err != nil {
 			return err
@@ -343,8 +444,9 @@ func (r *rebuilder) buildIndexes(ctx context.Context, conn *pgx.Conn, t table) e
 // bounds the scan.
 const afterSeen = `tx_id >= pg_snapshot_xmin($1::text::pg_snapshot) AND NOT pg_visible_in_snapshot(tx_id, $1::text::pg_snapshot)`
 
-// catchUp folds, in one REPEATABLE READ transaction, the events committed
-// since r.seen onto the fresh tables, and returns how many there were.
+// catchUp folds again, in one REPEATABLE READ transaction, the streams
+// that have events r.seen could not see, replaces their rows in the fresh
+// tables, and returns how many such events there were.
 func (r *rebuilder) catchUp(ctx context.Context) (int64, error) {
 	tx, err := r.conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
 	if err != nil {
@@ -355,72 +457,120 @@ func (r *rebuilder) catchUp(ctx context.Context) (int64, error) {
 	if err := tx.QueryRow(ctx, `SELECT pg_current_snapshot()::text`).Scan(&now); err != nil {
 		return 0, fmt.Errorf("snapshot: %w", err)
 	}
-	d, err := r.applyDelta(ctx, tx, startPhase(r.cfg.Progress, "catch-up", 0))
+	n, rows, err := r.applyDelta(ctx, tx, startPhase(r.cfg.Progress, "catch-up", 0))
 	if err != nil {
 		return 0, err
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return 0, fmt.Errorf("commit catch-up: %w", err)
 	}
-	r.base.merge(d)
 	r.seen = now
-	r.rep.CaughtUp += d.events
-	return d.events, nil
+	r.rep.CaughtUp += n
+	r.mergeRows(rows)
+	return n, nil
 }
 
-// applyDelta folds the events after r.seen into a delta of r.base and
-// writes it to the fresh tables in tx; the caller merges it after commit.
-func (r *rebuilder) applyDelta(ctx context.Context, tx pgx.Tx, p *phase) (*fold, error) {
-	d := newFold(r.base)
-	if err := readEvents(ctx, tx, d, afterSeen, []any{r.seen}, p); err != nil {
-		return nil, err
+// applyDelta refolds, in tx, every stream with events after r.seen from
+// its first event (so no fold is kept between steps), and replaces the
+// rows of those streams in the fresh tables and their share of
+// task_counts. It returns the new events and the change in rows per table,
+// which the caller counts once tx commits.
+func (r *rebuilder) applyDelta(ctx context.Context, tx pgx.Tx, p *phase) (int64, map[string]int64, error) {
+	var ids []string
+	var n int64
+	rows, err := tx.Query(ctx, `SELECT stream_id::text, count(*) FROM task_events WHERE `+afterSeen+` GROUP BY stream_id`, r.seen)
+	if err != nil {
+		return 0, nil, fmt.Errorf("catch up: %w", err)
 	}
+	var id string
+	var c int64
+	if _, err := pgx.ForEachRow(rows, []any{&id, &c}, func() error {
+		ids = append(ids, id)
+		n += c
+		return nil
+	}); err != nil {
+		return 0, nil, fmt.Errorf("catch up: %w", err)
+	}
+	if len(ids) == 0 {
+		return 0, nil, nil
+	}
+	f := newFold()
+	if err := readEvents(ctx, tx, f, `stream_id = ANY($1::uuid[])`, []any{ids}, p); err != nil {
+		return 0, nil, err
+	}
+	var delta counts
+	delta.addFold(f)
+	changed := map[string]int64{}
 	for _, t := range r.tables {
-		if t.aggregate {
-			ids := t.ids(d)
-			if len(ids) == 0 {
-				continue
+		del := `DELETE FROM ` + r.fresh(t) + ` WHERE ` + pgx.Identifier{t.stream}.Sanitize() + ` = ANY($1::uuid[])`
+		if t.name == "worker_tasks" {
+			gone, err := tx.Query(ctx, del+` RETURNING status, assigned_to IS NULL, retry_outcome`, ids)
+			if err != nil {
+				return 0, nil, fmt.Errorf("catch up %s: %w", t.name, err)
 			}
-			if _, err := tx.Exec(ctx, `DELETE FROM `+r.fresh(t)+` WHERE id = ANY($1::uuid[])`, ids); err != nil {
-				return nil, fmt.Errorf("catch up %s: %w", t.name, err)
+			var old events.Task
+			var unassigned bool
+			var deleted int64
+			if _, err := pgx.ForEachRow(gone, []any{&old.Status, &unassigned, &old.RetryOutcome}, func() error {
+				old.AssignedTo = nil
+				if !unassigned {
+					old.AssignedTo = &id
+				}
+				delta.add(&old, -1)
+				deleted++
+				return nil
+			}); err != nil {
+				return 0, nil, fmt.Errorf("catch up %s: %w", t.name, err)
 			}
+			changed[t.name] -= deleted
+		} else {
+			tag, err := tx.Exec(ctx, del, ids)
+			if err != nil {
+				return 0, nil, fmt.Errorf("catch up %s: %w", t.name, err)
+			}
+			changed[t.name] -= tag.RowsAffected()
 		}
-		n, err := copyRows(ctx, tx, pgx.Identifier{rebuildSchema, t.name}, t, d)
+		added, err := copyRows(ctx, tx, pgx.Identifier{rebuildSchema, t.name}, t, f)
 		if err != nil {
-			return nil, fmt.Errorf("catch up: %w", err)
+			return 0, nil, fmt.Errorf("catch up: %w", err)
 		}
-		if !t.aggregate {
-			r.rep.Rows[t.name] += n
-		}
+		changed[t.name] += added
 	}
-	d.dropRows()
-	return d, nil
+	if err := r.addCounts(ctx, tx, delta); err != nil {
+		return 0, nil, err
+	}
+	return n, changed, nil
+}
+
+func (r *rebuilder) mergeRows(changed map[string]int64) {
+	for t, n := range changed {
+		r.addRows(t, n)
+	}
 }
 
 // swap is the only step that blocks writers. A lock wait that times out
 // (or loses a deadlock with a writer that took its locks in another order)
-// rolls back, catches up once more without locks and tries again.
+// rolls back, catches up once more without locks and tries again, waiting
+// longer each time up to twice deadlock_timeout (RebuildConfig.LockTimeout):
+// the work done so far is kept, however long the locks stay busy.
 func (r *rebuilder) swap(ctx context.Context) error {
 	p := startPhase(r.cfg.Progress, "swap", 1)
+	wait := r.cfg.LockTimeout
 	for attempt := 1; ; attempt++ {
 		r.rep.LockAttempts = attempt
-		held, err := r.trySwap(ctx)
+		held, err := r.trySwap(ctx, wait)
 		if err == nil {
 			r.rep.LockHeld = held
-			for _, t := range r.tables {
-				if t.aggregate {
-					r.rep.Rows[t.name] = int64(len(t.ids(r.base)))
-				}
-			}
 			p.report(1)
 			return nil
 		}
 		var pgErr *pgconn.PgError
 		retry := errors.As(err, &pgErr) && (pgErr.Code == "55P03" || pgErr.Code == "40P01")
-		if !retry || attempt >= r.cfg.LockAttempts {
+		if !retry || (r.cfg.LockAttempts > 0 && attempt >= r.cfg.LockAttempts) {
 			return fmt.Errorf("swap (attempt %d): %w", attempt, err)
 		}
-		backoff := time.Duration(attempt) * 50 * time.Millisecond
+		wait = min(2*wait, r.maxWait)
+		backoff := time.Duration(min(attempt, 10)) * 50 * time.Millisecond
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -432,13 +582,13 @@ func (r *rebuilder) swap(ctx context.Context) error {
 	}
 }
 
-func (r *rebuilder) trySwap(ctx context.Context) (time.Duration, error) {
+func (r *rebuilder) trySwap(ctx context.Context, wait time.Duration) (time.Duration, error) {
 	tx, err := r.conn.Begin(ctx) // READ COMMITTED: each statement sees every commit before it
 	if err != nil {
 		return 0, fmt.Errorf("begin swap: %w", err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if _, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = '%dms'`, r.cfg.LockTimeout.Milliseconds())); err != nil {
+	if _, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = '%dms'`, wait.Milliseconds())); err != nil {
 		return 0, err
 	}
 	// Lock in the order writers do: the projections first (ACCESS
@@ -447,9 +597,10 @@ func (r *rebuilder) trySwap(ctx context.Context) (time.Duration, error) {
 	// reads go on). The store writes a command's projection rows before its
 	// events (store/append.go), so this order makes no cycle with a writer
 	// that is halfway through its batch.
-	live := make([]string, len(r.tables))
-	for i, t := range r.tables {
-		live[i] = r.qualified(t)
+	names := r.swapped()
+	live := make([]string, len(names))
+	for i, name := range names {
+		live[i] = pgx.Identifier{r.live, name}.Sanitize()
 	}
 	if _, err := tx.Exec(ctx, `LOCK TABLE `+strings.Join(live, ", ")+` IN ACCESS EXCLUSIVE MODE`); err != nil {
 		return 0, err
@@ -458,7 +609,7 @@ func (r *rebuilder) trySwap(ctx context.Context) (time.Duration, error) {
 		return 0, err
 	}
 	lockedAt := time.Now()
-	d, err := r.applyDelta(ctx, tx, nil)
+	n, changed, err := r.applyDelta(ctx, tx, nil)
 	if err != nil {
 		return 0, err
 	}
@@ -468,9 +619,15 @@ func (r *rebuilder) trySwap(ctx context.Context) (time.Duration, error) {
 	if _, err := tx.Exec(ctx, `DROP TABLE `+strings.Join(live, ", ")); err != nil {
 		return 0, fmt.Errorf("drop the live tables: %w", err)
 	}
-	for _, t := range r.tables {
-		if _, err := tx.Exec(ctx, `ALTER TABLE `+r.fresh(t)+` SET SCHEMA `+pgx.Identifier{r.live}.Sanitize()); err != nil {
-			return 0, fmt.Errorf("move %s in: %w", t.name, err)
+	for _, name := range names {
+		if _, err := tx.Exec(ctx, `ALTER TABLE `+pgx.Identifier{rebuildSchema, name}.Sanitize()+` SET SCHEMA `+pgx.Identifier{r.live}.Sanitize()); err != nil {
+			return 0, fmt.Errorf("move %s in: %w", name, err)
+		}
+	}
+	// The fresh tables now have the live names, which the definitions use.
+	for _, def := range r.triggers {
+		if _, err := tx.Exec(ctx, def); err != nil {
+			return 0, fmt.Errorf("recreate trigger: %s: %w", def, err)
 		}
 	}
 	if _, err := tx.Exec(ctx, `DROP SCHEMA `+pgx.Identifier{rebuildSchema}.Sanitize()); err != nil {
@@ -480,8 +637,8 @@ func (r *rebuilder) trySwap(ctx context.Context) (time.Duration, error) {
 		return 0, fmt.Errorf("commit swap: %w", err)
 	}
 	held := time.Since(lockedAt)
-	r.base.merge(d)
-	r.rep.CaughtUp += d.events
+	r.rep.CaughtUp += n
+	r.mergeRows(changed)
 	return held, nil
 }
 

@@ -17,62 +17,62 @@ import (
 )
 
 // table is one read model that replay rebuilds: its event-derived columns
-// (the only ones compared and rebuilt), its key, and its rows in a fold.
+// (the only ones compared and rebuilt), its key, the column naming the
+// stream each row comes from, and its rows in a fold.
+//
+// A new projection plugs in here: its columns and row function (package
+// projections), the stream column, and its rows in the fold (fold.go).
 type table struct {
 	name    string
 	columns []string
 	key     []string
-	// aggregate tables hold one row per stream; a catch-up replaces the
-	// rows of the streams it touched. The others get one row per event and
-	// a catch-up only adds rows.
-	aggregate bool
-	rows      func(f *fold) (n int, src pgx.CopyFromSource)
-	ids       func(f *fold) []string // streams touched, for aggregate tables
+	// stream is the column holding the stream id a row was folded from:
+	// the key of a table with one row per stream, the task of a table with
+	// one row per event. Replay reads and replaces rows by ranges and sets
+	// of streams through it, so it must lead an index.
+	stream string
+	rows   func(f *fold) (n int, src pgx.CopyFromSource)
 }
 
 // tables lists every projection rebuilt from events, in the order they are
 // written and locked. user_credentials is not one: secrets never enter the
-// log (ADR 002).
+// log (ADR 002). task_counts is derived from worker_tasks (counts.go).
 func tables() []table {
 	return []table{
 		{
-			name: "users", columns: projections.UserColumns, key: []string{"id"}, aggregate: true,
+			name: "users", columns: projections.UserColumns, key: []string{"id"}, stream: "id",
 			rows: func(f *fold) (int, pgx.CopyFromSource) {
 				return aggregateRows(f.users, func(u *events.User) []any { return projections.UserRow(u) })
 			},
-			ids: func(f *fold) []string { return ids(f.users, func(u *events.User) string { return u.ID }) },
 		},
 		{
-			name: "task_types", columns: projections.TaskTypeColumns, key: []string{"id"}, aggregate: true,
+			name: "task_types", columns: projections.TaskTypeColumns, key: []string{"id"}, stream: "id",
 			rows: func(f *fold) (int, pgx.CopyFromSource) {
 				return aggregateRows(f.types, func(tt *events.TaskType) []any { return projections.TaskTypeRow(tt) })
 			},
-			ids: func(f *fold) []string { return ids(f.types, func(tt *events.TaskType) string { return tt.ID }) },
 		},
 		{
-			name: "worker_tasks", columns: projections.TaskColumns, key: []string{"id"}, aggregate: true,
+			name: "worker_tasks", columns: projections.TaskColumns, key: []string{"id"}, stream: "id",
 			rows: func(f *fold) (int, pgx.CopyFromSource) {
 				return aggregateRows(f.tasks, func(t *events.Task) []any { return projections.TaskRow(t) })
 			},
-			ids: func(f *fold) []string { return ids(f.tasks, func(t *events.Task) string { return t.ID }) },
 		},
 		{
-			name: "worker_task_updates", columns: projections.UpdateColumns, key: []string{"id"},
+			name: "worker_task_updates", columns: projections.UpdateColumns, key: []string{"id"}, stream: "task_id",
 			rows: func(f *fold) (int, pgx.CopyFromSource) { return len(f.updates), pgx.CopyFromRows(f.updates) },
 		},
 		{
-			name: "task_assignments", columns: projections.AssignmentColumns, key: []string{"task_id", "version"},
+			name: "task_assignments", columns: projections.AssignmentColumns, key: []string{"task_id", "version"}, stream: "task_id",
 			rows: func(f *fold) (int, pgx.CopyFromSource) { return len(f.assignments), pgx.CopyFromRows(f.assignments) },
 		},
 		{
-			name: "schedules", columns: projections.ScheduleColumns, key: []string{"id"}, aggregate: true,
+			name: "schedules", columns: projections.ScheduleColumns, key: []string{"id"}, stream: "id",
 			rows: func(f *fold) (int, pgx.CopyFromSource) {
 				return aggregateRows(f.schedules, func(s *events.Schedule) []any { return projections.ScheduleRow(s) })
 			},
-			ids: func(f *fold) []string { return ids(f.schedules, func(s *events.Schedule) string { return s.ID }) },
 		},
 		{
-			name: "schedule_firings", columns: projections.FiringColumns, key: []string{"schedule_id", "version"},
+			name: "schedule_firings", columns: projections.FiringColumns, key: []string{"schedule_id", "version"}, stream: "schedule_id",
 			rows: func(f *fold) (int, pgx.CopyFromSource) { return len(f.firings), pgx.CopyFromRows(f.firings) },
 		},
 	}
@@ -94,14 +94,6 @@ func aggregateRows[T any](m map[key]*T, row func(*T) []any) (int, pgx.CopyFromSo
 		}
 		return row(m[ids[i]]), nil
 	})
-}
-
-func ids[T any](m map[key]*T, id func(*T) string) []string {
-	out := make([]string, 0, len(m))
-	for _, a := range m {
-		out = append(out, id(a))
-	}
-	return out
 }
 
 // copyRows writes t's rows of f into the table named into.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -68,19 +69,26 @@ type VerifyConfig struct {
 	// MaxDifferences bounds the differences kept per table (default 100);
 	// the counts in Report.Tables are always complete.
 	MaxDifferences int
+	// PartitionEvents bounds the events folded at once (default
+	// DefaultPartitionEvents).
+	PartitionEvents int
 }
 
-// Verify folds the whole log and diffs the result both ways against the
-// live tables, all in one REPEATABLE READ READ ONLY transaction, so events
-// and tables are read at the same instant while writers go on. It runs on a
-// connection of its own (the temporary tables die with it).
+// Verify folds the log and diffs the result both ways against the live
+// tables, all in one REPEATABLE READ READ ONLY transaction, so events and
+// tables are read at the same instant while writers go on.
 //
-// The temporary tables are written only after the fold is complete: writing
-// gives the transaction an xid, and an open xid holds back every consumer's
-// horizon (DESIGN §2), so the window is the COPY and the diff, not the read.
+// It folds one range of streams at a time (partition.go) and compares each
+// range's rows with the live rows of the same streams in one query, the
+// folded rows sent as arrays: memory is bounded by the range, and nothing
+// is written, so the transaction never takes an xid and never holds back
+// the consumers' horizon (DESIGN §2).
 func Verify(ctx context.Context, pool *pgxpool.Pool, cfg VerifyConfig) (*Report, error) {
 	if cfg.MaxDifferences <= 0 {
 		cfg.MaxDifferences = 100
+	}
+	if cfg.PartitionEvents <= 0 {
+		cfg.PartitionEvents = DefaultPartitionEvents
 	}
 	start := time.Now()
 	conn, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
@@ -88,22 +96,9 @@ func Verify(ctx context.Context, pool *pgxpool.Pool, cfg VerifyConfig) (*Report,
 		return nil, fmt.Errorf("verify: connect: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-
-	// Session settings and temporary tables come first: neither may happen
-	// inside a read-only transaction.
-	for _, s := range []string{`SET temp_buffers = '256MB'`, `SET work_mem = '128MB'`} {
-		if _, err := conn.Exec(ctx, s); err != nil {
-			return nil, fmt.Errorf("verify: %s: %w", s, err)
-		}
+	if _, err := conn.Exec(ctx, `SET work_mem = '64MB'`); err != nil {
+		return nil, fmt.Errorf("verify: %w", err)
 	}
-	ts := tables()
-	for _, t := range ts {
-		if _, err := conn.Exec(ctx, fmt.Sprintf(`CREATE TEMP TABLE %s AS SELECT %s FROM %s WITH NO DATA`,
-			tempName(t), quoteIdents(t.columns), pgx.Identifier{t.name}.Sanitize())); err != nil {
-			return nil, fmt.Errorf("verify: create temporary %s: %w", t.name, err)
-		}
-	}
-
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return nil, fmt.Errorf("verify: begin: %w", err)
@@ -114,77 +109,160 @@ func Verify(ctx context.Context, pool *pgxpool.Pool, cfg VerifyConfig) (*Report,
 	if err := tx.QueryRow(ctx, `SELECT count(*) FROM task_events`).Scan(&total); err != nil {
 		return nil, fmt.Errorf("verify: count events: %w", err)
 	}
-	f := newFold(nil)
-	if err := readEvents(ctx, tx, f, "true", nil, startPhase(cfg.Progress, "read", total)); err != nil {
-		return nil, fmt.Errorf("verify: %w", err)
-	}
-	rep := &Report{Events: f.events, Skipped: f.skipped, Tables: map[string]TableDiff{}}
-
-	written, err := writeFold(ctx, tx, ts, f, cfg.Progress, func(t table) pgx.Identifier { return pgx.Identifier{tempName(t)} })
+	ranges, err := partitions(ctx, tx, total, cfg.PartitionEvents)
 	if err != nil {
 		return nil, fmt.Errorf("verify: %w", err)
 	}
-	f.dropRows()
-
-	p := startPhase(cfg.Progress, "diff", int64(len(ts)))
+	ts := tables()
+	diffs := make([]*differ, len(ts))
 	for i, t := range ts {
-		td, diffs, truncated, err := diffTable(ctx, tx, t, cfg.MaxDifferences)
-		if err != nil {
-			return nil, fmt.Errorf("verify: diff %s: %w", t.name, err)
+		if diffs[i], err = newDiffer(ctx, tx, t); err != nil {
+			return nil, fmt.Errorf("verify: %w", err)
 		}
-		td.Rows = written[t.name]
-		rep.Tables[t.name] = td
-		rep.Differences = append(rep.Differences, diffs...)
-		rep.Truncated = rep.Truncated || truncated
-		p.report(int64(i + 1))
+	}
+	rep := &Report{Tables: map[string]TableDiff{}}
+	kept := map[string]int{}
+	var want counts
+	read := startPhase(cfg.Progress, "read", total)
+	for _, r := range ranges {
+		f, err := readRange(ctx, tx, r, read)
+		if err != nil {
+			return nil, fmt.Errorf("verify: %w", err)
+		}
+		read.base += f.events
+		rep.Events += f.events
+		rep.Skipped += f.skipped
+		want.addFold(f)
+		for i, t := range ts {
+			td, found, truncated, err := diffs[i].diff(ctx, tx, r, f, cfg.MaxDifferences-kept[t.name])
+			if err != nil {
+				return nil, fmt.Errorf("verify: diff %s: %w", t.name, err)
+			}
+			sum := rep.Tables[t.name]
+			sum.Rows += td.Rows
+			sum.LiveRows += td.LiveRows
+			sum.FoldRows += td.FoldRows
+			rep.Tables[t.name] = sum
+			kept[t.name] += len(found)
+			rep.Differences = append(rep.Differences, found...)
+			rep.Truncated = rep.Truncated || truncated
+		}
+	}
+	if err := verifyCounts(ctx, tx, want, rep); err != nil {
+		return nil, fmt.Errorf("verify: %w", err)
 	}
 	rep.Elapsed = time.Since(start)
 	return rep, nil
 }
 
-func tempName(t table) string { return "replay_" + t.name }
-
-// writeFold copies every table's rows of f into the tables named by into
-// and returns how many rows each got.
-func writeFold(ctx context.Context, tx pgx.Tx, ts []table, f *fold, progress ProgressFunc, into func(table) pgx.Identifier) (map[string]int64, error) {
-	written := map[string]int64{}
-	var total int64
-	for _, t := range ts {
-		n, _ := t.rows(f)
-		total += int64(n)
+// verifyCounts compares the totals of task_counts with the folded tasks'.
+func verifyCounts(ctx context.Context, tx pgx.Tx, want counts, rep *Report) error {
+	var schema string
+	if err := tx.QueryRow(ctx, `SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE c.oid = 'task_counts'::regclass`).Scan(&schema); err != nil {
+		return fmt.Errorf("find task_counts: %w", err)
 	}
-	p := startPhase(progress, "write", total)
-	var done int64
-	for _, t := range ts {
-		n, err := copyRows(ctx, tx, into(t), t, f)
-		if err != nil {
-			return nil, err
+	live, err := sumCounts(ctx, tx, schema)
+	if err != nil {
+		return err
+	}
+	td := TableDiff{Rows: 1}
+	if live != want {
+		td.LiveRows, td.FoldRows = 1, 1
+		d := Difference{Table: countsTable, Key: "sum over every row", Side: Changed, Columns: countColumns,
+			Live: countsText(live), Events: countsText(want)}
+		for i, c := range countColumns {
+			if live[i] != want[i] {
+				d.Changed = append(d.Changed, c)
+			}
 		}
-		written[t.name] = n
-		done += n
-		p.report(done)
+		rep.Differences = append(rep.Differences, d)
 	}
-	return written, nil
+	rep.Tables[countsTable] = td
+	return nil
 }
 
-// diffTable compares the live table and the temporary one both ways in
-// one pass: a FULL JOIN on the key keeps the rows whose event-derived
-// columns are distinct (NULLs equal, as EXCEPT compares them), so a row
-// only in the live table, a row only in the fold and a changed row each
-// come out once, already paired. Measured against EXCEPT both ways (two
-// hash set operations over every column), it takes a third of the time.
-func diffTable(ctx context.Context, tx pgx.Tx, t table, max int) (TableDiff, []Difference, bool, error) {
+// differ compares the folded rows of one table with its live rows, one
+// range of streams at a time.
+type differ struct {
+	t     table
+	types []uint32 // column type OIDs, for the text form of each value
+	casts []string // column types as SQL
+	m     *pgtype.Map
+}
+
+func newDiffer(ctx context.Context, tx pgx.Tx, t table) (*differ, error) {
+	d := &differ{t: t, m: pgtype.NewMap()}
+	for _, c := range t.columns {
+		var oid uint32
+		var typ string
+		if err := tx.QueryRow(ctx, `SELECT atttypid, format_type(atttypid, atttypmod) FROM pg_attribute
+			WHERE attrelid = $1::regclass AND attname = $2 AND NOT attisdropped`, pgx.Identifier{t.name}.Sanitize(), c).
+			Scan(&oid, &typ); err != nil {
+			return nil, fmt.Errorf("type of %s.%s: %w", t.name, c, err)
+		}
+		d.types = append(d.types, oid)
+		d.casts = append(d.casts, typ)
+	}
+	return d, nil
+}
+
+// diff compares the live rows of the streams in r with the fold's, both
+// ways in one pass: a FULL JOIN on the key keeps the rows whose
+// event-derived columns are distinct (NULLs equal, as EXCEPT compares
+// them), so a row only live, a row only in the fold and a changed row each
+// come out once, already paired. The folded rows travel as one text array
+// per column, in PostgreSQL's text form, and are cast back on the server.
+func (d *differ) diff(ctx context.Context, tx pgx.Tx, r streamRange, f *fold, max int) (TableDiff, []Difference, bool, error) {
+	t := d.t
 	var td TableDiff
-	n := len(t.columns)
-	sel := make([]string, 0, 2*n)
-	left, right := make([]string, n), make([]string, n)
+	n, src := t.rows(f)
+	td.Rows = int64(n)
+	cols := make([][]*string, len(t.columns))
+	for i := range cols {
+		cols[i] = make([]*string, 0, n)
+	}
+	buf := make([]byte, 0, 256) // not nil: Encode returns nil for NULL only
+	for src.Next() {
+		row, err := src.Values()
+		if err != nil {
+			return td, nil, false, err
+		}
+		for i, v := range row {
+			b, err := d.m.Encode(d.types[i], pgtype.TextFormatCode, v, buf[:0])
+			if err != nil {
+				return td, nil, false, fmt.Errorf("column %s: %w", t.columns[i], err)
+			}
+			if b == nil {
+				cols[i] = append(cols[i], nil)
+				continue
+			}
+			s := string(b)
+			cols[i] = append(cols[i], &s)
+		}
+	}
+	if err := src.Err(); err != nil {
+		return td, nil, false, err
+	}
+	var args []any
+	where := r.where(pgx.Identifier{t.stream}.Sanitize(), &args)
+	nc := len(t.columns)
+	sel := make([]string, 0, 2*nc)
+	left, right, unnest, casts := make([]string, nc), make([]string, nc), make([]string, nc), make([]string, nc)
 	for i, c := range t.columns {
 		q := pgx.Identifier{c}.Sanitize()
 		left[i], right[i] = "l."+q, "r."+q
 		sel = append(sel, left[i]+"::text")
+		args = append(args, cols[i])
+		unnest[i] = fmt.Sprintf("$%d::text[]", len(args))
+		casts[i] = fmt.Sprintf("u.c%d::%s AS %s", i, d.casts[i], q)
 	}
 	for i := range t.columns {
 		sel = append(sel, right[i]+"::text")
+	}
+	names := make([]string, nc)
+	for i := range names {
+		names[i] = fmt.Sprintf("c%d", i)
 	}
 	var on, order []string
 	for _, k := range t.key {
@@ -194,11 +272,14 @@ func diffTable(ctx context.Context, tx pgx.Tx, t table, max int) (TableDiff, []D
 	}
 	k0 := pgx.Identifier{t.key[0]}.Sanitize()
 	rows, err := tx.Query(ctx, fmt.Sprintf(`SELECT l.%s IS NOT NULL, r.%s IS NOT NULL, %s
-		FROM %s l FULL JOIN %s r ON %s
+		FROM (SELECT %s FROM %s WHERE %s) l
+		FULL JOIN (SELECT %s FROM unnest(%s) AS u(%s)) r ON %s
 		WHERE (%s) IS DISTINCT FROM (%s)
 		ORDER BY %s`,
-		k0, k0, strings.Join(sel, ", "), pgx.Identifier{t.name}.Sanitize(), pgx.Identifier{tempName(t)}.Sanitize(),
-		strings.Join(on, " AND "), strings.Join(left, ", "), strings.Join(right, ", "), strings.Join(order, ", ")))
+		k0, k0, strings.Join(sel, ", "),
+		quoteIdents(t.columns), pgx.Identifier{t.name}.Sanitize(), where,
+		strings.Join(casts, ", "), strings.Join(unnest, ", "), strings.Join(names, ", "), strings.Join(on, " AND "),
+		strings.Join(left, ", "), strings.Join(right, ", "), strings.Join(order, ", ")), args...)
 	if err != nil {
 		return td, nil, false, err
 	}
@@ -207,7 +288,7 @@ func diffTable(ctx context.Context, tx pgx.Tx, t table, max int) (TableDiff, []D
 	truncated := false
 	for rows.Next() {
 		var inLive, inFold bool
-		vals := make([]*string, 2*n)
+		vals := make([]*string, 2*nc)
 		dest := []any{&inLive, &inFold}
 		for i := range vals {
 			dest = append(dest, &vals[i])
@@ -228,20 +309,20 @@ func diffTable(ctx context.Context, tx pgx.Tx, t table, max int) (TableDiff, []D
 		d := Difference{Table: t.name, Columns: t.columns}
 		switch {
 		case inLive && inFold:
-			d.Side, d.Live, d.Events = Changed, vals[:n], vals[n:]
+			d.Side, d.Live, d.Events = Changed, vals[:nc], vals[nc:]
 			for c := range t.columns {
 				if !sameValue(d.Live[c], d.Events[c]) {
 					d.Changed = append(d.Changed, t.columns[c])
 				}
 			}
 		case inLive:
-			d.Side, d.Live = LiveOnly, vals[:n]
+			d.Side, d.Live = LiveOnly, vals[:nc]
 		default:
-			d.Side, d.Events = EventsOnly, vals[n:]
+			d.Side, d.Events = EventsOnly, vals[nc:]
 		}
-		d.Key = keyOf(t, vals[:n])
+		d.Key = keyOf(t, vals[:nc])
 		if !inLive {
-			d.Key = keyOf(t, vals[n:])
+			d.Key = keyOf(t, vals[nc:])
 		}
 		out = append(out, d)
 	}

@@ -26,14 +26,18 @@ type Config struct {
 	Active  int    // tasks in flight at once, interleaved (default 2000)
 	Seed    uint64 // random seed
 	// Start is the first event's time (default 2026-01-01T00:00:00Z); each
-	// event is a millisecond after the previous one.
+	// event is Step (default a millisecond) after the previous one. A Step
+	// of a second spreads a million tasks over about two months, as a fleet
+	// of 50 workers would, so that "today" holds one day's work.
 	Start time.Time
+	Step  time.Duration
 }
 
 type stream struct {
 	id      string
 	version int
 	steps   []step
+	worker  string // the worker whose slot the task holds until its last step
 }
 
 type step struct {
@@ -53,6 +57,8 @@ type gen struct {
 	pending []*stream // streams to start (users, types, retries)
 	written int
 	tasks   int
+	held    map[string]int // worker -> tasks it holds or will claim (at most its cap)
+	caps    map[string]int
 }
 
 // Seed writes the log with one COPY and returns how many events it wrote.
@@ -69,7 +75,11 @@ func Seed(ctx context.Context, pool *pgxpool.Pool, cfg Config) (int, error) {
 	if cfg.Start.IsZero() {
 		cfg.Start = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	}
-	g := &gen{cfg: cfg, rnd: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)), at: cfg.Start}
+	if cfg.Step <= 0 {
+		cfg.Step = time.Millisecond
+	}
+	g := &gen{cfg: cfg, rnd: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)), at: cfg.Start,
+		held: map[string]int{}, caps: map[string]int{}}
 	g.setup()
 	n, err := pool.CopyFrom(ctx, pgx.Identifier{"task_events"},
 		[]string{"stream_type", "stream_id", "version", "type", "schema_version", "data", "meta", "occurred_at"},
@@ -88,9 +98,10 @@ func (g *gen) setup() {
 	for i := range g.cfg.Workers {
 		id := newID()
 		g.workers = append(g.workers, id)
+		g.caps[id] = 1 + i%4
 		g.pending = append(g.pending, &stream{id: id, steps: []step{
 			{events.UserRegistered{Email: fmt.Sprintf("worker%d@example.com", i), FullName: fmt.Sprintf("Worker %d", i),
-				IsWorker: true, MaxConcurrentTasks: 1 + i%4}, admin, nil},
+				IsWorker: true, MaxConcurrentTasks: g.caps[id]}, admin, nil},
 			{events.WorkerWentOnline{}, events.Actor{Kind: events.ActorWorker, ID: id}, nil},
 		}})
 	}
@@ -133,7 +144,7 @@ func (g *gen) next() ([]any, error) {
 		g.active = append(g.active, st.spawn)
 	}
 	g.written++
-	g.at = g.at.Add(time.Millisecond)
+	g.at = g.at.Add(g.cfg.Step)
 	streamType := events.StreamTask
 	switch st.p.(type) {
 	case events.UserRegistered, events.WorkerWentOnline, events.WorkerWentOffline:
@@ -154,6 +165,9 @@ func (g *gen) next() ([]any, error) {
 
 // finish drops a stream that has no more steps from where it was.
 func (g *gen) finish(s *stream) {
+	if s.worker != "" {
+		g.held[s.worker]--
+	}
 	if len(g.pending) > 0 && g.pending[0] == s {
 		g.pending = g.pending[1:]
 		return
@@ -167,6 +181,18 @@ func (g *gen) finish(s *stream) {
 	}
 }
 
+// freeWorker picks a random worker with a free slot, "" when all are busy.
+func (g *gen) freeWorker() string {
+	start := g.rnd.IntN(len(g.workers))
+	for i := range g.workers {
+		w := g.workers[(start+i)%len(g.workers)]
+		if g.held[w] < g.caps[w] {
+			return w
+		}
+	}
+	return ""
+}
+
 // newTask plans a whole task lifecycle; a failed task may plan its retry,
 // which starts when the failure has been written.
 func (g *gen) newTask(parent *stream, retry int) *stream {
@@ -174,7 +200,7 @@ func (g *gen) newTask(parent *stream, retry int) *stream {
 	id := newID()
 	s := &stream{id: id}
 	admin := events.Actor{Kind: events.ActorAdmin, ID: g.admin}
-	w := g.workers[g.rnd.IntN(len(g.workers))]
+	w := g.freeWorker()
 	worker := events.Actor{Kind: events.ActorWorker, ID: w}
 	created := events.TaskCreated{
 		Title:       fmt.Sprintf("Synthetic task %d", g.tasks),
@@ -193,6 +219,9 @@ func (g *gen) newTask(parent *stream, retry int) *stream {
 	}
 	add := func(p events.Payload, a events.Actor) { s.steps = append(s.steps, step{p: p, actor: a}) }
 	add(created, actor)
+	if w == "" { // every worker is busy: the task waits in the queue
+		return s
+	}
 	if g.rnd.IntN(10) == 0 {
 		add(events.TaskAssigned{WorkerID: w, By: g.admin, Reason: "knows this code"}, admin)
 	}
@@ -208,14 +237,17 @@ func (g *gen) newTask(parent *stream, retry int) *stream {
 	case r < 18:
 		add(events.TaskEdited{Title: created.Title + " (edited)", Description: "edited", Params: created.Params, Priority: events.PriorityHigh}, admin)
 	}
+	// The task holds a slot of w from here to its last step (a task the log
+	// ends in the middle of holds it for good), so no worker ever holds
+	// more than its max_concurrent_tasks.
+	s.worker = w
+	g.held[w]++
 	add(events.TaskClaimed{WorkerID: w}, worker)
 	for i := range g.rnd.IntN(4) {
 		add(events.TaskUpdatePosted{UpdateID: newID(), AuthorID: w, Message: fmt.Sprintf("step %d done: read the code, ran the tests", i+1)}, worker)
 	}
 	switch r := g.rnd.IntN(100); {
-	case r < 5:
-		return s // in progress
-	case r < 20:
+	case r < 15:
 		add(events.TaskFailed{WorkerID: w, Kind: events.FailureError, Reason: "tests failed: exit status 1"}, worker)
 		system := events.System("retry")
 		switch {
