@@ -8,6 +8,7 @@
 #   make bench      taskctl bench: bare SQL vs store vs HTTP claim/complete at 1, 16, 64 workers
 #   make bench-go   Go benchmarks of the store hot paths (go test -bench)
 #   make bench-worker  task-worker's own overhead per task with a no-op command
+#   make bench-scale   every admin and worker read at 10k, 100k and 1M tasks of history (p50/p99)
 #   make lint       gofmt check + go vet
 #   make lint-openapi  Redocly lint of the OpenAPI document (installs Redocly CLI into ~/.cache)
 #   make fuzz       fuzz the API's request decoding for FUZZTIME (default 30s)
@@ -33,7 +34,7 @@ TEST_DB_ENV = \
 	fi; \
 	export TEST_DATABASE_URL
 
-.PHONY: build run test test-race bench bench-go bench-worker lint lint-openapi fuzz devdb devdb-stop screenshots bench-ui
+.PHONY: build run test test-race bench bench-go bench-worker bench-scale lint lint-openapi fuzz devdb devdb-stop screenshots bench-ui
 
 build:
 	$(GO) build -buildvcs=auto -o bin/ ./cmd/... # stamps the git revision `version` prints, even where GOFLAGS turns it off
@@ -88,6 +89,20 @@ bench-worker:
 	@set -e; $(TEST_DB_ENV); \
 	TASK_WORKER_BENCH=1 TASK_WORKER_BENCH_TASKS=$(WORKER_BENCH_TASKS) \
 	$(GO) test -count=1 -run '^TestLoopOverhead$$' -v ./cmd/task-worker
+
+# Issue 10's scale benchmark (README, "Costs that stay flat"): builds databases of
+# SCALE_SIZES tasks from synthetic events once (taskservice_scale_<size> on the server of
+# DATABASE_URL or the dev cluster; later runs reuse them), then times every admin and
+# worker read SCALE_CALLS times each. The first 1m build takes about a quarter of an hour.
+SCALE_SIZES ?= 10k,100k,1m
+SCALE_CALLS ?= 60
+bench-scale:
+	@set -e; \
+	if [ -z "$${DATABASE_URL:-}" ]; then DATABASE_URL="$$(scripts/devdb.sh)"; fi; \
+	export DATABASE_URL; \
+	$(GO) build -o bin/ ./cmd/taskctl; \
+	echo "bin/taskctl bench-scale --sizes $(SCALE_SIZES) --calls $(SCALE_CALLS)" >&2; \
+	bin/taskctl bench-scale --sizes $(SCALE_SIZES) --calls $(SCALE_CALLS)
 
 lint:
 	@set -e; \

@@ -117,6 +117,7 @@ func runBenchScale(args []string, stdout, stderr io.Writer) int {
 	// The rebuild folds large logs; collecting less often is faster (as in
 	// taskctl replay).
 	defer debug.SetGCPercent(debug.SetGCPercent(400))
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(replayMemoryLimit))
 	rep := &benchScaleReport{Command: "taskctl bench-scale " + strings.Join(args, " ")}
 	for _, n := range cfg.sizes {
 		db, err := buildScaleDB(ctx, cfg, n, stderr)
