@@ -68,7 +68,7 @@ func TestFlatReadPlans(t *testing.T) {
 	require.NotContains(t, p, "Sort", p)
 
 	// Workers: completions since midnight by range, held tasks by holder.
-	p = plan(listWorkers, time.Now().UTC().Truncate(24*time.Hour))
+	p = plan(workerViewsSQL(`u.is_worker`), time.Now().UTC().Truncate(24*time.Hour))
 	require.Contains(t, p, "worker_tasks_completed", p)
 	require.NotContains(t, p, "Seq Scan on worker_tasks", p)
 	require.NotContains(t, p, "worker_tasks_status", p)
