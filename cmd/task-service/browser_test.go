@@ -148,7 +148,10 @@ func (b *browser) waitJS(expr string) {
 	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
 	defer cancel()
 	_ = chromedp.Run(ctx, chromedp.Location(&loc), chromedp.Text("body", &body, chromedp.ByQuery))
-	b.t.Fatalf("still not true after 25 s: %s (last error: %v)\nat %s:\n%s", expr, last, loc, body)
+	b.mu.Lock()
+	problems := strings.Join(b.problems, "\n")
+	b.mu.Unlock()
+	b.t.Fatalf("still not true after 25 s: %s (last error: %v)\nconsole:\n%s\nat %s:\n%s", expr, last, problems, loc, body)
 }
 
 func (b *browser) location() string {

@@ -53,7 +53,10 @@
   }
 
   // Live regions: refresh at most every 500 ms, never while the user is
-  // typing or selecting inside one (it refreshes when they are done).
+  // typing or selecting inside one, nor while its last refresh is still in
+  // flight (an event that arrives meanwhile refreshes it once more: the
+  // answer in flight may predate it). Regions are known by their id, since
+  // each refresh replaces the element.
   function busy(el) {
     const a = document.activeElement;
     if (a && el.contains(a) && /^(INPUT|TEXTAREA|SELECT)$/.test(a.tagName) && a.type !== "checkbox") return true;
@@ -65,6 +68,24 @@
     const ids = (el.dataset.watch || "").split(" ").filter(Boolean);
     return !ids.length || ids.includes(ev.stream_id);
   }
+  const stale = new Set();
+  const inflight = new Set();
+  // The region is gone from the page by the time htmx says its request
+  // ended (the answer replaced it): remember the request instead.
+  const regionOf = new WeakMap();
+  document.addEventListener("htmx:beforeRequest", (e) => {
+    const elt = e.detail.elt;
+    if (elt && elt.dataset && elt.dataset.live !== undefined) {
+      inflight.add(elt.id);
+      regionOf.set(e.detail.xhr, elt.id);
+    }
+  });
+  document.addEventListener("htmx:afterRequest", (e) => {
+    const id = regionOf.get(e.detail.xhr);
+    if (id === undefined) return;
+    inflight.delete(id);
+    if (stale.size) refreshSoon();
+  });
   let pending = false;
   let dueAt = 0;
   function refreshSoon() {
@@ -73,30 +94,35 @@
     const wait = Math.max(0, dueAt - Date.now());
     setTimeout(() => {
       pending = false;
-      dueAt = Date.now() + 500;
-      document.querySelectorAll("[data-live][data-stale]").forEach((el) => {
-        if (busy(el)) { refreshSoon(); return; }
-        delete el.dataset.stale;
+      let again = false;
+      stale.forEach((id) => {
+        const el = document.getElementById(id);
+        if (!el) { stale.delete(id); return; }
+        if (busy(el) || inflight.has(id)) { again = true; return; }
+        stale.delete(id);
+        dueAt = Date.now() + 500;
         htmx.trigger(el, "refresh");
       });
+      if (again) { dueAt = Date.now() + 500; refreshSoon(); }
     }, wait);
+  }
+  function markAll() {
+    document.querySelectorAll("[data-live]").forEach((el) => stale.add(el.id));
+    refreshSoon();
   }
   function startLive() {
     if (!document.querySelector("[data-live]")) return;
+    // (Re)connected: anything may have happened while we were away.
     openStream("", (ev) => {
       let hit = false;
       document.querySelectorAll("[data-live]").forEach((el) => {
-        if (watches(el, ev)) { el.dataset.stale = "1"; hit = true; }
+        if (watches(el, ev)) { stale.add(el.id); hit = true; }
       });
       if (hit) refreshSoon();
-    }, () => {
-      // (Re)connected: anything may have happened while we were away.
-      document.querySelectorAll("[data-live]").forEach((el) => { el.dataset.stale = "1"; });
-      refreshSoon();
-    });
+    }, markAll);
     // Pages whose figures move without events (heartbeats) also refresh on a timer.
     document.querySelectorAll("[data-every]").forEach((el) => {
-      setInterval(() => { el.dataset.stale = "1"; refreshSoon(); }, 1000 * Number(el.dataset.every));
+      setInterval(() => { stale.add(el.id); refreshSoon(); }, 1000 * Number(el.dataset.every));
     });
   }
 
