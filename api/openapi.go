@@ -370,6 +370,11 @@ func (g *docGen) structSchema(t reflect.Type, in bool) map[string]any {
 		return g.object(t, in)
 	}
 	name = strings.ToUpper(name[:1]) + name[1:]
+	// Generators name each operation's answer <OperationId>Response
+	// (oapi-codegen's LoginResponse): a schema must not take that name.
+	if base, found := strings.CutSuffix(name, "Response"); found {
+		name = base + "Result"
+	}
 	if prev, seen := g.names[name]; seen {
 		if prev != t {
 			panic(fmt.Sprintf("api: two response types named %s: %s and %s", name, prev, t))
