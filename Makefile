@@ -5,7 +5,8 @@
 #   make run        run the server against the dev database (dev admin and secret)
 #   make test       go vet + all tests against a real PostgreSQL
 #   make test-race  the same tests under the race detector (slower)
-#   make bench      taskctl bench: bare SQL vs store vs HTTP claim/complete at 1, 16, 64 workers
+#   make bench      taskctl bench: bare SQL vs store vs HTTP vs the batched lane at 1, 16, 64
+#                   workers, each round against River's burn-down (scripts/riverbench)
 #   make bench-go   Go benchmarks of the store hot paths (go test -bench)
 #   make bench-worker  task-worker's own overhead per task with a no-op command
 #   make bench-scale   every admin and worker read at 10k, 100k and 1M tasks of history (p50/p99)
@@ -75,8 +76,10 @@ bench:
 	if [ -z "$${DATABASE_URL:-}" ]; then DATABASE_URL="$$(scripts/devdb.sh)"; fi; \
 	export DATABASE_URL; \
 	$(GO) build -o bin/ ./cmd/taskctl; \
-	echo "bin/taskctl bench $(BENCHFLAGS)" >&2; \
-	bin/taskctl bench $(BENCHFLAGS)
+	echo "building scripts/riverbench (River, the peer; its own Go module)" >&2; \
+	(cd scripts/riverbench && $(GO) build -o ../../bin/riverbench .); \
+	echo "bin/taskctl bench --river bin/riverbench $(BENCHFLAGS)" >&2; \
+	bin/taskctl bench --river bin/riverbench $(BENCHFLAGS)
 
 bench-go:
 	@set -e; $(TEST_DB_ENV); \

@@ -24,9 +24,12 @@ const (
 	modeStore       = "store"
 	modeStoreCreate = "store+create"
 	modeHTTP        = "http"
+	modeHTTPBatch   = "http-batch"
+	// modeRiver is the peer, run by --river: not a mode of its own.
+	modeRiver = "river"
 )
 
-var allModes = []string{modeBare, modeStore, modeStoreCreate, modeHTTP}
+var allModes = []string{modeBare, modeStore, modeStoreCreate, modeHTTP, modeHTTPBatch}
 
 // benchConfig is what the flags of `taskctl bench` say.
 type benchConfig struct {
@@ -39,12 +42,16 @@ type benchConfig struct {
 	duration    time.Duration
 	jsonOut     bool
 	cpuProfile  string
+	batchSizes  []int
+	riverBin    string
 }
 
 // benchResult is one timed run: one mode at one worker count.
 type benchResult struct {
-	Mode        string  `json:"mode"`
-	Workers     int     `json:"workers"`
+	Mode    string `json:"mode"`
+	Workers int    `json:"workers"`
+	// Batch is http-batch's tasks per claim and per completion request.
+	Batch       int     `json:"batch,omitempty"`
 	Tasks       int     `json:"tasks"`
 	Seconds     float64 `json:"seconds"`
 	TasksPerSec float64 `json:"tasks_per_sec"`
@@ -62,6 +69,9 @@ type benchResult struct {
 	TasksPerSecVsBare *float64 `json:"tasks_per_sec_vs_bare,omitempty"`
 	ClaimP50VsBare    *float64 `json:"claim_p50_vs_bare,omitempty"`
 	ClaimP99VsBare    *float64 `json:"claim_p99_vs_bare,omitempty"`
+	// TasksPerSecVsRiver is tasks/s divided by River's in the same round
+	// (--river); absent without it.
+	TasksPerSecVsRiver *float64 `json:"tasks_per_sec_vs_river,omitempty"`
 }
 
 // benchReport is the whole run, as --json prints it.
@@ -90,9 +100,19 @@ scratch database, at each worker count:
   store+create  the same with store.DB.CreateTask inside the timed loop
                 (create -> claim -> complete per task)
   http          the real API with one api/client per worker (each its own
-                logged-in worker user, max_concurrent_tasks 1): Claim, then
-                Complete. The server runs in this process on 127.0.0.1:0
-                unless --api points at a running one.
+                logged-in worker user): Claim, then Complete. The server
+                runs in this process on 127.0.0.1:0 unless --api points at a
+                running one.
+  http-batch    the batched lane (docs/adr/016): each worker claims up to
+                --batch-sizes tasks in one request (POST .../tasks/claims),
+                then completes them in one request (.../tasks/completions);
+                once per batch size. Its queue holds at least workers x
+                batch x 5 tasks, so that the drain's tail stays short.
+
+With --river PATH (scripts/riverbench, built by make bench), each round of
+worker counts starts with River's tuned burn-down (100 workers, in-process,
+no HTTP, no events) on its own database of the same server, and every line
+of the round is also given as a ratio to it.
 
 The queue is pre-filled before timing starts (bare: COPY; store, http:
 store.CreateTask), and each run drains it, or stops at --duration. Runs with
@@ -158,6 +178,9 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchConfig, int) {
 	fs.IntVar(&cfg.tasks, "tasks", 20000, "tasks per run at 16 or more workers (fewer workers: tasks x workers / 16, at least 1000)")
 	fs.DurationVar(&cfg.duration, "duration", 0, "stop each run after this long even if its queue is not drained (0: drain)")
 	fs.BoolVar(&cfg.jsonOut, "json", false, "print the results as JSON instead of a table")
+	var batches string
+	fs.StringVar(&batches, "batch-sizes", "10,100", "http-batch: tasks per claim and per completion request, comma-separated (1 to 100)")
+	fs.StringVar(&cfg.riverBin, "river", "", "riverbench binary (go build in scripts/riverbench): run River's burn-down as the peer of every round")
 	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of each timed run to PREFIX-MODE-WORKERS.pprof (the in-process server included)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), benchHelp)
@@ -189,6 +212,13 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchConfig, int) {
 			return usageErr("--workers: %q is not a count between 1 and 1000", s)
 		}
 		cfg.workers = append(cfg.workers, n)
+	}
+	for _, s := range strings.Split(batches, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 || n > 100 {
+			return usageErr("--batch-sizes: %q is not a size between 1 and 100", s)
+		}
+		cfg.batchSizes = append(cfg.batchSizes, n)
 	}
 	for _, m := range strings.Split(modes, ",") {
 		m = strings.TrimSpace(m)
@@ -262,25 +292,57 @@ func bench(ctx context.Context, cfg benchConfig, progress io.Writer) (*benchRepo
 		GoVersion: runtime.Version(), NumCPU: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0),
 	}
 	for _, w := range cfg.workers {
-		var bare *benchResult
-		for _, m := range cfg.modes {
-			r, err := env.run(ctx, m, w, cfg.tasksFor(w))
+		var bare, river *benchResult
+		if cfg.riverBin != "" {
+			r, err := env.runRiver(ctx, cfg.tasks)
 			if err != nil {
-				return nil, fmt.Errorf("%s at %d workers: %w", m, w, err)
+				return nil, fmt.Errorf("river: %w", err)
 			}
-			if m == modeBare {
-				bare = r
-			} else if bare != nil {
-				r.TasksPerSecVsBare = ratio(r.TasksPerSec, bare.TasksPerSec)
-				r.ClaimP50VsBare = ratio(r.ClaimP50Ms, bare.ClaimP50Ms)
-				r.ClaimP99VsBare = ratio(r.ClaimP99Ms, bare.ClaimP99Ms)
-			}
-			fmt.Fprintf(progress, "bench: %-12s %3d workers: %6d tasks in %6.2fs = %8.0f tasks/s, claim p50 %.2f ms p99 %.2f ms\n",
-				r.Mode, r.Workers, r.Tasks, r.Seconds, r.TasksPerSec, r.ClaimP50Ms, r.ClaimP99Ms)
+			river = r
+			r.TasksPerSecVsRiver = ratio(1, 1)
+			fmt.Fprintf(progress, "bench: %-15s %3d workers: %6d tasks in %6.2fs = %8.0f tasks/s\n",
+				r.Mode, r.Workers, r.Tasks, r.Seconds, r.TasksPerSec)
 			report.Runs = append(report.Runs, *r)
+		}
+		for _, m := range cfg.modes {
+			batches := []int{0}
+			if m == modeHTTPBatch {
+				batches = cfg.batchSizes
+			}
+			for _, batch := range batches {
+				n := cfg.tasksFor(w)
+				if batch > 0 {
+					n = max(n, w*batch*5)
+				}
+				r, err := env.run(ctx, m, w, n, batch)
+				if err != nil {
+					return nil, fmt.Errorf("%s at %d workers: %w", m, w, err)
+				}
+				if m == modeBare {
+					bare = r
+				} else if bare != nil {
+					r.TasksPerSecVsBare = ratio(r.TasksPerSec, bare.TasksPerSec)
+					r.ClaimP50VsBare = ratio(r.ClaimP50Ms, bare.ClaimP50Ms)
+					r.ClaimP99VsBare = ratio(r.ClaimP99Ms, bare.ClaimP99Ms)
+				}
+				if river != nil {
+					r.TasksPerSecVsRiver = ratio(r.TasksPerSec, river.TasksPerSec)
+				}
+				fmt.Fprintf(progress, "bench: %-15s %3d workers: %6d tasks in %6.2fs = %8.0f tasks/s, claim p50 %.2f ms p99 %.2f ms\n",
+					r.label(), r.Workers, r.Tasks, r.Seconds, r.TasksPerSec, r.ClaimP50Ms, r.ClaimP99Ms)
+				report.Runs = append(report.Runs, *r)
+			}
 		}
 	}
 	return report, nil
+}
+
+// label is the run's mode with its batch size, as the table prints it.
+func (r benchResult) label() string {
+	if r.Batch > 0 {
+		return fmt.Sprintf("%s/%d", r.Mode, r.Batch)
+	}
+	return r.Mode
 }
 
 func ratio(a, b float64) *float64 {
@@ -295,19 +357,35 @@ func printBenchTable(w io.Writer, rep *benchReport) {
 	fmt.Fprintf(w, "taskctl bench — %s, %s, %d CPUs (GOMAXPROCS %d), api %s\n\n",
 		rep.Postgres, rep.GoVersion, rep.NumCPU, rep.GOMAXPROCS, rep.API)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "mode\tworkers\ttasks\ttasks/s\tx bare\tclaim p50 ms\tx bare\tclaim p99 ms\tx bare\tcpu us/task: bench\tpostgres\t")
+	fmt.Fprintln(tw, "mode\tworkers\ttasks\ttasks/s\tx river\tx bare\tclaim p50 ms\tx bare\tclaim p99 ms\tx bare\tcpu us/task: bench\tpostgres\t")
 	for _, r := range rep.Runs {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%s\t%.2f\t%s\t%.2f\t%s\t%s\t%s\t\n", r.Mode, r.Workers, r.Tasks, r.TasksPerSec,
-			fmtRatio(r, r.TasksPerSecVsBare), r.ClaimP50Ms, fmtRatio(r, r.ClaimP50VsBare), r.ClaimP99Ms, fmtRatio(r, r.ClaimP99VsBare),
+		p50, p99 := fmt.Sprintf("%.2f", r.ClaimP50Ms), fmt.Sprintf("%.2f", r.ClaimP99Ms)
+		if r.Mode == modeRiver {
+			p50, p99 = "-", "-"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.label(), r.Workers, r.Tasks, r.TasksPerSec,
+			fmtOpt2(r.TasksPerSecVsRiver), fmtRatio(r, r.TasksPerSecVsBare), p50, fmtRatio(r, r.ClaimP50VsBare), p99, fmtRatio(r, r.ClaimP99VsBare),
 			fmtOpt(r.BenchCPUUsPerTask), fmtOpt(r.PGCPUUsPerTask))
 	}
 	_ = tw.Flush()
-	fmt.Fprintln(w, "\nx bare: the figure divided by bare's at the same worker count (tasks/s: higher is better; latency: lower is better).")
-	fmt.Fprintln(w, "cpu us/task: CPU time per task of this process (workers, HTTP clients, in-process server) and of the bench database's backends.")
+	fmt.Fprintln(w, "\nx river: tasks/s divided by River's burn-down at the start of the same round (--river; higher is better).")
+	fmt.Fprintln(w, "x bare: the figure divided by bare's at the same worker count (tasks/s: higher is better; latency: lower is better).")
+	fmt.Fprintln(w, "cpu us/task: CPU time per task of this process (workers, HTTP clients and the in-process server together; for river, the riverbench process) and of the database's backends.")
+	fmt.Fprintln(w, "http-batch/N: claims and completions of up to N tasks per request; its claim latency is per claim request.")
 	fmt.Fprintln(w, "store+create times create + claim + complete per task; the other modes time claim + complete on a pre-filled queue.")
 }
 
+func fmtOpt2(v *float64) string {
+	if v == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", *v)
+}
+
 func fmtRatio(r benchResult, v *float64) string {
+	if r.Mode == modeRiver {
+		return "-"
+	}
 	if r.Mode == modeBare {
 		return "1.00"
 	}

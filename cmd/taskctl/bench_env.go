@@ -46,6 +46,9 @@ type benchEnv struct {
 	httpServer *http.Server
 	serverPool *pgxpool.Pool
 	serveDone  chan error
+
+	riverURL  string        // --river: the peer's own database on the same server
+	riverPool *pgxpool.Pool // reads the peer's backends for their CPU
 }
 
 type benchWorker struct{ id, email string }
@@ -79,7 +82,13 @@ func openBenchEnv(ctx context.Context, cfg benchConfig, maxWorkers int, progress
 		env.close()
 		return nil, err
 	}
-	if contains(cfg.modes, modeHTTP) {
+	if cfg.riverBin != "" {
+		if err := env.prepareRiver(ctx); err != nil {
+			env.close()
+			return nil, err
+		}
+	}
+	if contains(cfg.modes, modeHTTP) || contains(cfg.modes, modeHTTPBatch) {
 		if err := env.startAPI(ctx, benchURL, maxWorkers); err != nil {
 			env.close()
 			return nil, err
@@ -180,7 +189,7 @@ func (env *benchEnv) fixtures(ctx context.Context, n int) error {
 		err := env.pool.QueryRow(ctx, `SELECT id FROM users WHERE email = $1`, w.email).Scan(&w.id)
 		if errors.Is(err, pgx.ErrNoRows) {
 			u, cerr := env.db.CreateUser(ctx, events.UserRegistered{Email: w.email, FullName: fmt.Sprintf("Bench worker %d", i),
-				IsWorker: true, MaxConcurrentTasks: 1}, benchPassword, string(hash), meta)
+				IsWorker: true, MaxConcurrentTasks: maxBatch}, benchPassword, string(hash), meta)
 			if cerr != nil {
 				return fmt.Errorf("create worker %s: %w", w.email, cerr)
 			}
@@ -252,6 +261,9 @@ func (env *benchEnv) close() {
 	}
 	if env.pool != nil {
 		env.pool.Close()
+	}
+	if env.riverPool != nil {
+		env.riverPool.Close()
 	}
 }
 

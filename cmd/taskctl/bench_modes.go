@@ -24,25 +24,39 @@ import (
 type outcome int
 
 const (
-	claimedOne outcome = iota // claimed and completed a task
+	claimedOne outcome = iota // claimed and completed tasks (one, or a batch)
 	emptyClaim                // the claim found nothing; try again
 	finished                  // nothing left to do: the worker stops
 )
 
-// step is one iteration of a worker's loop; it reports how long its claim
-// call took (the only latency measured).
-type step func(ctx context.Context) (outcome, time.Duration, error)
+// stepped is one step's report: what it did, how many tasks it completed
+// (claimedOne only), and how long its claim call took (the only latency
+// measured).
+type stepped struct {
+	outcome outcome
+	tasks   int
+	claim   time.Duration
+}
+
+// step is one iteration of a worker's loop.
+type step func(ctx context.Context) (stepped, error)
+
+// one is the report of a step that claimed and completed a single task.
+func one(took time.Duration) stepped { return stepped{outcome: claimedOne, tasks: 1, claim: took} }
 
 // run resets the tables, pre-fills the queue for mode, then times w workers
 // draining n tasks (or until --duration), and checks the result.
-func (env *benchEnv) run(ctx context.Context, mode string, w, n int) (*benchResult, error) {
+func (env *benchEnv) run(ctx context.Context, mode string, w, n, batch int) (*benchResult, error) {
 	label := fmt.Sprintf("[%s %dw]", mode, w)
+	if batch > 0 {
+		label = fmt.Sprintf("[%s/%d %dw]", mode, batch, w)
+	}
 	if err := env.reset(ctx); err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(env.progress, "bench: %s pre-filling %d tasks\n", label, n)
 	start := time.Now()
-	steps, cleanup, err := env.prepare(ctx, mode, w, n)
+	steps, cleanup, err := env.prepare(ctx, mode, w, n, batch)
 	if cleanup != nil {
 		defer cleanup()
 	}
@@ -54,16 +68,17 @@ func (env *benchEnv) run(ctx context.Context, mode string, w, n int) (*benchResu
 	if err := warm(ctx, env.pool, w+2); err != nil {
 		return nil, err
 	}
-	if mode == modeHTTP && env.serverPool != nil {
+	if (mode == modeHTTP || mode == modeHTTPBatch) && env.serverPool != nil {
 		if err := warm(ctx, env.serverPool, w+2); err != nil {
 			return nil, err
 		}
 	}
 	fmt.Fprintf(env.progress, "bench: %s ready in %.1fs; timing %d workers\n", label, time.Since(start).Seconds(), w)
-	r, err := env.drive(ctx, label, mode, steps, n)
+	r, err := env.drive(ctx, label, mode, batch, steps, n)
 	if err != nil {
 		return nil, err
 	}
+	r.Batch = batch
 	if err := env.verify(ctx, mode, r.Tasks); err != nil {
 		return nil, err
 	}
@@ -90,7 +105,7 @@ func warm(ctx context.Context, pool *pgxpool.Pool, n int) error {
 }
 
 // prepare pre-fills the queue and returns one step per worker.
-func (env *benchEnv) prepare(ctx context.Context, mode string, w, n int) ([]step, func(), error) {
+func (env *benchEnv) prepare(ctx context.Context, mode string, w, n, batch int) ([]step, func(), error) {
 	steps := make([]step, w)
 	switch mode {
 	case modeBare:
@@ -113,7 +128,7 @@ func (env *benchEnv) prepare(ctx context.Context, mode string, w, n int) ([]step
 		for i := range steps {
 			steps[i] = env.storeCreateStep(env.workers[i].id, &left)
 		}
-	case modeHTTP:
+	case modeHTTP, modeHTTPBatch:
 		if err := env.prefillStore(ctx, n); err != nil {
 			return nil, nil, err
 		}
@@ -134,6 +149,9 @@ func (env *benchEnv) prepare(ctx context.Context, mode string, w, n int) ([]step
 					env.workers[i].email, env.apiBase, err, env.cfg.benchDB)
 			}
 			steps[i] = httpStep(c)
+			if mode == modeHTTPBatch {
+				steps[i] = httpBatchStep(c, batch)
+			}
 		}
 		return steps, cleanup, nil
 	default:
@@ -153,21 +171,21 @@ const (
 // bareStep is the machine's limit: the same claim and completion on the
 // same table, autocommitted, with no events, projections or checks.
 func (env *benchEnv) bareStep(worker string) step {
-	return func(ctx context.Context) (outcome, time.Duration, error) {
+	return func(ctx context.Context) (stepped, error) {
 		var id string
 		t0 := time.Now()
 		err := env.pool.QueryRow(ctx, bareClaim, worker).Scan(&id)
 		took := time.Since(t0)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return finished, took, nil
+			return stepped{outcome: finished, claim: took}, nil
 		}
 		if err != nil {
-			return 0, 0, fmt.Errorf("claim: %w", err)
+			return stepped{}, fmt.Errorf("claim: %w", err)
 		}
 		if _, err := env.pool.Exec(ctx, bareComplete, id); err != nil {
-			return 0, 0, fmt.Errorf("complete: %w", err)
+			return stepped{}, fmt.Errorf("complete: %w", err)
 		}
-		return claimedOne, took, nil
+		return one(took), nil
 	}
 }
 
@@ -179,17 +197,17 @@ func workerMeta(worker string) events.Meta {
 // its own transaction as the API runs them.
 func (env *benchEnv) storeStep(worker string) step {
 	meta := workerMeta(worker)
-	return func(ctx context.Context) (outcome, time.Duration, error) {
+	return func(ctx context.Context) (stepped, error) {
 		t0 := time.Now()
 		t, err := env.db.Claim(ctx, worker, meta)
 		took := time.Since(t0)
 		if err != nil {
-			return 0, 0, fmt.Errorf("claim: %w", err)
+			return stepped{}, fmt.Errorf("claim: %w", err)
 		}
 		if t == nil {
-			return finished, took, nil
+			return stepped{outcome: finished, claim: took}, nil
 		}
-		return claimedOne, took, env.complete(ctx, worker, t.ID, meta)
+		return one(took), env.complete(ctx, worker, t.ID, meta)
 	}
 }
 
@@ -205,13 +223,13 @@ func (env *benchEnv) complete(ctx context.Context, worker, id string, meta event
 func (env *benchEnv) storeCreateStep(worker string, left *atomic.Int64) step {
 	meta := workerMeta(worker)
 	creator := events.Meta{Actor: events.System("bench")}
-	return func(ctx context.Context) (outcome, time.Duration, error) {
+	return func(ctx context.Context) (stepped, error) {
 		i := left.Add(-1)
 		if i < 0 {
-			return finished, 0, nil
+			return stepped{outcome: finished}, nil
 		}
 		if _, err := env.db.CreateTask(ctx, env.pool, env.newTask(int(i)), creator); err != nil {
-			return 0, 0, fmt.Errorf("create: %w", err)
+			return stepped{}, fmt.Errorf("create: %w", err)
 		}
 		// SKIP LOCKED may, rarely, pass over every pending row while others
 		// are mid-claim; claim again a few times before moving on.
@@ -221,38 +239,68 @@ func (env *benchEnv) storeCreateStep(worker string, left *atomic.Int64) step {
 			t, err := env.db.Claim(ctx, worker, meta)
 			took += time.Since(t0)
 			if err != nil {
-				return 0, 0, fmt.Errorf("claim: %w", err)
+				return stepped{}, fmt.Errorf("claim: %w", err)
 			}
 			if t != nil {
-				return claimedOne, took, env.complete(ctx, worker, t.ID, meta)
+				return one(took), env.complete(ctx, worker, t.ID, meta)
 			}
 		}
-		return emptyClaim, took, nil
+		return stepped{outcome: emptyClaim, claim: took}, nil
 	}
 }
 
 // httpStep is a real client's loop: POST claim, PUT status completed.
 func httpStep(c *client.Client) step {
-	return func(ctx context.Context) (outcome, time.Duration, error) {
+	return func(ctx context.Context) (stepped, error) {
 		t0 := time.Now()
 		t, err := c.Claim(ctx)
 		took := time.Since(t0)
 		if err != nil {
-			return 0, 0, fmt.Errorf("claim: %w", err)
+			return stepped{}, fmt.Errorf("claim: %w", err)
 		}
 		if t == nil {
-			return finished, took, nil
+			return stepped{outcome: finished, claim: took}, nil
 		}
 		if _, err := c.Complete(ctx, t.ID); err != nil {
-			return 0, 0, fmt.Errorf("complete %s: %w", t.ID, err)
+			return stepped{}, fmt.Errorf("complete %s: %w", t.ID, err)
 		}
-		return claimedOne, took, nil
+		return one(took), nil
+	}
+}
+
+// httpBatchStep is the batched lane (ADR 016): claim up to batch tasks in
+// one request, then complete them all in one request.
+func httpBatchStep(c *client.Client, batch int) step {
+	return func(ctx context.Context) (stepped, error) {
+		t0 := time.Now()
+		tasks, err := c.ClaimMany(ctx, batch, 0)
+		took := time.Since(t0)
+		if err != nil {
+			return stepped{}, fmt.Errorf("claim %d: %w", batch, err)
+		}
+		if len(tasks) == 0 {
+			return stepped{outcome: finished, claim: took}, nil
+		}
+		items := make([]client.Finish, len(tasks))
+		for i, t := range tasks {
+			items[i] = client.Finish{ID: t.ID, Status: events.StatusCompleted}
+		}
+		res, err := c.FinishMany(ctx, items)
+		if err != nil {
+			return stepped{}, fmt.Errorf("complete %d: %w", len(items), err)
+		}
+		for _, r := range res {
+			if err := r.Err(); err != nil {
+				return stepped{}, fmt.Errorf("complete %s: %w", r.ID, err)
+			}
+		}
+		return stepped{outcome: claimedOne, tasks: len(tasks), claim: took}, nil
 	}
 }
 
 // drive starts every worker at once, times them until each has finished
 // (or --duration passed), and prints progress to stderr meanwhile.
-func (env *benchEnv) drive(ctx context.Context, label, mode string, steps []step, n int) (*benchResult, error) {
+func (env *benchEnv) drive(ctx context.Context, label, mode string, batch int, steps []step, n int) (*benchResult, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var done, empty atomic.Int64
@@ -267,25 +315,25 @@ func (env *benchEnv) drive(ctx context.Context, label, mode string, steps []step
 			defer wg.Done()
 			<-gate
 			for ctx.Err() == nil && (deadline.IsZero() || time.Now().Before(deadline)) {
-				o, took, err := s(ctx)
+				st, err := s(ctx)
 				if err != nil {
 					cancel(err)
 					return
 				}
-				switch o {
+				switch st.outcome {
 				case finished:
 					return
 				case emptyClaim:
 					empty.Add(1)
 					continue
 				}
-				lat[i] = append(lat[i], took)
-				done.Add(1)
+				lat[i] = append(lat[i], st.claim)
+				done.Add(int64(st.tasks))
 			}
 		}()
 	}
 
-	stopProfile, err := env.startProfile(mode, len(steps))
+	stopProfile, err := env.startProfile(mode, batch, len(steps))
 	if err != nil {
 		return nil, err
 	}
@@ -340,9 +388,12 @@ func percentileMs(sorted []time.Duration, p float64) float64 {
 
 // startProfile starts a CPU profile of one timed run when --cpuprofile is
 // set; the returned func stops it.
-func (env *benchEnv) startProfile(mode string, w int) (func(), error) {
+func (env *benchEnv) startProfile(mode string, batch, w int) (func(), error) {
 	if env.cfg.cpuProfile == "" {
 		return func() {}, nil
+	}
+	if batch > 0 {
+		mode = fmt.Sprintf("%s%d", mode, batch)
 	}
 	name := fmt.Sprintf("%s-%s-%d.pprof", env.cfg.cpuProfile, mode, w)
 	f, err := os.Create(name)

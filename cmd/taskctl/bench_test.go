@@ -40,46 +40,52 @@ func TestBenchRunsEveryModeAndVerifies(t *testing.T) {
 	})
 
 	var stdout, stderr bytes.Buffer
-	code := runBench([]string{"--database-url", base, "--bench-db", dbName, "--workers", "1,3", "--tasks", "40", "--json"}, &stdout, &stderr)
+	code := runBench([]string{"--database-url", base, "--bench-db", dbName, "--workers", "1,3", "--tasks", "40",
+		"--batch-sizes", "2,5", "--json"}, &stdout, &stderr)
 	require.Equal(t, 0, code, "stderr:\n%s", stderr.String())
 
 	var rep benchReport
 	require.NoError(t, json.Unmarshal(stdout.Bytes(), &rep), stdout.String())
-	require.Len(t, rep.Runs, 8)
+	require.Len(t, rep.Runs, 12)
 	i := 0
 	for _, w := range []int{1, 3} {
+		var bare float64
 		for _, m := range allModes {
-			r := rep.Runs[i]
-			i++
-			require.Equal(t, m, r.Mode)
-			require.Equal(t, w, r.Workers)
-			if m == modeStoreCreate {
-				// A claim that loses every SKIP LOCKED race thrice moves on.
-				require.InDelta(t, 40, r.Tasks, 3, "%s at %d workers", m, w)
-			} else {
-				require.Equal(t, 40, r.Tasks, "%s at %d workers", m, w)
+			batches := []int{0}
+			if m == modeHTTPBatch {
+				batches = []int{2, 5}
 			}
-			require.Positive(t, r.TasksPerSec)
-			require.Positive(t, r.ClaimP50Ms)
-			require.GreaterOrEqual(t, r.ClaimP99Ms, r.ClaimP50Ms)
-			if m == modeBare {
-				require.Nil(t, r.TasksPerSecVsBare)
-			} else {
-				require.NotNil(t, r.TasksPerSecVsBare)
-				require.InDelta(t, r.TasksPerSec/rep.Runs[i-1-indexOf(allModes, m)].TasksPerSec, *r.TasksPerSecVsBare, 1e-9)
+			for _, batch := range batches {
+				r := rep.Runs[i]
+				i++
+				require.Equal(t, m, r.Mode)
+				require.Equal(t, w, r.Workers)
+				require.Equal(t, batch, r.Batch)
+				switch {
+				case m == modeStoreCreate:
+					// A claim that loses every SKIP LOCKED race thrice moves on.
+					require.InDelta(t, 40, r.Tasks, 3, "%s at %d workers", m, w)
+				case batch > 0:
+					require.Equal(t, max(40, w*batch*5), r.Tasks, "%s/%d at %d workers", m, batch, w)
+				default:
+					require.Equal(t, 40, r.Tasks, "%s at %d workers", m, w)
+				}
+				require.Positive(t, r.TasksPerSec)
+				require.Positive(t, r.ClaimP50Ms)
+				require.GreaterOrEqual(t, r.ClaimP99Ms, r.ClaimP50Ms)
+				require.Nil(t, r.TasksPerSecVsRiver, "no --river")
+				if m == modeBare {
+					require.Nil(t, r.TasksPerSecVsBare)
+					bare = r.TasksPerSec
+				} else {
+					require.NotNil(t, r.TasksPerSecVsBare)
+					require.InDelta(t, r.TasksPerSec/bare, *r.TasksPerSecVsBare, 1e-9)
+				}
 			}
 		}
 	}
 	require.Contains(t, stderr.String(), "[http 3w]", "progress lines go to stderr")
-}
-
-func indexOf(xs []string, s string) int {
-	for i, x := range xs {
-		if x == s {
-			return i
-		}
-	}
-	return -1
+	require.Contains(t, stderr.String(), "[http-batch/5 3w]")
 }
 
 func TestBenchFlags(t *testing.T) {
@@ -94,6 +100,7 @@ func TestBenchFlags(t *testing.T) {
 		{[]string{"--workers", "0"}, 2, "--workers"},
 		{[]string{"--modes", "bare,fast"}, 2, `unknown mode "fast"`},
 		{[]string{"--tasks", "0"}, 2, "--tasks"},
+		{[]string{"--batch-sizes", "10,101"}, 2, "--batch-sizes"},
 		{[]string{"--bench-db", "Robert'); DROP"}, 2, "--bench-db"},
 		{[]string{"extra"}, 2, "unexpected arguments"},
 	} {
