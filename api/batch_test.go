@@ -119,7 +119,7 @@ func TestClaimManyConcurrent(t *testing.T) {
 				return fmt.Errorf("%s: finish %d: %w", w.Email, len(items), err)
 			}
 			for j, r := range res {
-				if r.ID != items[j].ID || !r.Success || r.Data == nil || r.Data.Status != events.StatusCompleted {
+				if r.ID != items[j].ID || !r.Success || r.Status != 200 {
 					return fmt.Errorf("%s: item %d of finish: %+v", w.Email, j, r)
 				}
 			}
@@ -250,18 +250,23 @@ func TestFinishManyMixedItems(t *testing.T) {
 		require.Equal(t, wnt.code == "", r.Success, "item %d", i)
 		if wnt.code != "" {
 			require.Equal(t, wnt.code, r.Error.Code, "item %d", i)
-			require.Nil(t, r.Data)
 		} else {
-			require.NotNil(t, r.Data)
+			require.Nil(t, r.Error)
 		}
 	}
-	require.Equal(t, events.StatusCompleted, res[0].Data.Status)
-	require.Equal(t, events.StatusCompleted, res[2].Data.Status)
-	require.JSONEq(t, `{"posts":3}`, string(res[2].Data.Result))
-	require.Equal(t, events.StatusFailed, res[4].Data.Status)
-	require.Equal(t, events.FailureTimeout, *res[4].Data.FailureKind)
-	require.Equal(t, "took too long", *res[4].Data.FailureReason)
-	require.Equal(t, events.FailureError, *res[6].Data.FailureKind)
+	task := func(id string) *events.Task {
+		tk, err := b.db.GetTask(b.ctx, b.pool, id)
+		require.NoError(t, err)
+		return tk
+	}
+	require.Equal(t, events.StatusCompleted, task(ids[0]).Status)
+	require.Equal(t, events.StatusCompleted, task(ids[1]).Status)
+	require.JSONEq(t, `{"posts":3}`, string(task(ids[1]).Result))
+	require.Equal(t, events.StatusFailed, task(ids[2]).Status)
+	require.Equal(t, events.FailureTimeout, *task(ids[2]).FailureKind)
+	require.Equal(t, "took too long", *task(ids[2]).FailureReason)
+	require.Equal(t, events.StatusCancelled, task(ids[4]).Status)
+	require.Equal(t, events.FailureError, *task(ids[5]).FailureKind)
 
 	after := b.eventCounts(t)
 	require.Equal(t, map[string]int{"task.completed": 2, "task.result_posted": 1, "task.failed": 2}, diffCounts(eventsBefore, after),

@@ -81,9 +81,12 @@ SELECT id, true, set_config('` + claimWorkersSetting + `', (SELECT COALESCE(arra
 // (indexLookupsOnly), so a join of two CTEs is a nested loop, quadratic in
 // the thousands of tasks a batch of claim-many calls can take.
 //
-// The UPDATE names its rows twice, "id = ANY(ARRAY(...))" besides the join,
-// so that whichever side of the join a plan puts worker_tasks on, it is read
-// by primary key for the picked ids only (see completeTasks).
+// The UPDATE and the event insert join nothing: each reads what it needs
+// for a row from a one-row CTE holding a jsonb object keyed by task id (pm)
+// or by worker (rm), and the UPDATE reaches its rows by primary key through
+// "id = ANY(ids)". Joined to the picked rows instead, the generic plan put
+// the ids' index scan under a Materialize node and filtered the join: 20
+// million rows compared for a batch of 64 claims of 100 tasks, 4.5 s.
 //
 // held's status is a parameter ($5, always 'in_progress'), not a literal,
 // for the plan: with the literal, a generic plan built while few tasks are
@@ -123,14 +126,18 @@ const claimTasks = `WITH req AS (
     UNION ALL
     SELECT s.id, r.worker, r.have + s.i FROM rest r CROSS JOIN pool
      CROSS JOIN LATERAL unnest(pool.ids[r.before + 1 : r.before + r.need]) WITH ORDINALITY AS s(id, i)
+), pm AS MATERIALIZED (
+    SELECT array_agg(id) AS ids, jsonb_object_agg(id, jsonb_build_array(worker, k)) AS m FROM picked
+), rm AS MATERIALIZED (
+    SELECT jsonb_object_agg(worker, jsonb_build_array(data::jsonb, meta::jsonb)) AS m FROM req
 ), t AS (
     UPDATE worker_tasks w
-       SET status = 'in_progress', assigned_to = picked.worker, started_at = $2, updated_at = $2, version = w.version + 1
-      FROM picked WHERE w.id = ANY(ARRAY(SELECT id FROM picked)) AND w.id = picked.id
-    RETURNING w.*, picked.k
+       SET status = 'in_progress', assigned_to = (pm.m -> w.id::text ->> 0)::uuid, started_at = $2, updated_at = $2, version = w.version + 1
+      FROM pm WHERE w.id = ANY(pm.ids)
+    RETURNING w.*, (pm.m -> w.id::text ->> 1)::bigint AS k
 ), ev AS (
     INSERT INTO task_events (stream_type, stream_id, version, type, data, meta, occurred_at)
-    SELECT 'task', t.id, t.version, 'task.claimed', req.data::jsonb, req.meta::jsonb, $2 FROM t JOIN req ON req.worker = t.assigned_to
+    SELECT 'task', t.id, t.version, 'task.claimed', rm.m -> t.assigned_to::text -> 0, rm.m -> t.assigned_to::text -> 1, $2 FROM t, rm
 ), asg AS (
     INSERT INTO task_assignments (task_id, version, worker_id, assigned_by, kind, reason, at)
     SELECT t.id, t.version, t.assigned_to, t.assigned_to, 'claimed', '', $2 FROM t

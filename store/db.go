@@ -64,6 +64,11 @@ type DB struct {
 // batchMax bounds the commands in one batched claim or completion (ADR 008).
 const batchMax = 64
 
+// completionBatchMax bounds the completions in one batch: the batched lane
+// (ADR 016) brings up to 100 a request, and a batch costs one statement and
+// one commit however many it holds.
+const completionBatchMax = 1000
+
 // New wraps an open pool.
 func New(pool *pgxpool.Pool, cfg Config) (*DB, error) {
 	if cfg.Projector == nil {
@@ -84,7 +89,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*DB, error) {
 	db := &DB{pool: pool, projector: cfg.Projector, now: cfg.Now, afterCommit: cfg.AfterCommit,
 		offlineAfter: cfg.OfflineAfter, scheduleMinInterval: cfg.ScheduleMinInterval}
 	db.claims = newBatcher(batchMax, func(r claimRequest) string { return r.worker }, db.claimBatch)
-	db.completions = newBatcher(batchMax, func(r completeRequest) string { return r.id }, db.completeBatch)
+	db.completions = newBatcher(completionBatchMax, func(r completeRequest) string { return r.id }, db.completeBatch)
 	db.creations = newBatcher(batchMax, nil, db.createBatch)
 	return db, nil
 }

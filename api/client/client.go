@@ -199,14 +199,13 @@ type Finish struct {
 	Kind   string          `json:"kind,omitempty"` // failed only: error (default) or timeout
 }
 
-// FinishResult is one item's answer: Success with the task in Data, or the
-// Error (and HTTP Status) the single call would have returned.
+// FinishResult is one item's answer: Success, or the Error (and HTTP
+// Status) the single call would have returned.
 type FinishResult struct {
-	ID      string       `json:"id"`
-	Status  int          `json:"status"`
-	Success bool         `json:"success"`
-	Data    *events.Task `json:"data,omitempty"`
-	Error   *Error       `json:"error,omitempty"`
+	ID      string `json:"id"`
+	Status  int    `json:"status"`
+	Success bool   `json:"success"`
+	Error   *Error `json:"error,omitempty"`
 }
 
 // Err is the item's error, nil when it succeeded.
