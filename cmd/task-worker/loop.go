@@ -54,6 +54,13 @@ type Worker struct {
 	sweepReason string        // guarded by claimMu: the release reason for that sweep
 	claimWait   time.Duration // guarded by claimMu: 0 once the server refused ?wait
 	longPolled  bool          // guarded by claimMu: the server held an empty claim open
+	// ready holds tasks one claim brought beyond the claiming slot's own,
+	// for the other free slots (guarded by claimMu). claimOne is set once
+	// the service turned out to have no batched claim.
+	ready    []*claimedTask
+	claimOne bool
+
+	finishes finisher
 
 	mu     sync.Mutex
 	slots  []slotState
@@ -157,6 +164,10 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	final, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
 	defer cancel()
+	// Tasks claimed for slots that stopped before taking them go back.
+	w.claimMu.Lock()
+	w.ready = nil
+	w.claimMu.Unlock()
 	// A claim cut off by the shutdown may have been granted unseen.
 	if err := w.sweep(final, reasonLostClaim); err != nil {
 		w.log.Error().Err(err).Msg("could not check for tasks left held; the next start releases them")
@@ -255,12 +266,20 @@ func (w *Worker) slotLoop(runCtx, killCtx, reportCtx context.Context, slot int) 
 	}
 }
 
-// claimNext claims the next task for slot; nil when ctx ends first.
+// claimNext claims the next task for slot; nil when ctx ends first. One
+// claim asks for as many tasks as there are free slots; what comes beyond
+// this slot's task waits in ready for the next slots that ask.
 func (w *Worker) claimNext(ctx context.Context, slot int) *claimedTask {
 	w.claimMu.Lock()
 	defer w.claimMu.Unlock()
 	var b backoff
 	for ctx.Err() == nil {
+		if len(w.ready) > 0 {
+			t := w.ready[0]
+			w.ready = w.ready[1:]
+			w.setSlot(slot, slotState{TaskID: t.ID, Title: t.Title, Type: t.typeName(), Since: t.claimedAt})
+			return t
+		}
 		if w.needSweep {
 			reason := w.sweepReason
 			if reason == "" {
@@ -277,21 +296,16 @@ func (w *Worker) claimNext(ctx context.Context, slot int) *claimedTask {
 			w.needSweep, w.sweepReason = false, ""
 		}
 		start := time.Now()
-		var raw json.RawMessage
-		path := "/api/v1/worker/tasks/claim"
-		if w.claimWait > 0 {
-			path += fmt.Sprintf("?wait=%d", int(w.claimWait.Seconds()))
-		}
-		err := w.api.call(ctx, w.claimWait+callTimeout, func(ctx context.Context) error {
-			raw = nil
-			return w.api.c.Do(ctx, http.MethodPost, path, nil, &raw)
-		})
+		raws, err := w.claim(ctx)
 		if err != nil {
 			switch {
 			case ctx.Err() != nil:
 				// Cut off by shutdown: the service may have granted it.
 				w.needSweep = true
 				return nil
+			case !w.claimOne && (client.IsStatus(err, http.StatusNotFound) || client.IsStatus(err, http.StatusMethodNotAllowed)):
+				w.log.Warn().Err(err).Msg("the service has no batched claim (POST /worker/tasks/claims); claiming one task at a time")
+				w.claimOne = true
 			case w.claimWait > 0 && isFieldError(err, "wait"):
 				w.log.Warn().Err(err).Msg("the service refuses this long-poll wait; claiming without long-poll from now on")
 				w.claimWait = 0
@@ -312,18 +326,32 @@ func (w *Worker) claimNext(ctx context.Context, slot int) *claimedTask {
 			continue
 		}
 		claimedAt := time.Now()
-		t, err := decodeClaim(raw)
+		var tasks []*claimedTask
+		for _, raw := range raws {
+			t, derr := decodeClaim(raw)
+			if derr != nil {
+				err = derr
+				continue
+			}
+			if t != nil {
+				t.claimedAt, t.claimTook = claimedAt, claimedAt.Sub(start)
+				tasks = append(tasks, t)
+			}
+		}
 		if err != nil {
 			// Something was claimed that we cannot read: the sweep
-			// releases it.
+			// releases it (the tasks read are run).
 			d := b.next()
-			w.log.Error().Err(err).Dur("retry_in", d).Msg("could not read the claimed task; releasing it")
-			w.needSweep = true
-			sleepCtx(ctx, d)
-			continue
+			w.log.Error().Err(err).Dur("retry_in", d).Msg("could not read a claimed task; releasing it")
+			w.needSweep, w.sweepReason = true, reasonLostClaim
+			if len(tasks) == 0 {
+				sleepCtx(ctx, d)
+				continue
+			}
+		} else {
+			b.reset()
 		}
-		b.reset()
-		if t == nil {
+		if len(tasks) == 0 {
 			elapsed := time.Since(start)
 			switch {
 			case w.claimWait > 0 && elapsed >= w.claimWait/2:
@@ -341,12 +369,44 @@ func (w *Worker) claimNext(ctx context.Context, slot int) *claimedTask {
 			}
 			continue
 		}
-		t.claimedAt, t.claimTook = claimedAt, claimedAt.Sub(start)
+		t := tasks[0]
+		w.ready = append(w.ready, tasks[1:]...)
 		w.setSlot(slot, slotState{TaskID: t.ID, Title: t.Title, Type: t.typeName(), Since: claimedAt})
 		return t
 	}
 	return nil
 }
+
+// claim asks the service for as many tasks as there are free slots (one
+// request), long-polling when claimWait is set; under claimMu. Each element
+// is one claimed task's JSON.
+func (w *Worker) claim(ctx context.Context) ([]json.RawMessage, error) {
+	var raws []json.RawMessage
+	err := w.api.call(ctx, w.claimWait+callTimeout, func(ctx context.Context) error {
+		raws = nil
+		if w.claimOne {
+			var raw json.RawMessage
+			path := "/api/v1/worker/tasks/claim"
+			if w.claimWait > 0 {
+				path += fmt.Sprintf("?wait=%d", int(w.claimWait.Seconds()))
+			}
+			if err := w.api.c.Do(ctx, http.MethodPost, path, nil, &raw); err != nil {
+				return err
+			}
+			raws = []json.RawMessage{raw}
+			return nil
+		}
+		body := map[string]int{"max": min(maxClaimMany, max(1, len(w.slots)-w.busy()-len(w.ready)))}
+		if w.claimWait > 0 {
+			body["wait"] = int(w.claimWait.Seconds())
+		}
+		return w.api.c.Do(ctx, http.MethodPost, "/api/v1/worker/tasks/claims", body, &raws)
+	})
+	return raws, err
+}
+
+// maxClaimMany is the most tasks the service hands out in one claim.
+const maxClaimMany = 100
 
 // sweep releases tasks this worker holds in progress that no slot is
 // running: left by a crashed run, or claimed by a request whose answer was
@@ -371,7 +431,7 @@ func (w *Worker) sweepLocked(ctx context.Context, reason string) error {
 		return fmt.Errorf("list held tasks: %w", err)
 	}
 	for _, t := range held {
-		if t.Status != events.StatusInProgress || w.running(t.ID) {
+		if t.Status != events.StatusInProgress || w.running(t.ID) || w.isReady(t.ID) {
 			continue
 		}
 		_, err := retryRelease(ctx, w.api, t.ID, reason)
@@ -409,6 +469,16 @@ func (w *Worker) setSlot(slot int, s slotState) {
 	case w.hbWake <- struct{}{}:
 	default:
 	}
+}
+
+// isReady reports whether a claimed task waits in ready; under claimMu.
+func (w *Worker) isReady(taskID string) bool {
+	for _, t := range w.ready {
+		if t.ID == taskID {
+			return true
+		}
+	}
+	return false
 }
 
 func (w *Worker) running(taskID string) bool {

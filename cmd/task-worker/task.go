@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/rs/zerolog"
 
+	"github.com/clawdbot/task-service/api/client"
 	"github.com/clawdbot/task-service/events"
 )
 
@@ -228,6 +229,24 @@ func readFull(f *os.File, b []byte) (int, error) {
 // reassigned, ended: 403/404/409) is logged and left. It reports whether
 // the service acknowledged the outcome.
 func (w *Worker) report(ctx context.Context, log zerolog.Logger, t *claimedTask, o outcome) bool {
+	if o.action == "complete" || o.action == "fail" {
+		// Together with the other slots' outcomes that are ready, in one
+		// request; alone (below) when that cannot settle it.
+		item := client.Finish{ID: t.ID, Status: events.StatusCompleted, Result: o.result}
+		if o.action == "fail" {
+			item = client.Finish{ID: t.ID, Status: events.StatusFailed, Kind: o.kind,
+				Reason: capText(sanitizeLine(o.reason), events.MaxReasonLen/2)}
+		}
+		if alone, err := w.finish(ctx, item); !alone {
+			if err != nil {
+				if !w.reportFailed(ctx, log, err) {
+					log.Error().Err(err).Str("outcome", o.action).Msg("the service rejected the outcome")
+				}
+				return false
+			}
+			return true
+		}
+	}
 	if o.action == "complete" && o.result != nil {
 		err := w.api.retry(ctx, "post result", func(ctx context.Context) error { return w.api.c.PostResult(ctx, t.ID, o.result) })
 		switch {

@@ -543,3 +543,60 @@ echo '{"fixed":true}'
 		require.Contains(t, string(prompt), want)
 	}
 }
+
+// TestFreeSlotsAreClaimedAndReportedTogether runs one worker with 8 slots:
+// its first claim asks for all 8 and gets them in one request (one claim
+// statement: one transaction), and commands that end together are reported
+// in fewer requests than tasks.
+func TestFreeSlotsAreClaimedAndReportedTogether(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	email, _ := f.newWorkerAccount("bot-wide", 8)
+	typeID := f.newType("together", 0, "")
+	const n = 16
+	for i := range n {
+		f.newTask(typeID, fmt.Sprintf("task %d", i), map[string]int{"i": i})
+	}
+	cmd := f.script("wait.sh", `while [ ! -f "$FIXTURE_DIR/go" ]; do sleep 0.02; done`)
+	f.startWorker(email, nil, "--command", cmd, "--slots", "8")
+	eventually(t, 60*time.Second, "8 tasks in progress", func() bool {
+		var running int
+		require.NoError(t, f.pool.QueryRow(f.ctx(), `SELECT count(*) FROM worker_tasks WHERE status = 'in_progress'`).Scan(&running))
+		return running == 8
+	})
+	var firstTx int
+	require.NoError(t, f.pool.QueryRow(f.ctx(), `SELECT count(*) FROM task_events WHERE type = 'task.claimed'
+		AND tx_id = (SELECT min(tx_id) FROM task_events WHERE type = 'task.claimed')`).Scan(&firstTx))
+	require.Equal(t, 8, firstTx, "the first claim took all eight free slots at once")
+
+	require.NoError(t, os.WriteFile(filepath.Join(f.dir, "go"), nil, 0o644))
+	eventually(t, 60*time.Second, "all tasks completed", func() bool {
+		var done int
+		require.NoError(t, f.pool.QueryRow(f.ctx(), `SELECT count(*) FROM worker_tasks WHERE status = 'completed'`).Scan(&done))
+		return done == n
+	})
+	resp, err := http.Get(f.svc.base() + "/metrics")
+	require.NoError(t, err)
+	raw, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	requests := func(path string) int {
+		total := 0
+		for _, line := range strings.Split(string(raw), "\n") {
+			if strings.HasPrefix(line, "taskservice_http_requests_total{") && strings.Contains(line, `route="`+path+`"`) {
+				fields := strings.Fields(line)
+				v, err := strconv.Atoi(fields[len(fields)-1])
+				require.NoError(t, err, line)
+				total += v
+			}
+		}
+		return total
+	}
+	claims, reports := requests("/api/v1/worker/tasks/claims"), requests("/api/v1/worker/tasks/completions")
+	t.Logf("%d tasks: %d claim requests, %d completion requests", n, claims, reports)
+	require.Zero(t, requests("/api/v1/worker/tasks/claim"), "no single claims")
+	require.Zero(t, requests("/api/v1/worker/tasks/:id/status"), "no single completions")
+	require.Less(t, claims, n)
+	require.Positive(t, reports)
+	require.Less(t, reports, n, "some commands that ended together were reported in one request")
+}
