@@ -201,6 +201,27 @@ func TestBadInput(t *testing.T) {
 		{"params: array item", "POST", A + "/tasks", admin, task(`"params":{"days":1,"tags":["ok",7]}`), 400, "validation_failed", "params.tags.1"},
 		{"params: nested object", "POST", A + "/tasks", admin, task(`"params":{"days":1,"owner":{"email":5}}`), 400, "validation_failed", "params.owner.email"},
 		{"params: not an object", "POST", A + "/tasks", admin, task(`"params":[1]`), 400, "validation_failed", "params"},
+
+		// JSON that encoding/json accepts but nobody can hold as written (issue 11).
+		{"params: 1e400 for an integer", "POST", A + "/tasks", admin, task(`"params":{"days":1e400}`), 400, "validation_failed", "params.days"},
+		{"params: a 30-digit integer", "POST", A + "/tasks", admin, task(`"params":{"days":123456789012345678901234567890}`), 400, "validation_failed", "params.days"},
+		{"duplicate key", "POST", A + "/tasks", admin, fmt.Sprintf(`{"title":"a","title":"b","task_type_id":%q,"params":{"days":1}}`, tt.ID), 400, "validation_failed", "title"},
+		{"duplicate key in params", "POST", A + "/tasks", admin, task(`"params":{"days":1,"days":2}`), 400, "validation_failed", "params.days"},
+		{"invalid UTF-8", "POST", A + "/tasks", admin, task(`"params":{"days":1},"description":"caf`+"\xe9"+`"`), 400, "validation_failed", "description"},
+		{"invalid UTF-8 in params", "POST", A + "/tasks", admin, task(`"params":{"days":1,"tags":["ok","`+"\xff\xfe"+`"]}`), 400, "validation_failed", "params.tags.1"},
+		{"task type whose schema refers to itself", "POST", A + "/task-types", admin, `{"name":"cycle","param_schema":{"$ref":"#"}}`, 400, "validation_failed", "param_schema"},
+		{"task type with a cycle through $defs", "POST", A + "/task-types", admin, `{"name":"cycle","param_schema":{"$defs":{"a":{"allOf":[{"$ref":"#/$defs/b"}]},"b":{"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"}}`, 400, "validation_failed", "param_schema"},
+		{"task type update with a cycle", "PUT", A + "/task-types/" + tt.ID, admin, `{"name":"report","param_schema":{"type":"object","properties":{"a":{"$ref":"#/properties/a"}}}}`, 400, "validation_failed", "param_schema"},
+		{"task type with an unresolvable $ref", "POST", A + "/task-types", admin, `{"name":"dangling","param_schema":{"$ref":"#/$defs/nope"}}`, 400, "validation_failed", "param_schema"},
+
+		// Query strings: only the declared parameters, each once unless a list (issue 11).
+		{"query: ';' in a value", "GET", "/api/v1/admin/events?type=task.created;x", admin, "", 400, "validation_failed", "type"},
+		{"query: unknown parameter", "GET", A + "/tasks?bogus=1", admin, "", 400, "validation_failed", "bogus"},
+		{"query: parameter given twice", "GET", A + "/tasks?limit=1&limit=2", admin, "", 400, "validation_failed", "limit"},
+		{"query: on a route that takes none", "GET", A + "/capacity?verbose=1", admin, "", 400, "validation_failed", "verbose"},
+		{"query: worker route", "GET", W + "/tasks?all=true&all=false", una, "", 400, "validation_failed", "all"},
+		{"query: bad escape", "GET", A + "/tasks?status=%zz", admin, "", 400, "validation_failed", "status"},
+		{"query: on a write", "POST", A + "/tasks?dry_run=1", admin, task(`"params":{"days":1}`), 400, "validation_failed", "dry_run"},
 		{"params: edit breaks the schema", "PUT", A + "/tasks/" + pending.ID, admin, `{"params":{"days":-1}}`, 400, "validation_failed", "params.days"},
 
 		// NUL cannot be stored in PostgreSQL text or jsonb: a 400 naming the

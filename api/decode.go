@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"strings"
 
 	"github.com/google/uuid"
@@ -50,12 +49,7 @@ func decodeJSON(r io.Reader, v any, emptyOK bool) error {
 	if dec.More() {
 		return events.Invalid("body", "has data after the JSON object")
 	}
-	if bytes.Contains(raw, nulEscape) {
-		if path, found := findNUL(raw); found {
-			return events.Invalid(path, "must not contain the NUL character (\\u0000)")
-		}
-	}
-	return nil
+	return checkJSON(raw)
 }
 
 // readBody reads the request body, bounded by MaxBodyBytes, without the
@@ -76,83 +70,6 @@ func readAll(r io.Reader) ([]byte, error) {
 		return nil, &httpError{status: http.StatusBadRequest, body: ErrorBody{Code: "bad_request", Message: "could not read the request body"}}
 	}
 	return bytes.TrimSpace(raw), nil
-}
-
-// nulEscape is how JSON spells the NUL character, which PostgreSQL stores in
-// neither text nor jsonb: refused here with the JSON path at fault, instead
-// of failing in SQL.
-var nulEscape = []byte(`\u0000`)
-
-// findNUL walks a valid JSON object and returns the path ("params.tags.1")
-// of the first string holding NUL; a key holding NUL blames its object.
-func findNUL(raw []byte) (string, bool) {
-	type frame struct {
-		array     bool
-		index     int
-		key       string
-		expectKey bool
-	}
-	var stack []*frame
-	path := func(n int) string {
-		var parts []string
-		for _, f := range stack[:n] {
-			if f.array {
-				parts = append(parts, strconv.Itoa(f.index))
-			} else if !f.expectKey {
-				parts = append(parts, f.key)
-			}
-		}
-		if len(parts) == 0 {
-			return "body"
-		}
-		return strings.Join(parts, ".")
-	}
-	// consumed moves the innermost container past the value just read.
-	consumed := func() {
-		if len(stack) == 0 {
-			return
-		}
-		if f := stack[len(stack)-1]; f.array {
-			f.index++
-		} else {
-			f.expectKey = true
-		}
-	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	for {
-		tok, err := dec.Token()
-		if err != nil {
-			return "", false
-		}
-		switch v := tok.(type) {
-		case json.Delim:
-			switch v {
-			case '{':
-				stack = append(stack, &frame{expectKey: true})
-			case '[':
-				stack = append(stack, &frame{array: true})
-			default:
-				stack = stack[:len(stack)-1]
-				consumed()
-			}
-		case string:
-			top := stack[len(stack)-1]
-			if !top.array && top.expectKey {
-				if strings.ContainsRune(v, 0) {
-					return path(len(stack)), true
-				}
-				top.key, top.expectKey = v, false
-				continue
-			}
-			if strings.ContainsRune(v, 0) {
-				return path(len(stack)), true
-			}
-			consumed()
-		default:
-			consumed()
-		}
-	}
 }
 
 func jsonError(err error) error {

@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/clawdbot/task-service/events"
+	"github.com/clawdbot/task-service/store"
 )
 
 // ErrorBody is the error half of the envelope.
@@ -53,6 +54,9 @@ func forbidden(msg string) error {
 	return &httpError{status: http.StatusForbidden, body: ErrorBody{Code: "forbidden", Message: msg}}
 }
 
+// unavailableRetryAfter is the Retry-After (seconds) of a 503.
+const unavailableRetryAfter = 5
+
 // statusClientClosed is nginx's 499: the client closed the request.
 const statusClientClosed = 499
 
@@ -73,6 +77,9 @@ func classify(err error) (int, ErrorBody) {
 	var ee *echo.HTTPError
 	if errors.As(err, &ee) {
 		return ee.Code, ErrorBody{Code: statusCode(ee.Code), Message: http.StatusText(ee.Code)}
+	}
+	if store.IsUnavailable(err) {
+		return http.StatusServiceUnavailable, ErrorBody{Code: "unavailable", Message: "the database is unavailable; retry later"}
 	}
 	switch {
 	case errors.Is(err, context.Canceled):
@@ -129,7 +136,12 @@ func errorHandler(log zerolog.Logger) echo.HTTPErrorHandler {
 		if errors.As(err, &he) && he.retryAfter > 0 {
 			c.Response().Header().Set("Retry-After", strconv.Itoa(he.retryAfter))
 		}
-		if status >= 500 {
+		if status == http.StatusServiceUnavailable && c.Response().Header().Get("Retry-After") == "" {
+			c.Response().Header().Set("Retry-After", strconv.Itoa(unavailableRetryAfter))
+		}
+		if status == http.StatusServiceUnavailable && store.IsUnavailable(err) {
+			log.Warn().Err(err).Str("request_id", requestID(c)).Str("path", c.Path()).Msg("database unavailable")
+		} else if status >= 500 {
 			log.Error().Err(err).Str("request_id", requestID(c)).Str("path", c.Path()).Msg("request failed")
 		}
 		if c.Request().Method == http.MethodHead {

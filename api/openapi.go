@@ -67,7 +67,9 @@ type oneOf []any
 // automatic statuses every route may answer besides its own errors: the
 // auth middleware's 401 and 403, 413 for bodies, 500 for anything.
 func (r route) statuses() []int {
-	set := map[int]bool{http.StatusInternalServerError: true}
+	// 400 for query parameters (every route refuses unknown ones) and 503
+	// while the database is away (edges.go).
+	set := map[int]bool{http.StatusInternalServerError: true, http.StatusBadRequest: true, http.StatusServiceUnavailable: true}
 	for _, s := range r.errors {
 		set[s] = true
 	}
@@ -76,6 +78,7 @@ func (r route) statuses() []int {
 	}
 	if r.request != nil {
 		set[http.StatusRequestEntityTooLarge] = true
+		set[http.StatusUnsupportedMediaType], set[http.StatusRequestTimeout] = true, true
 	}
 	out := make([]int, 0, len(set))
 	for s := range set {
@@ -93,6 +96,8 @@ var errorResponses = map[int]string{
 	http.StatusNotFound:              "NotFound",
 	http.StatusConflict:              "Conflict",
 	http.StatusRequestEntityTooLarge: "TooLarge",
+	http.StatusUnsupportedMediaType:  "UnsupportedMediaType",
+	http.StatusRequestTimeout:        "RequestTimeout",
 	http.StatusTooManyRequests:       "TooManyRequests",
 	http.StatusInternalServerError:   "Internal",
 	http.StatusServiceUnavailable:    "Unavailable",
@@ -102,7 +107,7 @@ var errorResponses = map[int]string{
 var errorCodes = []string{
 	"bad_request", "validation_failed", "duplicate", "not_found", "invalid_transition", "conflict",
 	"forbidden", "unauthenticated", "too_large", "method_not_allowed", "rate_limited",
-	"unavailable", "internal",
+	"unavailable", "internal", "unsupported_media_type", "timeout",
 }
 
 // enums lists the values of the named string types responses carry.

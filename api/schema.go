@@ -41,6 +41,9 @@ func compileSchema(raw json.RawMessage) (*jsonschema.Schema, error) {
 	if err != nil {
 		return nil, events.Invalid("param_schema", "is not a valid JSON Schema: %v", firstLine(err.Error()))
 	}
+	if err := refCycle(doc); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
-	"github.com/labstack/echo/v4/middleware"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"golang.org/x/crypto/bcrypt"
@@ -43,6 +42,11 @@ type Config struct {
 	// TrustedProxies are the networks whose X-Forwarded-For is believed
 	// for the client address; empty: the peer address is the client.
 	TrustedProxies []*net.IPNet
+	// CORSOrigins may call the API from a browser (CORS_ALLOWED_ORIGINS);
+	// none: no cross-origin access.
+	CORSOrigins []string
+	// BodyReadTimeout bounds reading a JSON or form body (default 30 s).
+	BodyReadTimeout time.Duration
 }
 
 // Server is the HTTP API.
@@ -133,13 +137,19 @@ func (s *Server) newEcho() *echo.Echo {
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = errorHandler(s.log)
 	e.IPExtractor = ipExtractor(s.cfg.TrustedProxies)
-	e.Use(middleware.RequestID())
+	e.Use(requestIDs)
+	if cors := s.cors(); cors != nil {
+		e.Use(cors)
+	}
 	e.Use(s.recoverer)
 	e.Use(s.observe)
+	e.Use(s.bodyDeadline)
 
 	s.routes = s.table()
 	for _, r := range s.routes {
-		h := r.handler
+		// Authentication first: an anonymous caller learns nothing about
+		// a route's parameters.
+		h := s.apiRoute(r, r.handler)
 		if r.role != rolePublic {
 			h = s.requireRole(r.role)(h)
 		}
@@ -199,16 +209,21 @@ func (s *Server) readyz(c echo.Context) error {
 	defer cancel()
 	checks := map[string]string{"database": "ok"}
 	ready := true
+	// Status words only: this route is public, and a driver's error names
+	// users, hosts and ports. The detail goes to the log.
 	if err := s.db.Pool().Ping(ctx); err != nil {
-		checks["database"], ready = err.Error(), false
+		checks["database"], ready = "down", false
+		s.log.Warn().Err(err).Msg("readyz: database down")
 	}
 	if s.cfg.Ready != nil {
 		checks["listener"] = "ok"
 		if err := s.cfg.Ready(ctx); err != nil {
-			checks["listener"], ready = err.Error(), false
+			checks["listener"], ready = "down", false
+			s.log.Warn().Err(err).Msg("readyz: listener down")
 		}
 	}
 	if !ready {
+		c.Response().Header().Set("Retry-After", strconv.Itoa(unavailableRetryAfter))
 		return c.JSON(http.StatusServiceUnavailable, envelope{Success: false, Data: checks,
 			Error: &ErrorBody{Code: "unavailable", Message: "not ready"}})
 	}

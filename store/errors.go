@@ -3,6 +3,10 @@ package store
 import (
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"strings"
+	"syscall"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -49,4 +53,28 @@ func mapErr(err error) error {
 		}
 	}
 	return err
+}
+
+// IsUnavailable reports whether err says the database could not be reached
+// or dropped the connection (an outage, a restart, a failover), as opposed to
+// refusing the statement: a client should retry later (HTTP 503).
+func IsUnavailable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var connectErr *pgconn.ConnectError
+	var netErr net.Error
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &connectErr), errors.As(err, &netErr) && !netErr.Timeout():
+		return true
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed),
+		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+		return true
+	case errors.As(err, &pgErr):
+		// Class 08 (connection exception); 57P01-03: shutting down, crashed,
+		// not accepting connections yet.
+		return strings.HasPrefix(pgErr.Code, "08") || pgErr.Code == "57P01" || pgErr.Code == "57P02" || pgErr.Code == "57P03"
+	}
+	return strings.Contains(err.Error(), "conn closed") || strings.Contains(err.Error(), "failed to connect")
 }

@@ -50,6 +50,7 @@ type config struct {
 	bcryptCost    int
 	maxConns      int
 	bg            backgroundConfig
+	edge          edgeConfig
 }
 
 func main() {
@@ -74,6 +75,7 @@ func run(args []string) int {
 	fs.IntVar(&cfg.bcryptCost, "bcrypt-cost", envInt("BCRYPT_COST", 10), "bcrypt cost for new passwords (env BCRYPT_COST)")
 	fs.IntVar(&cfg.maxConns, "max-conns", envInt("DB_MAX_CONNS", 40), "database pool size (env DB_MAX_CONNS)")
 	cfg.bg.register(fs)
+	cfg.edge.register(fs)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usageCommands)
 		fmt.Fprintf(fs.Output(), "\nFlags of serve and migrate (each has an environment twin):\n")
@@ -198,9 +200,19 @@ func serve(ctx context.Context, cfg config, log zerolog.Logger) error {
 		[]string{"version", "revision", "goversion"})
 	buildInfo.WithLabelValues(build.Version, build.Revision, build.GoVersion).Set(1)
 	reg.MustRegister(buildInfo)
+	proxies, err := cfg.edge.proxies()
+	if err != nil {
+		return err
+	}
+	origins, err := cfg.edge.origins()
+	if err != nil {
+		return err
+	}
+	warnOfflineThreshold(cfg.bg.offlineAfter, log)
 	srv, err := api.New(api.Config{DB: db, Logger: log, JWTSecret: []byte(cfg.jwtSecret),
 		TokenTTL: cfg.tokenTTL, BcryptCost: cfg.bcryptCost, Registry: reg, Hub: bg.hub,
-		Ready: func(context.Context) error { return bg.listener.Ready() }})
+		Ready: func(context.Context) error { return bg.listener.Ready() },
+		Login: cfg.edge.login, TrustedProxies: proxies, CORSOrigins: origins})
 	if err != nil {
 		return err
 	}
@@ -224,7 +236,12 @@ func serve(ctx context.Context, cfg config, log zerolog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w (set LISTEN_ADDR to a free address)", cfg.listenAddr, err)
 	}
-	httpSrv := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	// Timeouts (ADR 011): headers within 10 s; a JSON body within
+	// api.BodyReadTimeout (set per request, so a long-poll is not cut);
+	// answers within the write timeout, which the event stream extends on
+	// each write; idle keep-alives closed after the idle timeout.
+	httpSrv := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second,
+		WriteTimeout: cfg.edge.writeTimeout, IdleTimeout: cfg.edge.idleTimeout}
 	log.Info().Str("version", build.Short()).Str("addr", ln.Addr().String()).Str("api", "http://"+displayAddr(ln.Addr())+"/api/v1").Str("ui", "http://"+displayAddr(ln.Addr())+"/").Msg("task-service listening")
 
 	// The live tail's broadcaster: its own context, ended before Shutdown so

@@ -1,0 +1,200 @@
+package api
+
+import (
+	"crypto/rand"
+	"mime"
+	"net/http"
+	"net/url"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+
+	"github.com/clawdbot/task-service/events"
+)
+
+// The HTTP edges (issue 11, ADR 011): what every request passes before a
+// handler sees it.
+
+// maxRequestIDLen bounds a client's X-Request-Id; it ends up in event meta.
+const maxRequestIDLen = 128
+
+// requestIDs keeps a client's X-Request-Id when it is at most 128 characters
+// of [A-Za-z0-9._:-], and replaces anything else with a fresh id.
+func requestIDs(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		id := c.Request().Header.Get(echo.HeaderXRequestID)
+		if !validRequestID(id) {
+			id = newRequestID()
+			c.Request().Header.Set(echo.HeaderXRequestID, id)
+		}
+		c.Response().Header().Set(echo.HeaderXRequestID, id)
+		return next(c)
+	}
+}
+
+func validRequestID(id string) bool {
+	if id == "" || len(id) > maxRequestIDLen {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		switch b := id[i]; {
+		case b >= 'a' && b <= 'z', b >= 'A' && b <= 'Z', b >= '0' && b <= '9', b == '.', b == '_', b == ':', b == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func newRequestID() string {
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+	b := make([]byte, 32)
+	_, _ = rand.Read(b)
+	for i := range b {
+		b[i] = alphabet[int(b[i])%len(alphabet)]
+	}
+	return string(b)
+}
+
+// BodyReadTimeout bounds reading a JSON or form body: a client trickling one
+// holds a connection at most this long. decode lifts the deadline once the
+// body is read, so a long-poll with a body (claims with wait) keeps its 60 s.
+// Streamed uploads (other content types) set their own deadlines.
+const BodyReadTimeout = 30 * time.Second
+
+func (s *Server) bodyDeadline(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		r := c.Request()
+		if hasBody(r) && decodedWhole(r.Header.Get(echo.HeaderContentType)) {
+			_ = http.NewResponseController(c.Response()).SetReadDeadline(time.Now().Add(s.bodyTimeout()))
+		}
+		return next(c)
+	}
+}
+
+func (s *Server) bodyTimeout() time.Duration {
+	if s.cfg.BodyReadTimeout > 0 {
+		return s.cfg.BodyReadTimeout
+	}
+	return BodyReadTimeout
+}
+
+// bodyRead lifts the body's read deadline (see bodyDeadline).
+func bodyRead(c echo.Context) {
+	_ = http.NewResponseController(c.Response()).SetReadDeadline(time.Time{})
+}
+
+func hasBody(r *http.Request) bool {
+	return r.ContentLength > 0 || (r.ContentLength < 0 && r.Body != nil && r.Body != http.NoBody)
+}
+
+// decodedWhole reports whether a body of this type is read whole by decode
+// (JSON) or by the UI's forms.
+func decodedWhole(contentType string) bool {
+	mt, _, err := mime.ParseMediaType(contentType)
+	return contentType == "" || (err == nil && (isJSON(mt) || mt == echo.MIMEApplicationForm))
+}
+
+func isJSON(mediaType string) bool {
+	return mediaType == echo.MIMEApplicationJSON || strings.HasSuffix(mediaType, "+json")
+}
+
+// apiRoute wraps a route of the table with the checks its declaration
+// implies: query parameters (only those it declares, each once unless it is
+// a list) and, for a JSON body, a JSON content type.
+func (s *Server) apiRoute(r route, next echo.HandlerFunc) echo.HandlerFunc {
+	known := map[string]bool{}
+	lists := map[string]bool{}
+	for _, p := range r.query {
+		known[p.name] = true
+		lists[p.name] = p.schema["type"] == "array"
+	}
+	return func(c echo.Context) error {
+		if err := strictQuery(c.Request().URL.RawQuery, known, lists); err != nil {
+			return err
+		}
+		if r.request != nil && hasBody(c.Request()) {
+			if ct := c.Request().Header.Get(echo.HeaderContentType); ct != "" {
+				mt, _, err := mime.ParseMediaType(ct)
+				if err != nil || !isJSON(mt) {
+					return &httpError{status: http.StatusUnsupportedMediaType, body: ErrorBody{Code: "unsupported_media_type",
+						Message: "send the body as JSON with Content-Type: application/json, not " + ct, Field: "Content-Type"}}
+				}
+			}
+		}
+		return next(c)
+	}
+}
+
+// strictQuery refuses a malformed query string, an unknown parameter and a
+// single-valued parameter given twice, naming the parameter.
+func strictQuery(raw string, known, lists map[string]bool) error {
+	if raw == "" {
+		return nil
+	}
+	seen := map[string]bool{}
+	for _, part := range strings.Split(raw, "&") {
+		if part == "" {
+			continue
+		}
+		rawKey, rawValue, _ := strings.Cut(part, "=")
+		key, err := url.QueryUnescape(rawKey)
+		if err != nil || key == "" {
+			return events.Invalid("query", "malformed query parameter %q", cutString(rawKey, 64))
+		}
+		if !known[key] {
+			if len(known) == 0 {
+				return events.Invalid(key, "unknown query parameter: this route takes none")
+			}
+			return events.Invalid(key, "unknown query parameter; this route takes %s", names(known))
+		}
+		if strings.Contains(rawValue, ";") {
+			return events.Invalid(key, "malformed value: ';' is no separator (use & between parameters, commas in a list)")
+		}
+		if _, err := url.QueryUnescape(rawValue); err != nil {
+			return events.Invalid(key, "malformed value: %v", err)
+		}
+		if seen[key] && !lists[key] {
+			return events.Invalid(key, "is given more than once")
+		}
+		seen[key] = true
+	}
+	return nil
+}
+
+func names(set map[string]bool) string {
+	out := make([]string, 0, len(set))
+	for k := range set {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return strings.Join(out, ", ")
+}
+
+func cutString(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+// cors opens the API to the listed origins only (CORS_ALLOWED_ORIGINS);
+// with none, no Access-Control-* header is ever sent and browsers keep other
+// origins out. Credentials (cookies) are never allowed cross-origin: the
+// session cookie is SameSite=Strict, and API clients send a bearer token.
+func (s *Server) cors() echo.MiddlewareFunc {
+	if len(s.cfg.CORSOrigins) == 0 {
+		return nil
+	}
+	return middleware.CORSWithConfig(middleware.CORSConfig{
+		AllowOrigins:     s.cfg.CORSOrigins,
+		AllowMethods:     []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete},
+		AllowHeaders:     []string{echo.HeaderAuthorization, echo.HeaderContentType, echo.HeaderXRequestID, "Last-Event-ID"},
+		ExposeHeaders:    []string{echo.HeaderXRequestID, "Retry-After"},
+		AllowCredentials: false,
+		MaxAge:           600,
+	})
+}

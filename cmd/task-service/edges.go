@@ -1,0 +1,98 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/clawdbot/task-service/api"
+)
+
+// edgeConfig is the HTTP edge: login throttling, the client address behind
+// proxies, CORS and the server's timeouts (issue 11, ADR 011).
+type edgeConfig struct {
+	login          api.LoginConfig
+	trustedProxies string
+	corsOrigins    string
+	writeTimeout   time.Duration
+	idleTimeout    time.Duration
+}
+
+func (c *edgeConfig) register(fs *flag.FlagSet) {
+	fs.IntVar(&c.login.AddressBurst, "login-address-burst", envInt("LOGIN_ADDRESS_BURST", 20), "login attempts one client address may make at once (env LOGIN_ADDRESS_BURST)")
+	fs.DurationVar(&c.login.AddressEvery, "login-address-every", envDuration("LOGIN_ADDRESS_EVERY", 3*time.Second), "then one more attempt per this interval (env LOGIN_ADDRESS_EVERY)")
+	fs.IntVar(&c.login.AccountBurst, "login-account-burst", envInt("LOGIN_ACCOUNT_BURST", 10), "login attempts for one account at once (env LOGIN_ACCOUNT_BURST)")
+	fs.DurationVar(&c.login.AccountEvery, "login-account-every", envDuration("LOGIN_ACCOUNT_EVERY", 30*time.Second), "then one more attempt per this interval (env LOGIN_ACCOUNT_EVERY)")
+	fs.IntVar(&c.login.LockoutAfter, "login-lockout-after", envInt("LOGIN_LOCKOUT_AFTER", 10), "wrong passwords in a row that lock an account (env LOGIN_LOCKOUT_AFTER)")
+	fs.DurationVar(&c.login.LockoutBase, "login-lockout", envDuration("LOGIN_LOCKOUT", time.Minute), "first lockout; each lockout within a day of the last doubles it (env LOGIN_LOCKOUT)")
+	fs.DurationVar(&c.login.LockoutMax, "login-lockout-max", envDuration("LOGIN_LOCKOUT_MAX", time.Hour), "longest lockout (env LOGIN_LOCKOUT_MAX)")
+	fs.StringVar(&c.trustedProxies, "trusted-proxies", envOr("TRUSTED_PROXIES", ""), "comma-separated addresses or CIDRs of proxies whose X-Forwarded-For gives the client address; empty: the peer is the client (env TRUSTED_PROXIES)")
+	fs.StringVar(&c.corsOrigins, "cors-allowed-origins", envOr("CORS_ALLOWED_ORIGINS", ""), "comma-separated origins (https://ui.example.com) that may call the API from a browser; empty: none (env CORS_ALLOWED_ORIGINS)")
+	fs.DurationVar(&c.writeTimeout, "http-write-timeout", envDuration("HTTP_WRITE_TIMEOUT", 90*time.Second), "longest time to answer a request; above the 60 s long-poll (the event stream extends its own) (env HTTP_WRITE_TIMEOUT)")
+	fs.DurationVar(&c.idleTimeout, "http-idle-timeout", envDuration("HTTP_IDLE_TIMEOUT", 2*time.Minute), "how long an idle keep-alive connection stays open (env HTTP_IDLE_TIMEOUT)")
+}
+
+// proxies parses TRUSTED_PROXIES: addresses (one host) or CIDRs.
+func (c *edgeConfig) proxies() ([]*net.IPNet, error) {
+	var out []*net.IPNet
+	for _, s := range splitList(c.trustedProxies) {
+		if !strings.Contains(s, "/") {
+			ip := net.ParseIP(s)
+			if ip == nil {
+				return nil, fmt.Errorf("TRUSTED_PROXIES: %q is neither an IP address nor a CIDR", s)
+			}
+			bits := 128
+			if ip.To4() != nil {
+				ip, bits = ip.To4(), 32
+			}
+			out = append(out, &net.IPNet{IP: ip, Mask: net.CIDRMask(bits, bits)})
+			continue
+		}
+		_, n, err := net.ParseCIDR(s)
+		if err != nil {
+			return nil, fmt.Errorf("TRUSTED_PROXIES: %q is neither an IP address nor a CIDR", s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// origins parses CORS_ALLOWED_ORIGINS.
+func (c *edgeConfig) origins() ([]string, error) {
+	out := splitList(c.corsOrigins)
+	for _, o := range out {
+		if o == "*" {
+			return nil, fmt.Errorf("CORS_ALLOWED_ORIGINS: list the origins; * would open the API to every site")
+		}
+		if !strings.HasPrefix(o, "http://") && !strings.HasPrefix(o, "https://") || strings.Count(o, "/") > 2 {
+			return nil, fmt.Errorf("CORS_ALLOWED_ORIGINS: %q is no origin; write scheme://host[:port], like https://ui.example.com", o)
+		}
+	}
+	return out, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, part := range strings.Split(s, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			out = append(out, part)
+		}
+	}
+	return out
+}
+
+// referenceHeartbeat is how often task-worker heartbeats when idle (its
+// heartbeatIdle): a shorter WORKER_OFFLINE_AFTER takes healthy idle workers
+// offline between two heartbeats.
+const referenceHeartbeat = 30 * time.Second
+
+func warnOfflineThreshold(offlineAfter time.Duration, log zerolog.Logger) {
+	if offlineAfter < referenceHeartbeat {
+		log.Warn().Dur("worker_offline_after", offlineAfter).Dur("task_worker_heartbeat", referenceHeartbeat).
+			Msg("WORKER_OFFLINE_AFTER is shorter than the interval task-worker heartbeats at when idle: healthy idle workers will be marked offline; set it to a few heartbeats (the default is 10m)")
+	}
+}
