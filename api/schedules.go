@@ -92,6 +92,16 @@ func (s *Server) CreateSchedule(ctx context.Context, req ScheduleRequest, meta e
 	return sc, nil
 }
 
+// CreateScheduleJSON is CreateSchedule from a JSON body (the admin UI's
+// form is turned into one), decoded as strictly as the API's.
+func (s *Server) CreateScheduleJSON(ctx context.Context, body []byte, meta events.Meta) (*events.Schedule, error) {
+	var req ScheduleRequest
+	if err := decodeJSON(bytes.NewReader(body), &req, false); err != nil {
+		return nil, err
+	}
+	return s.CreateSchedule(ctx, req, meta)
+}
+
 // UpdateSchedule edits schedule id: the JSON body's fields replace the
 // current ones (strictly decoded: an unknown field is a 400). Giving an
 // interval replaces a cron expression and the other way round.

@@ -19,6 +19,7 @@ import (
 
 	"github.com/clawdbot/task-service/api"
 	"github.com/clawdbot/task-service/events"
+	"github.com/clawdbot/task-service/store/timing"
 )
 
 //go:embed templates static
@@ -248,7 +249,11 @@ func funcs(as *assets) template.FuncMap {
 			}
 			return shortID(s)
 		},
-		"add":      func(a, b int) int { return a + b },
+		"add": func(a, b int) int { return a + b },
+		// Schedules (issue 13).
+		"list":     func(xs ...string) []string { return xs },
+		"describe": func(s *events.Schedule) string { return timing.Describe(s.ScheduleTiming) },
+		"percent":  func(p *float64) string { return fmt.Sprintf("%.0f %%", *p*100) },
 		"selected": func(a, b string) bool { return a == b },
 		"errorFor": func(fe formErrors, field string) string { return fe[field] },
 		"fieldID": func(field string) string {

@@ -94,6 +94,14 @@ func (u *UI) routes() []route {
 		{method: http.MethodGet, path: "/workers", handler: u.workers},
 		{method: http.MethodPost, path: "/workers", handler: u.createWorker},
 		{method: http.MethodGet, path: "/events", handler: u.events},
+
+		// Schedules (issue 13).
+		{method: http.MethodGet, path: "/schedules", handler: u.schedules},
+		{method: http.MethodGet, path: "/schedules/new", handler: u.newSchedule},
+		{method: http.MethodPost, path: "/schedules/new", handler: u.createSchedule},
+		{method: http.MethodGet, path: "/schedules/:id", handler: u.schedule},
+		{method: http.MethodPost, path: "/schedules/:id", handler: u.updateSchedule},
+		{method: http.MethodPost, path: "/schedules/:id/:action", handler: u.scheduleAction},
 	}
 }
 
@@ -108,6 +116,7 @@ func menu() []navItem {
 		{"/tasks/new", "New task"},
 		{"/types", "Task types"},
 		{"/workers", "Workers"},
+		{"/schedules", "Schedules"},
 		{"/events", "Live events"},
 	}
 }
