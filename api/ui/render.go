@@ -206,6 +206,13 @@ func funcs(as *assets) template.FuncMap {
 			}
 			return "—"
 		},
+		// clock is the time of day of an event's occurred_at, to the millisecond.
+		"clock": func(at string) string {
+			if len(at) >= 23 {
+				return at[11:23]
+			}
+			return at
+		},
 		"rfc3339": func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) },
 		"ago": func(t *time.Time) string {
 			if t == nil {

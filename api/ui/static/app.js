@@ -142,7 +142,9 @@
     function row(ev) {
       const tr = document.createElement("tr");
       tr.dataset.position = ev.position;
-      tr.appendChild(cell(ev.occurred_at, "mono"));
+      const when = cell(ev.occurred_at.slice(11, 23), "mono when");
+      when.title = ev.occurred_at;
+      tr.appendChild(when);
       tr.appendChild(cell(ev.type, "mono"));
       const task = document.createElement("td");
       if (ev.stream_type === "task") {
