@@ -134,3 +134,17 @@ screenshots:
 	@set -e; $(TEST_DB_ENV); $(CHROMIUM_ENV); \
 	UI_SCREENSHOTS="$$(pwd)/docs/ui" $(GO) test -count=1 -run '^TestScreenshots$$' ./cmd/task-service; \
 	ls docs/ui
+
+# Server time of every admin UI page (p50/p99, in process) against one or more
+# databases, side by side: UI_BENCH_DATABASE_URL=url1,url2 (default: the
+# taskservice_scale_* databases of make bench-scale on the dev cluster).
+UI_BENCH_CALLS ?= 30
+bench-ui:
+	@set -e; \
+	if [ -z "$${UI_BENCH_DATABASE_URL:-}" ]; then \
+		base="$${DATABASE_URL:-$$(scripts/devdb.sh)}"; base="$${base%%\?*}"; base="$${base%/*}"; \
+		UI_BENCH_DATABASE_URL="$$base/taskservice_scale_10k?sslmode=disable,$$base/taskservice_scale_100k?sslmode=disable,$$base/taskservice_scale_1m?sslmode=disable"; \
+	fi; \
+	echo "UI_BENCH_DATABASE_URL=$$UI_BENCH_DATABASE_URL" >&2; \
+	UI_BENCH_DATABASE_URL="$$UI_BENCH_DATABASE_URL" UI_BENCH_CALLS=$(UI_BENCH_CALLS) \
+	$(GO) test -count=1 -timeout 60m -run '^TestPageTimes$$' -v ./api/ui | grep -v '^=== RUN'
