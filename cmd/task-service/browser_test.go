@@ -332,4 +332,3 @@ func tailPositions(b *browser) []string {
 	b.run(chromedp.Evaluate(`Array.from(document.querySelectorAll("#tail tbody tr[data-position]")).map(r => r.dataset.position)`, &ps))
 	return ps
 }
-
