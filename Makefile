@@ -9,6 +9,7 @@
 #                   workers, each round against River's burn-down (scripts/riverbench)
 #   make bench-go   Go benchmarks of the store hot paths (go test -bench)
 #   make bench-worker  task-worker's own overhead per task with a no-op command
+#   make bench-schedules  the scheduler with 10,000 schedules: CPU idle and per firing, firing delay
 #   make bench-scale   every admin and worker read at 10k, 100k and 1M tasks of history (p50/p99)
 #   make lint       gofmt check + go vet
 #   make lint-openapi  Redocly lint of the OpenAPI document (installs Redocly CLI into ~/.cache)
@@ -35,6 +36,7 @@ TEST_DB_ENV = \
 	fi; \
 	export TEST_DATABASE_URL
 
+.PHONY: bench-schedules
 .PHONY: build run test test-race bench bench-go bench-worker bench-scale lint lint-openapi fuzz devdb devdb-stop screenshots bench-ui
 
 build:
@@ -92,6 +94,15 @@ bench-worker:
 	@set -e; $(TEST_DB_ENV); \
 	TASK_WORKER_BENCH=1 TASK_WORKER_BENCH_TASKS=$(WORKER_BENCH_TASKS) \
 	$(GO) test -count=1 -run '^TestLoopOverhead$$' -v ./cmd/task-worker
+
+# The scheduler (issue 13, ADR 013): SCHEDULE_BENCH_SCHEDULES active schedules firing once a
+# minute each; CPU of this process and of PostgreSQL when idle and per firing; the firing
+# delay p50/p99. About two minutes.
+SCHEDULE_BENCH_SCHEDULES ?= 10000
+bench-schedules:
+	@set -e; $(TEST_DB_ENV); \
+	SCHEDULE_BENCH=1 SCHEDULE_BENCH_SCHEDULES=$(SCHEDULE_BENCH_SCHEDULES) \
+	$(GO) test -count=1 -timeout 15m -run '^TestSchedulerBenchmark$$' -v ./reactors
 
 # Issue 10's scale benchmark (README, "Costs that stay flat"): builds databases of
 # SCALE_SIZES tasks from synthetic events once (taskservice_scale_<size> on the server of
