@@ -1,9 +1,12 @@
 package api_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"sort"
@@ -15,6 +18,7 @@ import (
 
 	"github.com/clawdbot/task-service/api"
 	"github.com/clawdbot/task-service/api/apitest"
+	"github.com/clawdbot/task-service/api/reference"
 )
 
 // validated counts, over the whole package run, the answers of each
@@ -195,4 +199,44 @@ func TestEveryAnswerIsChecked(t *testing.T) {
 	req, _ = http.NewRequest(http.MethodGet, b.url+"/healthz", nil)
 	c.Check(req, http.StatusOK, http.Header{"Content-Type": {"application/json"}}, []byte(`{"success":true,"data":{"status":"ok"},"extra":1}`))
 	require.Len(t, c.Failures(), 3, "%q", c.Failures())
+}
+
+func TestAPIReferencePage(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	resp, err := b.http.Get(b.url + "/api/docs")
+	require.NoError(t, err)
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Contains(t, resp.Header.Get("Content-Type"), "text/html")
+	require.Contains(t, resp.Header.Get("Content-Security-Policy"), "script-src 'self'", "nothing from a CDN")
+	require.Contains(t, string(page), `<redoc spec-url="/api/v1/openapi.json"`)
+	require.NotContains(t, string(page), "https://", "every resource comes from this server")
+
+	// The bundle, gzipped for browsers (Go's client asks for gzip itself
+	// and unpacks it; ask explicitly to see the wire size).
+	req, _ := http.NewRequest(http.MethodGet, b.url+reference.ScriptPath, nil)
+	req.Header.Set("Accept-Encoding", "gzip")
+	resp, err = b.http.Do(req)
+	require.NoError(t, err)
+	wire, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, "gzip", resp.Header.Get("Content-Encoding"))
+	require.Less(t, len(wire), 400<<10, "the reference page costs under 400 KiB on the wire")
+	zr, err := gzip.NewReader(bytes.NewReader(wire))
+	require.NoError(t, err)
+	js, err := io.ReadAll(zr)
+	require.NoError(t, err)
+	require.Contains(t, string(js), "Redoc")
+
+	req, _ = http.NewRequest(http.MethodGet, b.url+reference.ScriptPath, nil)
+	req.Header.Set("Accept-Encoding", "identity")
+	resp, err = b.http.Do(req)
+	require.NoError(t, err)
+	plain, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Empty(t, resp.Header.Get("Content-Encoding"))
+	require.Equal(t, js, plain)
 }

@@ -3,6 +3,9 @@ package api
 import (
 	"net/http"
 
+	"github.com/labstack/echo/v4"
+
+	"github.com/clawdbot/task-service/api/reference"
 	"github.com/clawdbot/task-service/events"
 	"github.com/clawdbot/task-service/store"
 )
@@ -124,6 +127,10 @@ func (s *Server) table() []route {
 			status: okay, media: mediaText, errors: []int{}},
 		{method: http.MethodGet, path: "/api/v1/openapi.json", id: "getOpenAPI", summary: "This document", role: rolePublic, handler: s.openapi, tag: "operations",
 			status: okay, media: "application/json", errors: []int{}},
+		{method: http.MethodGet, path: "/api/docs", id: "getAPIReference", summary: "This API's reference page (Redoc, served from here: no CDN)", role: rolePublic, handler: echo.WrapHandler(reference.Page("/api/v1/openapi.json")), tag: "operations",
+			status: okay, media: mediaHTML, errors: []int{}},
+		{method: http.MethodGet, path: reference.ScriptPath, id: "getAPIReferenceScript", summary: "The reference page's script (Redoc " + reference.RedocVersion + ", MIT)", role: rolePublic, handler: echo.WrapHandler(reference.Script()), tag: "operations",
+			status: okay, media: "text/javascript", errors: []int{}},
 	}, s.scheduleRoutes()...)
 }
 
