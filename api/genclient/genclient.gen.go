@@ -131,19 +131,21 @@ func (e ErrorSuccess) Valid() bool {
 
 // Defines values for ErrorCode.
 const (
-	ErrorCodeBadRequest        ErrorCode = "bad_request"
-	ErrorCodeConflict          ErrorCode = "conflict"
-	ErrorCodeDuplicate         ErrorCode = "duplicate"
-	ErrorCodeForbidden         ErrorCode = "forbidden"
-	ErrorCodeInternal          ErrorCode = "internal"
-	ErrorCodeInvalidTransition ErrorCode = "invalid_transition"
-	ErrorCodeMethodNotAllowed  ErrorCode = "method_not_allowed"
-	ErrorCodeNotFound          ErrorCode = "not_found"
-	ErrorCodeRateLimited       ErrorCode = "rate_limited"
-	ErrorCodeTooLarge          ErrorCode = "too_large"
-	ErrorCodeUnauthenticated   ErrorCode = "unauthenticated"
-	ErrorCodeUnavailable       ErrorCode = "unavailable"
-	ErrorCodeValidationFailed  ErrorCode = "validation_failed"
+	ErrorCodeBadRequest           ErrorCode = "bad_request"
+	ErrorCodeConflict             ErrorCode = "conflict"
+	ErrorCodeDuplicate            ErrorCode = "duplicate"
+	ErrorCodeForbidden            ErrorCode = "forbidden"
+	ErrorCodeInternal             ErrorCode = "internal"
+	ErrorCodeInvalidTransition    ErrorCode = "invalid_transition"
+	ErrorCodeMethodNotAllowed     ErrorCode = "method_not_allowed"
+	ErrorCodeNotFound             ErrorCode = "not_found"
+	ErrorCodeRateLimited          ErrorCode = "rate_limited"
+	ErrorCodeTimeout              ErrorCode = "timeout"
+	ErrorCodeTooLarge             ErrorCode = "too_large"
+	ErrorCodeUnauthenticated      ErrorCode = "unauthenticated"
+	ErrorCodeUnavailable          ErrorCode = "unavailable"
+	ErrorCodeUnsupportedMediaType ErrorCode = "unsupported_media_type"
+	ErrorCodeValidationFailed     ErrorCode = "validation_failed"
 )
 
 // Valid indicates whether the value is a known member of the ErrorCode enum.
@@ -167,11 +169,15 @@ func (e ErrorCode) Valid() bool {
 		return true
 	case ErrorCodeRateLimited:
 		return true
+	case ErrorCodeTimeout:
+		return true
 	case ErrorCodeTooLarge:
 		return true
 	case ErrorCodeUnauthenticated:
 		return true
 	case ErrorCodeUnavailable:
+		return true
+	case ErrorCodeUnsupportedMediaType:
 		return true
 	case ErrorCodeValidationFailed:
 		return true
@@ -1277,6 +1283,9 @@ type Internal = Error
 // NotFound The envelope of every error answer.
 type NotFound = Error
 
+// RequestTimeout The envelope of every error answer.
+type RequestTimeout = Error
+
 // TooLarge The envelope of every error answer.
 type TooLarge = Error
 
@@ -1288,6 +1297,9 @@ type Unauthorized = Error
 
 // Unavailable The envelope of every error answer.
 type Unavailable = Error
+
+// UnsupportedMediaType The envelope of every error answer.
+type UnsupportedMediaType = Error
 
 // CreateWorkerJSONBody defines parameters for CreateWorker.
 type CreateWorkerJSONBody struct {
@@ -4028,6 +4040,11 @@ type CreateWorkerResponse403Headers struct {
 	XRequestId *string
 }
 
+// CreateWorkerResponse408Headers the declared response headers of an HTTP 408 response for CreateWorker
+type CreateWorkerResponse408Headers struct {
+	XRequestId *string
+}
+
 // CreateWorkerResponse409Headers the declared response headers of an HTTP 409 response for CreateWorker
 type CreateWorkerResponse409Headers struct {
 	XRequestId *string
@@ -4038,8 +4055,18 @@ type CreateWorkerResponse413Headers struct {
 	XRequestId *string
 }
 
+// CreateWorkerResponse415Headers the declared response headers of an HTTP 415 response for CreateWorker
+type CreateWorkerResponse415Headers struct {
+	XRequestId *string
+}
+
 // CreateWorkerResponse500Headers the declared response headers of an HTTP 500 response for CreateWorker
 type CreateWorkerResponse500Headers struct {
+	XRequestId *string
+}
+
+// CreateWorkerResponse503Headers the declared response headers of an HTTP 503 response for CreateWorker
+type CreateWorkerResponse503Headers struct {
 	XRequestId *string
 }
 
@@ -4057,12 +4084,18 @@ type CreateWorkerResponse struct {
 	JSON401 *Unauthorized
 	// JSON403 the response for an HTTP 403 `application/json` response
 	JSON403 *Forbidden
+	// JSON408 the response for an HTTP 408 `application/json` response
+	JSON408 *RequestTimeout
 	// JSON409 the response for an HTTP 409 `application/json` response
 	JSON409 *Conflict
 	// JSON413 the response for an HTTP 413 `application/json` response
 	JSON413 *TooLarge
+	// JSON415 the response for an HTTP 415 `application/json` response
+	JSON415 *UnsupportedMediaType
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *Internal
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
 	// Headers201 the parsed response headers for an HTTP 201 response
 	Headers201 *CreateWorkerResponse201Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
@@ -4071,12 +4104,18 @@ type CreateWorkerResponse struct {
 	Headers401 *CreateWorkerResponse401Headers
 	// Headers403 the parsed response headers for an HTTP 403 response
 	Headers403 *CreateWorkerResponse403Headers
+	// Headers408 the parsed response headers for an HTTP 408 response
+	Headers408 *CreateWorkerResponse408Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *CreateWorkerResponse409Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *CreateWorkerResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *CreateWorkerResponse415Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *CreateWorkerResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *CreateWorkerResponse503Headers
 }
 
 // GetJSON201 returns the response for an HTTP 201 `application/json` response
@@ -4102,6 +4141,11 @@ func (r CreateWorkerResponse) GetJSON403() *Forbidden {
 	return r.JSON403
 }
 
+// GetJSON408 returns the response for an HTTP 408 `application/json` response
+func (r CreateWorkerResponse) GetJSON408() *RequestTimeout {
+	return r.JSON408
+}
+
 // GetJSON409 returns the response for an HTTP 409 `application/json` response
 func (r CreateWorkerResponse) GetJSON409() *Conflict {
 	return r.JSON409
@@ -4112,9 +4156,19 @@ func (r CreateWorkerResponse) GetJSON413() *TooLarge {
 	return r.JSON413
 }
 
+// GetJSON415 returns the response for an HTTP 415 `application/json` response
+func (r CreateWorkerResponse) GetJSON415() *UnsupportedMediaType {
+	return r.JSON415
+}
+
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
 func (r CreateWorkerResponse) GetJSON500() *Internal {
 	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r CreateWorkerResponse) GetJSON503() *Unavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -4151,6 +4205,11 @@ type GetStatsResponse200Headers struct {
 	XRequestId *string
 }
 
+// GetStatsResponse400Headers the declared response headers of an HTTP 400 response for GetStats
+type GetStatsResponse400Headers struct {
+	XRequestId *string
+}
+
 // GetStatsResponse401Headers the declared response headers of an HTTP 401 response for GetStats
 type GetStatsResponse401Headers struct {
 	XRequestId *string
@@ -4166,6 +4225,11 @@ type GetStatsResponse500Headers struct {
 	XRequestId *string
 }
 
+// GetStatsResponse503Headers the declared response headers of an HTTP 503 response for GetStats
+type GetStatsResponse503Headers struct {
+	XRequestId *string
+}
+
 type GetStatsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -4174,20 +4238,28 @@ type GetStatsResponse struct {
 		Data    Stats                              `json:"data"`
 		Success GetStats200JSONResponseBodySuccess `json:"success"`
 	}
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
 	// JSON403 the response for an HTTP 403 `application/json` response
 	JSON403 *Forbidden
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *Internal
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *GetStatsResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *GetStatsResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *GetStatsResponse401Headers
 	// Headers403 the parsed response headers for an HTTP 403 response
 	Headers403 *GetStatsResponse403Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *GetStatsResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetStatsResponse503Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -4196,6 +4268,11 @@ func (r GetStatsResponse) GetJSON200() *struct {
 	Success GetStats200JSONResponseBodySuccess `json:"success"`
 } {
 	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r GetStatsResponse) GetJSON400() *BadRequest {
+	return r.JSON400
 }
 
 // GetJSON401 returns the response for an HTTP 401 `application/json` response
@@ -4211,6 +4288,11 @@ func (r GetStatsResponse) GetJSON403() *Forbidden {
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
 func (r GetStatsResponse) GetJSON500() *Internal {
 	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r GetStatsResponse) GetJSON503() *Unavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -4262,6 +4344,11 @@ type CreateTaskTypeResponse403Headers struct {
 	XRequestId *string
 }
 
+// CreateTaskTypeResponse408Headers the declared response headers of an HTTP 408 response for CreateTaskType
+type CreateTaskTypeResponse408Headers struct {
+	XRequestId *string
+}
+
 // CreateTaskTypeResponse409Headers the declared response headers of an HTTP 409 response for CreateTaskType
 type CreateTaskTypeResponse409Headers struct {
 	XRequestId *string
@@ -4272,8 +4359,18 @@ type CreateTaskTypeResponse413Headers struct {
 	XRequestId *string
 }
 
+// CreateTaskTypeResponse415Headers the declared response headers of an HTTP 415 response for CreateTaskType
+type CreateTaskTypeResponse415Headers struct {
+	XRequestId *string
+}
+
 // CreateTaskTypeResponse500Headers the declared response headers of an HTTP 500 response for CreateTaskType
 type CreateTaskTypeResponse500Headers struct {
+	XRequestId *string
+}
+
+// CreateTaskTypeResponse503Headers the declared response headers of an HTTP 503 response for CreateTaskType
+type CreateTaskTypeResponse503Headers struct {
 	XRequestId *string
 }
 
@@ -4291,12 +4388,18 @@ type CreateTaskTypeResponse struct {
 	JSON401 *Unauthorized
 	// JSON403 the response for an HTTP 403 `application/json` response
 	JSON403 *Forbidden
+	// JSON408 the response for an HTTP 408 `application/json` response
+	JSON408 *RequestTimeout
 	// JSON409 the response for an HTTP 409 `application/json` response
 	JSON409 *Conflict
 	// JSON413 the response for an HTTP 413 `application/json` response
 	JSON413 *TooLarge
+	// JSON415 the response for an HTTP 415 `application/json` response
+	JSON415 *UnsupportedMediaType
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *Internal
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
 	// Headers201 the parsed response headers for an HTTP 201 response
 	Headers201 *CreateTaskTypeResponse201Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
@@ -4305,12 +4408,18 @@ type CreateTaskTypeResponse struct {
 	Headers401 *CreateTaskTypeResponse401Headers
 	// Headers403 the parsed response headers for an HTTP 403 response
 	Headers403 *CreateTaskTypeResponse403Headers
+	// Headers408 the parsed response headers for an HTTP 408 response
+	Headers408 *CreateTaskTypeResponse408Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *CreateTaskTypeResponse409Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *CreateTaskTypeResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *CreateTaskTypeResponse415Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *CreateTaskTypeResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *CreateTaskTypeResponse503Headers
 }
 
 // GetJSON201 returns the response for an HTTP 201 `application/json` response
@@ -4336,6 +4445,11 @@ func (r CreateTaskTypeResponse) GetJSON403() *Forbidden {
 	return r.JSON403
 }
 
+// GetJSON408 returns the response for an HTTP 408 `application/json` response
+func (r CreateTaskTypeResponse) GetJSON408() *RequestTimeout {
+	return r.JSON408
+}
+
 // GetJSON409 returns the response for an HTTP 409 `application/json` response
 func (r CreateTaskTypeResponse) GetJSON409() *Conflict {
 	return r.JSON409
@@ -4346,9 +4460,19 @@ func (r CreateTaskTypeResponse) GetJSON413() *TooLarge {
 	return r.JSON413
 }
 
+// GetJSON415 returns the response for an HTTP 415 `application/json` response
+func (r CreateTaskTypeResponse) GetJSON415() *UnsupportedMediaType {
+	return r.JSON415
+}
+
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
 func (r CreateTaskTypeResponse) GetJSON500() *Internal {
 	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r CreateTaskTypeResponse) GetJSON503() *Unavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -4405,6 +4529,11 @@ type ListTasksResponse500Headers struct {
 	XRequestId *string
 }
 
+// ListTasksResponse503Headers the declared response headers of an HTTP 503 response for ListTasks
+type ListTasksResponse503Headers struct {
+	XRequestId *string
+}
+
 type ListTasksResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -4421,6 +4550,8 @@ type ListTasksResponse struct {
 	JSON403 *Forbidden
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *Internal
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *ListTasksResponse200Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
@@ -4431,6 +4562,8 @@ type ListTasksResponse struct {
 	Headers403 *ListTasksResponse403Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *ListTasksResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListTasksResponse503Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -4459,6 +4592,11 @@ func (r ListTasksResponse) GetJSON403() *Forbidden {
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
 func (r ListTasksResponse) GetJSON500() *Internal {
 	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r ListTasksResponse) GetJSON503() *Unavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -4515,6 +4653,11 @@ type CreateTaskResponse404Headers struct {
 	XRequestId *string
 }
 
+// CreateTaskResponse408Headers the declared response headers of an HTTP 408 response for CreateTask
+type CreateTaskResponse408Headers struct {
+	XRequestId *string
+}
+
 // CreateTaskResponse409Headers the declared response headers of an HTTP 409 response for CreateTask
 type CreateTaskResponse409Headers struct {
 	XRequestId *string
@@ -4525,8 +4668,18 @@ type CreateTaskResponse413Headers struct {
 	XRequestId *string
 }
 
+// CreateTaskResponse415Headers the declared response headers of an HTTP 415 response for CreateTask
+type CreateTaskResponse415Headers struct {
+	XRequestId *string
+}
+
 // CreateTaskResponse500Headers the declared response headers of an HTTP 500 response for CreateTask
 type CreateTaskResponse500Headers struct {
+	XRequestId *string
+}
+
+// CreateTaskResponse503Headers the declared response headers of an HTTP 503 response for CreateTask
+type CreateTaskResponse503Headers struct {
 	XRequestId *string
 }
 
@@ -4546,12 +4699,18 @@ type CreateTaskResponse struct {
 	JSON403 *Forbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
+	// JSON408 the response for an HTTP 408 `application/json` response
+	JSON408 *RequestTimeout
 	// JSON409 the response for an HTTP 409 `application/json` response
 	JSON409 *Conflict
 	// JSON413 the response for an HTTP 413 `application/json` response
 	JSON413 *TooLarge
+	// JSON415 the response for an HTTP 415 `application/json` response
+	JSON415 *UnsupportedMediaType
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *Internal
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
 	// Headers201 the parsed response headers for an HTTP 201 response
 	Headers201 *CreateTaskResponse201Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
@@ -4562,12 +4721,18 @@ type CreateTaskResponse struct {
 	Headers403 *CreateTaskResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *CreateTaskResponse404Headers
+	// Headers408 the parsed response headers for an HTTP 408 response
+	Headers408 *CreateTaskResponse408Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *CreateTaskResponse409Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *CreateTaskResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *CreateTaskResponse415Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *CreateTaskResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *CreateTaskResponse503Headers
 }
 
 // GetJSON201 returns the response for an HTTP 201 `application/json` response
@@ -4598,6 +4763,11 @@ func (r CreateTaskResponse) GetJSON404() *NotFound {
 	return r.JSON404
 }
 
+// GetJSON408 returns the response for an HTTP 408 `application/json` response
+func (r CreateTaskResponse) GetJSON408() *RequestTimeout {
+	return r.JSON408
+}
+
 // GetJSON409 returns the response for an HTTP 409 `application/json` response
 func (r CreateTaskResponse) GetJSON409() *Conflict {
 	return r.JSON409
@@ -4608,9 +4778,19 @@ func (r CreateTaskResponse) GetJSON413() *TooLarge {
 	return r.JSON413
 }
 
+// GetJSON415 returns the response for an HTTP 415 `application/json` response
+func (r CreateTaskResponse) GetJSON415() *UnsupportedMediaType {
+	return r.JSON415
+}
+
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
 func (r CreateTaskResponse) GetJSON500() *Internal {
 	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r CreateTaskResponse) GetJSON503() *Unavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -4672,6 +4852,11 @@ type GetTaskResponse500Headers struct {
 	XRequestId *string
 }
 
+// GetTaskResponse503Headers the declared response headers of an HTTP 503 response for GetTask
+type GetTaskResponse503Headers struct {
+	XRequestId *string
+}
+
 type GetTaskResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -4690,6 +4875,8 @@ type GetTaskResponse struct {
 	JSON404 *NotFound
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *Internal
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *GetTaskResponse200Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
@@ -4702,6 +4889,8 @@ type GetTaskResponse struct {
 	Headers404 *GetTaskResponse404Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *GetTaskResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetTaskResponse503Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -4735,6 +4924,11 @@ func (r GetTaskResponse) GetJSON404() *NotFound {
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
 func (r GetTaskResponse) GetJSON500() *Internal {
 	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r GetTaskResponse) GetJSON503() *Unavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -4796,6 +4990,11 @@ type GetTaskChainResponse500Headers struct {
 	XRequestId *string
 }
 
+// GetTaskChainResponse503Headers the declared response headers of an HTTP 503 response for GetTaskChain
+type GetTaskChainResponse503Headers struct {
+	XRequestId *string
+}
+
 type GetTaskChainResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -4814,6 +5013,8 @@ type GetTaskChainResponse struct {
 	JSON404 *NotFound
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *Internal
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *GetTaskChainResponse200Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
@@ -4826,6 +5027,8 @@ type GetTaskChainResponse struct {
 	Headers404 *GetTaskChainResponse404Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *GetTaskChainResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetTaskChainResponse503Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -4859,6 +5062,11 @@ func (r GetTaskChainResponse) GetJSON404() *NotFound {
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
 func (r GetTaskChainResponse) GetJSON500() *Internal {
 	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r GetTaskChainResponse) GetJSON503() *Unavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -4920,6 +5128,11 @@ type ListTaskEventsResponse500Headers struct {
 	XRequestId *string
 }
 
+// ListTaskEventsResponse503Headers the declared response headers of an HTTP 503 response for ListTaskEvents
+type ListTaskEventsResponse503Headers struct {
+	XRequestId *string
+}
+
 type ListTaskEventsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -4938,6 +5151,8 @@ type ListTaskEventsResponse struct {
 	JSON404 *NotFound
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *Internal
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *ListTaskEventsResponse200Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
@@ -4950,6 +5165,8 @@ type ListTaskEventsResponse struct {
 	Headers404 *ListTaskEventsResponse404Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *ListTaskEventsResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListTaskEventsResponse503Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -4983,6 +5200,11 @@ func (r ListTaskEventsResponse) GetJSON404() *NotFound {
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
 func (r ListTaskEventsResponse) GetJSON500() *Internal {
 	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r ListTaskEventsResponse) GetJSON503() *Unavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -5039,6 +5261,11 @@ type RetryTaskResponse404Headers struct {
 	XRequestId *string
 }
 
+// RetryTaskResponse408Headers the declared response headers of an HTTP 408 response for RetryTask
+type RetryTaskResponse408Headers struct {
+	XRequestId *string
+}
+
 // RetryTaskResponse409Headers the declared response headers of an HTTP 409 response for RetryTask
 type RetryTaskResponse409Headers struct {
 	XRequestId *string
@@ -5049,8 +5276,18 @@ type RetryTaskResponse413Headers struct {
 	XRequestId *string
 }
 
+// RetryTaskResponse415Headers the declared response headers of an HTTP 415 response for RetryTask
+type RetryTaskResponse415Headers struct {
+	XRequestId *string
+}
+
 // RetryTaskResponse500Headers the declared response headers of an HTTP 500 response for RetryTask
 type RetryTaskResponse500Headers struct {
+	XRequestId *string
+}
+
+// RetryTaskResponse503Headers the declared response headers of an HTTP 503 response for RetryTask
+type RetryTaskResponse503Headers struct {
 	XRequestId *string
 }
 
@@ -5070,12 +5307,18 @@ type RetryTaskResponse struct {
 	JSON403 *Forbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
+	// JSON408 the response for an HTTP 408 `application/json` response
+	JSON408 *RequestTimeout
 	// JSON409 the response for an HTTP 409 `application/json` response
 	JSON409 *Conflict
 	// JSON413 the response for an HTTP 413 `application/json` response
 	JSON413 *TooLarge
+	// JSON415 the response for an HTTP 415 `application/json` response
+	JSON415 *UnsupportedMediaType
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *Internal
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
 	// Headers201 the parsed response headers for an HTTP 201 response
 	Headers201 *RetryTaskResponse201Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
@@ -5086,12 +5329,18 @@ type RetryTaskResponse struct {
 	Headers403 *RetryTaskResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *RetryTaskResponse404Headers
+	// Headers408 the parsed response headers for an HTTP 408 response
+	Headers408 *RetryTaskResponse408Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *RetryTaskResponse409Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *RetryTaskResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *RetryTaskResponse415Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *RetryTaskResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *RetryTaskResponse503Headers
 }
 
 // GetJSON201 returns the response for an HTTP 201 `application/json` response
@@ -5122,6 +5371,11 @@ func (r RetryTaskResponse) GetJSON404() *NotFound {
 	return r.JSON404
 }
 
+// GetJSON408 returns the response for an HTTP 408 `application/json` response
+func (r RetryTaskResponse) GetJSON408() *RequestTimeout {
+	return r.JSON408
+}
+
 // GetJSON409 returns the response for an HTTP 409 `application/json` response
 func (r RetryTaskResponse) GetJSON409() *Conflict {
 	return r.JSON409
@@ -5132,9 +5386,19 @@ func (r RetryTaskResponse) GetJSON413() *TooLarge {
 	return r.JSON413
 }
 
+// GetJSON415 returns the response for an HTTP 415 `application/json` response
+func (r RetryTaskResponse) GetJSON415() *UnsupportedMediaType {
+	return r.JSON415
+}
+
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
 func (r RetryTaskResponse) GetJSON500() *Internal {
 	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r RetryTaskResponse) GetJSON503() *Unavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -5181,8 +5445,18 @@ type LoginResponse401Headers struct {
 	XRequestId *string
 }
 
+// LoginResponse408Headers the declared response headers of an HTTP 408 response for Login
+type LoginResponse408Headers struct {
+	XRequestId *string
+}
+
 // LoginResponse413Headers the declared response headers of an HTTP 413 response for Login
 type LoginResponse413Headers struct {
+	XRequestId *string
+}
+
+// LoginResponse415Headers the declared response headers of an HTTP 415 response for Login
+type LoginResponse415Headers struct {
 	XRequestId *string
 }
 
@@ -5193,6 +5467,11 @@ type LoginResponse429Headers struct {
 
 // LoginResponse500Headers the declared response headers of an HTTP 500 response for Login
 type LoginResponse500Headers struct {
+	XRequestId *string
+}
+
+// LoginResponse503Headers the declared response headers of an HTTP 503 response for Login
+type LoginResponse503Headers struct {
 	XRequestId *string
 }
 
@@ -5208,24 +5487,36 @@ type LoginResponse struct {
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
+	// JSON408 the response for an HTTP 408 `application/json` response
+	JSON408 *RequestTimeout
 	// JSON413 the response for an HTTP 413 `application/json` response
 	JSON413 *TooLarge
+	// JSON415 the response for an HTTP 415 `application/json` response
+	JSON415 *UnsupportedMediaType
 	// JSON429 the response for an HTTP 429 `application/json` response
 	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *Internal
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *LoginResponse200Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
 	Headers400 *LoginResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
 	Headers401 *LoginResponse401Headers
+	// Headers408 the parsed response headers for an HTTP 408 response
+	Headers408 *LoginResponse408Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *LoginResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *LoginResponse415Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *LoginResponse429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *LoginResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *LoginResponse503Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -5246,9 +5537,19 @@ func (r LoginResponse) GetJSON401() *Unauthorized {
 	return r.JSON401
 }
 
+// GetJSON408 returns the response for an HTTP 408 `application/json` response
+func (r LoginResponse) GetJSON408() *RequestTimeout {
+	return r.JSON408
+}
+
 // GetJSON413 returns the response for an HTTP 413 `application/json` response
 func (r LoginResponse) GetJSON413() *TooLarge {
 	return r.JSON413
+}
+
+// GetJSON415 returns the response for an HTTP 415 `application/json` response
+func (r LoginResponse) GetJSON415() *UnsupportedMediaType {
+	return r.JSON415
 }
 
 // GetJSON429 returns the response for an HTTP 429 `application/json` response
@@ -5259,6 +5560,11 @@ func (r LoginResponse) GetJSON429() *TooManyRequests {
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
 func (r LoginResponse) GetJSON500() *Internal {
 	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r LoginResponse) GetJSON503() *Unavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -5310,13 +5616,28 @@ type HeartbeatResponse403Headers struct {
 	XRequestId *string
 }
 
+// HeartbeatResponse408Headers the declared response headers of an HTTP 408 response for Heartbeat
+type HeartbeatResponse408Headers struct {
+	XRequestId *string
+}
+
 // HeartbeatResponse413Headers the declared response headers of an HTTP 413 response for Heartbeat
 type HeartbeatResponse413Headers struct {
 	XRequestId *string
 }
 
+// HeartbeatResponse415Headers the declared response headers of an HTTP 415 response for Heartbeat
+type HeartbeatResponse415Headers struct {
+	XRequestId *string
+}
+
 // HeartbeatResponse500Headers the declared response headers of an HTTP 500 response for Heartbeat
 type HeartbeatResponse500Headers struct {
+	XRequestId *string
+}
+
+// HeartbeatResponse503Headers the declared response headers of an HTTP 503 response for Heartbeat
+type HeartbeatResponse503Headers struct {
 	XRequestId *string
 }
 
@@ -5334,10 +5655,16 @@ type HeartbeatResponse struct {
 	JSON401 *Unauthorized
 	// JSON403 the response for an HTTP 403 `application/json` response
 	JSON403 *Forbidden
+	// JSON408 the response for an HTTP 408 `application/json` response
+	JSON408 *RequestTimeout
 	// JSON413 the response for an HTTP 413 `application/json` response
 	JSON413 *TooLarge
+	// JSON415 the response for an HTTP 415 `application/json` response
+	JSON415 *UnsupportedMediaType
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *Internal
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *HeartbeatResponse200Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
@@ -5346,10 +5673,16 @@ type HeartbeatResponse struct {
 	Headers401 *HeartbeatResponse401Headers
 	// Headers403 the parsed response headers for an HTTP 403 response
 	Headers403 *HeartbeatResponse403Headers
+	// Headers408 the parsed response headers for an HTTP 408 response
+	Headers408 *HeartbeatResponse408Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *HeartbeatResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *HeartbeatResponse415Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *HeartbeatResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *HeartbeatResponse503Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -5375,14 +5708,29 @@ func (r HeartbeatResponse) GetJSON403() *Forbidden {
 	return r.JSON403
 }
 
+// GetJSON408 returns the response for an HTTP 408 `application/json` response
+func (r HeartbeatResponse) GetJSON408() *RequestTimeout {
+	return r.JSON408
+}
+
 // GetJSON413 returns the response for an HTTP 413 `application/json` response
 func (r HeartbeatResponse) GetJSON413() *TooLarge {
 	return r.JSON413
 }
 
+// GetJSON415 returns the response for an HTTP 415 `application/json` response
+func (r HeartbeatResponse) GetJSON415() *UnsupportedMediaType {
+	return r.JSON415
+}
+
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
 func (r HeartbeatResponse) GetJSON500() *Internal {
 	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r HeartbeatResponse) GetJSON503() *Unavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -5563,6 +5911,11 @@ type PostResultResponse404Headers struct {
 	XRequestId *string
 }
 
+// PostResultResponse408Headers the declared response headers of an HTTP 408 response for PostResult
+type PostResultResponse408Headers struct {
+	XRequestId *string
+}
+
 // PostResultResponse409Headers the declared response headers of an HTTP 409 response for PostResult
 type PostResultResponse409Headers struct {
 	XRequestId *string
@@ -5573,8 +5926,18 @@ type PostResultResponse413Headers struct {
 	XRequestId *string
 }
 
+// PostResultResponse415Headers the declared response headers of an HTTP 415 response for PostResult
+type PostResultResponse415Headers struct {
+	XRequestId *string
+}
+
 // PostResultResponse500Headers the declared response headers of an HTTP 500 response for PostResult
 type PostResultResponse500Headers struct {
+	XRequestId *string
+}
+
+// PostResultResponse503Headers the declared response headers of an HTTP 503 response for PostResult
+type PostResultResponse503Headers struct {
 	XRequestId *string
 }
 
@@ -5594,12 +5957,18 @@ type PostResultResponse struct {
 	JSON403 *Forbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
+	// JSON408 the response for an HTTP 408 `application/json` response
+	JSON408 *RequestTimeout
 	// JSON409 the response for an HTTP 409 `application/json` response
 	JSON409 *Conflict
 	// JSON413 the response for an HTTP 413 `application/json` response
 	JSON413 *TooLarge
+	// JSON415 the response for an HTTP 415 `application/json` response
+	JSON415 *UnsupportedMediaType
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *Internal
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *PostResultResponse200Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
@@ -5610,12 +5979,18 @@ type PostResultResponse struct {
 	Headers403 *PostResultResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *PostResultResponse404Headers
+	// Headers408 the parsed response headers for an HTTP 408 response
+	Headers408 *PostResultResponse408Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *PostResultResponse409Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *PostResultResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *PostResultResponse415Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *PostResultResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *PostResultResponse503Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -5646,6 +6021,11 @@ func (r PostResultResponse) GetJSON404() *NotFound {
 	return r.JSON404
 }
 
+// GetJSON408 returns the response for an HTTP 408 `application/json` response
+func (r PostResultResponse) GetJSON408() *RequestTimeout {
+	return r.JSON408
+}
+
 // GetJSON409 returns the response for an HTTP 409 `application/json` response
 func (r PostResultResponse) GetJSON409() *Conflict {
 	return r.JSON409
@@ -5656,9 +6036,19 @@ func (r PostResultResponse) GetJSON413() *TooLarge {
 	return r.JSON413
 }
 
+// GetJSON415 returns the response for an HTTP 415 `application/json` response
+func (r PostResultResponse) GetJSON415() *UnsupportedMediaType {
+	return r.JSON415
+}
+
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
 func (r PostResultResponse) GetJSON500() *Internal {
 	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r PostResultResponse) GetJSON503() *Unavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -5715,6 +6105,11 @@ type SetTaskStatusResponse404Headers struct {
 	XRequestId *string
 }
 
+// SetTaskStatusResponse408Headers the declared response headers of an HTTP 408 response for SetTaskStatus
+type SetTaskStatusResponse408Headers struct {
+	XRequestId *string
+}
+
 // SetTaskStatusResponse409Headers the declared response headers of an HTTP 409 response for SetTaskStatus
 type SetTaskStatusResponse409Headers struct {
 	XRequestId *string
@@ -5725,8 +6120,18 @@ type SetTaskStatusResponse413Headers struct {
 	XRequestId *string
 }
 
+// SetTaskStatusResponse415Headers the declared response headers of an HTTP 415 response for SetTaskStatus
+type SetTaskStatusResponse415Headers struct {
+	XRequestId *string
+}
+
 // SetTaskStatusResponse500Headers the declared response headers of an HTTP 500 response for SetTaskStatus
 type SetTaskStatusResponse500Headers struct {
+	XRequestId *string
+}
+
+// SetTaskStatusResponse503Headers the declared response headers of an HTTP 503 response for SetTaskStatus
+type SetTaskStatusResponse503Headers struct {
 	XRequestId *string
 }
 
@@ -5746,12 +6151,18 @@ type SetTaskStatusResponse struct {
 	JSON403 *Forbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
+	// JSON408 the response for an HTTP 408 `application/json` response
+	JSON408 *RequestTimeout
 	// JSON409 the response for an HTTP 409 `application/json` response
 	JSON409 *Conflict
 	// JSON413 the response for an HTTP 413 `application/json` response
 	JSON413 *TooLarge
+	// JSON415 the response for an HTTP 415 `application/json` response
+	JSON415 *UnsupportedMediaType
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *Internal
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *SetTaskStatusResponse200Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
@@ -5762,12 +6173,18 @@ type SetTaskStatusResponse struct {
 	Headers403 *SetTaskStatusResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *SetTaskStatusResponse404Headers
+	// Headers408 the parsed response headers for an HTTP 408 response
+	Headers408 *SetTaskStatusResponse408Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *SetTaskStatusResponse409Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *SetTaskStatusResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *SetTaskStatusResponse415Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *SetTaskStatusResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *SetTaskStatusResponse503Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -5798,6 +6215,11 @@ func (r SetTaskStatusResponse) GetJSON404() *NotFound {
 	return r.JSON404
 }
 
+// GetJSON408 returns the response for an HTTP 408 `application/json` response
+func (r SetTaskStatusResponse) GetJSON408() *RequestTimeout {
+	return r.JSON408
+}
+
 // GetJSON409 returns the response for an HTTP 409 `application/json` response
 func (r SetTaskStatusResponse) GetJSON409() *Conflict {
 	return r.JSON409
@@ -5808,9 +6230,19 @@ func (r SetTaskStatusResponse) GetJSON413() *TooLarge {
 	return r.JSON413
 }
 
+// GetJSON415 returns the response for an HTTP 415 `application/json` response
+func (r SetTaskStatusResponse) GetJSON415() *UnsupportedMediaType {
+	return r.JSON415
+}
+
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
 func (r SetTaskStatusResponse) GetJSON500() *Internal {
 	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r SetTaskStatusResponse) GetJSON503() *Unavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -5867,6 +6299,11 @@ type PostUpdateResponse404Headers struct {
 	XRequestId *string
 }
 
+// PostUpdateResponse408Headers the declared response headers of an HTTP 408 response for PostUpdate
+type PostUpdateResponse408Headers struct {
+	XRequestId *string
+}
+
 // PostUpdateResponse409Headers the declared response headers of an HTTP 409 response for PostUpdate
 type PostUpdateResponse409Headers struct {
 	XRequestId *string
@@ -5877,8 +6314,18 @@ type PostUpdateResponse413Headers struct {
 	XRequestId *string
 }
 
+// PostUpdateResponse415Headers the declared response headers of an HTTP 415 response for PostUpdate
+type PostUpdateResponse415Headers struct {
+	XRequestId *string
+}
+
 // PostUpdateResponse500Headers the declared response headers of an HTTP 500 response for PostUpdate
 type PostUpdateResponse500Headers struct {
+	XRequestId *string
+}
+
+// PostUpdateResponse503Headers the declared response headers of an HTTP 503 response for PostUpdate
+type PostUpdateResponse503Headers struct {
 	XRequestId *string
 }
 
@@ -5898,12 +6345,18 @@ type PostUpdateResponse struct {
 	JSON403 *Forbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
+	// JSON408 the response for an HTTP 408 `application/json` response
+	JSON408 *RequestTimeout
 	// JSON409 the response for an HTTP 409 `application/json` response
 	JSON409 *Conflict
 	// JSON413 the response for an HTTP 413 `application/json` response
 	JSON413 *TooLarge
+	// JSON415 the response for an HTTP 415 `application/json` response
+	JSON415 *UnsupportedMediaType
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *Internal
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *Unavailable
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *PostUpdateResponse200Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
@@ -5914,12 +6367,18 @@ type PostUpdateResponse struct {
 	Headers403 *PostUpdateResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *PostUpdateResponse404Headers
+	// Headers408 the parsed response headers for an HTTP 408 response
+	Headers408 *PostUpdateResponse408Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *PostUpdateResponse409Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *PostUpdateResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *PostUpdateResponse415Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *PostUpdateResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *PostUpdateResponse503Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -5950,6 +6409,11 @@ func (r PostUpdateResponse) GetJSON404() *NotFound {
 	return r.JSON404
 }
 
+// GetJSON408 returns the response for an HTTP 408 `application/json` response
+func (r PostUpdateResponse) GetJSON408() *RequestTimeout {
+	return r.JSON408
+}
+
 // GetJSON409 returns the response for an HTTP 409 `application/json` response
 func (r PostUpdateResponse) GetJSON409() *Conflict {
 	return r.JSON409
@@ -5960,9 +6424,19 @@ func (r PostUpdateResponse) GetJSON413() *TooLarge {
 	return r.JSON413
 }
 
+// GetJSON415 returns the response for an HTTP 415 `application/json` response
+func (r PostUpdateResponse) GetJSON415() *UnsupportedMediaType {
+	return r.JSON415
+}
+
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
 func (r PostUpdateResponse) GetJSON500() *Internal {
 	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r PostUpdateResponse) GetJSON503() *Unavailable {
+	return r.JSON503
 }
 
 // GetBody returns the raw response body bytes
@@ -6395,6 +6869,13 @@ func ParseCreateWorkerResponse(rsp *http.Response) (*CreateWorkerResponse, error
 		}
 		response.JSON403 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest RequestTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON408 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -6409,12 +6890,26 @@ func ParseCreateWorkerResponse(rsp *http.Response) (*CreateWorkerResponse, error
 		}
 		response.JSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON415 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.JSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
 
 	}
 
@@ -6459,6 +6954,16 @@ func ParseCreateWorkerResponse(rsp *http.Response) (*CreateWorkerResponse, error
 			headers.XRequestId = &value
 		}
 		response.Headers403 = &headers
+	case rsp.StatusCode == 408:
+		var headers CreateWorkerResponse408Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers408 = &headers
 	case rsp.StatusCode == 409:
 		var headers CreateWorkerResponse409Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -6479,6 +6984,16 @@ func ParseCreateWorkerResponse(rsp *http.Response) (*CreateWorkerResponse, error
 			headers.XRequestId = &value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers CreateWorkerResponse415Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 500:
 		var headers CreateWorkerResponse500Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -6489,6 +7004,16 @@ func ParseCreateWorkerResponse(rsp *http.Response) (*CreateWorkerResponse, error
 			headers.XRequestId = &value
 		}
 		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers CreateWorkerResponse503Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -6518,6 +7043,13 @@ func ParseGetStatsResponse(rsp *http.Response) (*GetStatsResponse, error) {
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthorized
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -6539,6 +7071,13 @@ func ParseGetStatsResponse(rsp *http.Response) (*GetStatsResponse, error) {
 		}
 		response.JSON500 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
 	}
 
 	switch {
@@ -6552,6 +7091,16 @@ func ParseGetStatsResponse(rsp *http.Response) (*GetStatsResponse, error) {
 			headers.XRequestId = &value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers GetStatsResponse400Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
 		var headers GetStatsResponse401Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -6582,6 +7131,16 @@ func ParseGetStatsResponse(rsp *http.Response) (*GetStatsResponse, error) {
 			headers.XRequestId = &value
 		}
 		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers GetStatsResponse503Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -6632,6 +7191,13 @@ func ParseCreateTaskTypeResponse(rsp *http.Response) (*CreateTaskTypeResponse, e
 		}
 		response.JSON403 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest RequestTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON408 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -6646,12 +7212,26 @@ func ParseCreateTaskTypeResponse(rsp *http.Response) (*CreateTaskTypeResponse, e
 		}
 		response.JSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON415 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.JSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
 
 	}
 
@@ -6696,6 +7276,16 @@ func ParseCreateTaskTypeResponse(rsp *http.Response) (*CreateTaskTypeResponse, e
 			headers.XRequestId = &value
 		}
 		response.Headers403 = &headers
+	case rsp.StatusCode == 408:
+		var headers CreateTaskTypeResponse408Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers408 = &headers
 	case rsp.StatusCode == 409:
 		var headers CreateTaskTypeResponse409Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -6716,6 +7306,16 @@ func ParseCreateTaskTypeResponse(rsp *http.Response) (*CreateTaskTypeResponse, e
 			headers.XRequestId = &value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers CreateTaskTypeResponse415Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 500:
 		var headers CreateTaskTypeResponse500Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -6726,6 +7326,16 @@ func ParseCreateTaskTypeResponse(rsp *http.Response) (*CreateTaskTypeResponse, e
 			headers.XRequestId = &value
 		}
 		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers CreateTaskTypeResponse503Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -6783,6 +7393,13 @@ func ParseListTasksResponse(rsp *http.Response) (*ListTasksResponse, error) {
 		}
 		response.JSON500 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
 	}
 
 	switch {
@@ -6836,6 +7453,16 @@ func ParseListTasksResponse(rsp *http.Response) (*ListTasksResponse, error) {
 			headers.XRequestId = &value
 		}
 		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers ListTasksResponse503Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -6893,6 +7520,13 @@ func ParseCreateTaskResponse(rsp *http.Response) (*CreateTaskResponse, error) {
 		}
 		response.JSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest RequestTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON408 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -6907,12 +7541,26 @@ func ParseCreateTaskResponse(rsp *http.Response) (*CreateTaskResponse, error) {
 		}
 		response.JSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON415 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.JSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
 
 	}
 
@@ -6967,6 +7615,16 @@ func ParseCreateTaskResponse(rsp *http.Response) (*CreateTaskResponse, error) {
 			headers.XRequestId = &value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 408:
+		var headers CreateTaskResponse408Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers408 = &headers
 	case rsp.StatusCode == 409:
 		var headers CreateTaskResponse409Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -6987,6 +7645,16 @@ func ParseCreateTaskResponse(rsp *http.Response) (*CreateTaskResponse, error) {
 			headers.XRequestId = &value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers CreateTaskResponse415Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 500:
 		var headers CreateTaskResponse500Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -6997,6 +7665,16 @@ func ParseCreateTaskResponse(rsp *http.Response) (*CreateTaskResponse, error) {
 			headers.XRequestId = &value
 		}
 		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers CreateTaskResponse503Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -7061,6 +7739,13 @@ func ParseGetTaskResponse(rsp *http.Response) (*GetTaskResponse, error) {
 		}
 		response.JSON500 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
 	}
 
 	switch {
@@ -7124,6 +7809,16 @@ func ParseGetTaskResponse(rsp *http.Response) (*GetTaskResponse, error) {
 			headers.XRequestId = &value
 		}
 		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers GetTaskResponse503Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -7188,6 +7883,13 @@ func ParseGetTaskChainResponse(rsp *http.Response) (*GetTaskChainResponse, error
 		}
 		response.JSON500 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
 	}
 
 	switch {
@@ -7251,6 +7953,16 @@ func ParseGetTaskChainResponse(rsp *http.Response) (*GetTaskChainResponse, error
 			headers.XRequestId = &value
 		}
 		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers GetTaskChainResponse503Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -7315,6 +8027,13 @@ func ParseListTaskEventsResponse(rsp *http.Response) (*ListTaskEventsResponse, e
 		}
 		response.JSON500 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
 	}
 
 	switch {
@@ -7378,6 +8097,16 @@ func ParseListTaskEventsResponse(rsp *http.Response) (*ListTaskEventsResponse, e
 			headers.XRequestId = &value
 		}
 		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers ListTaskEventsResponse503Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -7435,6 +8164,13 @@ func ParseRetryTaskResponse(rsp *http.Response) (*RetryTaskResponse, error) {
 		}
 		response.JSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest RequestTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON408 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -7449,12 +8185,26 @@ func ParseRetryTaskResponse(rsp *http.Response) (*RetryTaskResponse, error) {
 		}
 		response.JSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON415 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.JSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
 
 	}
 
@@ -7509,6 +8259,16 @@ func ParseRetryTaskResponse(rsp *http.Response) (*RetryTaskResponse, error) {
 			headers.XRequestId = &value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 408:
+		var headers RetryTaskResponse408Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers408 = &headers
 	case rsp.StatusCode == 409:
 		var headers RetryTaskResponse409Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -7529,6 +8289,16 @@ func ParseRetryTaskResponse(rsp *http.Response) (*RetryTaskResponse, error) {
 			headers.XRequestId = &value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers RetryTaskResponse415Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 500:
 		var headers RetryTaskResponse500Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -7539,6 +8309,16 @@ func ParseRetryTaskResponse(rsp *http.Response) (*RetryTaskResponse, error) {
 			headers.XRequestId = &value
 		}
 		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers RetryTaskResponse503Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -7582,12 +8362,26 @@ func ParseLoginResponse(rsp *http.Response) (*LoginResponse, error) {
 		}
 		response.JSON401 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest RequestTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON408 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
 		var dest TooLarge
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON415 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
 		var dest TooManyRequests
@@ -7602,6 +8396,13 @@ func ParseLoginResponse(rsp *http.Response) (*LoginResponse, error) {
 			return nil, err
 		}
 		response.JSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
 
 	}
 
@@ -7636,6 +8437,16 @@ func ParseLoginResponse(rsp *http.Response) (*LoginResponse, error) {
 			headers.XRequestId = &value
 		}
 		response.Headers401 = &headers
+	case rsp.StatusCode == 408:
+		var headers LoginResponse408Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers408 = &headers
 	case rsp.StatusCode == 413:
 		var headers LoginResponse413Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -7646,6 +8457,16 @@ func ParseLoginResponse(rsp *http.Response) (*LoginResponse, error) {
 			headers.XRequestId = &value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers LoginResponse415Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 429:
 		var headers LoginResponse429Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -7666,6 +8487,16 @@ func ParseLoginResponse(rsp *http.Response) (*LoginResponse, error) {
 			headers.XRequestId = &value
 		}
 		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers LoginResponse503Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -7716,6 +8547,13 @@ func ParseHeartbeatResponse(rsp *http.Response) (*HeartbeatResponse, error) {
 		}
 		response.JSON403 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest RequestTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON408 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
 		var dest TooLarge
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -7723,12 +8561,26 @@ func ParseHeartbeatResponse(rsp *http.Response) (*HeartbeatResponse, error) {
 		}
 		response.JSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON415 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.JSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
 
 	}
 
@@ -7773,6 +8625,16 @@ func ParseHeartbeatResponse(rsp *http.Response) (*HeartbeatResponse, error) {
 			headers.XRequestId = &value
 		}
 		response.Headers403 = &headers
+	case rsp.StatusCode == 408:
+		var headers HeartbeatResponse408Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers408 = &headers
 	case rsp.StatusCode == 413:
 		var headers HeartbeatResponse413Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -7783,6 +8645,16 @@ func ParseHeartbeatResponse(rsp *http.Response) (*HeartbeatResponse, error) {
 			headers.XRequestId = &value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers HeartbeatResponse415Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 500:
 		var headers HeartbeatResponse500Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -7793,6 +8665,16 @@ func ParseHeartbeatResponse(rsp *http.Response) (*HeartbeatResponse, error) {
 			headers.XRequestId = &value
 		}
 		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers HeartbeatResponse503Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -7977,6 +8859,13 @@ func ParsePostResultResponse(rsp *http.Response) (*PostResultResponse, error) {
 		}
 		response.JSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest RequestTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON408 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -7991,12 +8880,26 @@ func ParsePostResultResponse(rsp *http.Response) (*PostResultResponse, error) {
 		}
 		response.JSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON415 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.JSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
 
 	}
 
@@ -8051,6 +8954,16 @@ func ParsePostResultResponse(rsp *http.Response) (*PostResultResponse, error) {
 			headers.XRequestId = &value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 408:
+		var headers PostResultResponse408Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers408 = &headers
 	case rsp.StatusCode == 409:
 		var headers PostResultResponse409Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -8071,6 +8984,16 @@ func ParsePostResultResponse(rsp *http.Response) (*PostResultResponse, error) {
 			headers.XRequestId = &value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers PostResultResponse415Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 500:
 		var headers PostResultResponse500Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -8081,6 +9004,16 @@ func ParsePostResultResponse(rsp *http.Response) (*PostResultResponse, error) {
 			headers.XRequestId = &value
 		}
 		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers PostResultResponse503Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -8138,6 +9071,13 @@ func ParseSetTaskStatusResponse(rsp *http.Response) (*SetTaskStatusResponse, err
 		}
 		response.JSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest RequestTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON408 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -8152,12 +9092,26 @@ func ParseSetTaskStatusResponse(rsp *http.Response) (*SetTaskStatusResponse, err
 		}
 		response.JSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON415 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.JSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
 
 	}
 
@@ -8212,6 +9166,16 @@ func ParseSetTaskStatusResponse(rsp *http.Response) (*SetTaskStatusResponse, err
 			headers.XRequestId = &value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 408:
+		var headers SetTaskStatusResponse408Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers408 = &headers
 	case rsp.StatusCode == 409:
 		var headers SetTaskStatusResponse409Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -8232,6 +9196,16 @@ func ParseSetTaskStatusResponse(rsp *http.Response) (*SetTaskStatusResponse, err
 			headers.XRequestId = &value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers SetTaskStatusResponse415Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 500:
 		var headers SetTaskStatusResponse500Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -8242,6 +9216,16 @@ func ParseSetTaskStatusResponse(rsp *http.Response) (*SetTaskStatusResponse, err
 			headers.XRequestId = &value
 		}
 		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers SetTaskStatusResponse503Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -8299,6 +9283,13 @@ func ParsePostUpdateResponse(rsp *http.Response) (*PostUpdateResponse, error) {
 		}
 		response.JSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest RequestTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON408 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Conflict
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -8313,12 +9304,26 @@ func ParsePostUpdateResponse(rsp *http.Response) (*PostUpdateResponse, error) {
 		}
 		response.JSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON415 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.JSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
 
 	}
 
@@ -8373,6 +9378,16 @@ func ParsePostUpdateResponse(rsp *http.Response) (*PostUpdateResponse, error) {
 			headers.XRequestId = &value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 408:
+		var headers PostUpdateResponse408Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers408 = &headers
 	case rsp.StatusCode == 409:
 		var headers PostUpdateResponse409Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -8393,6 +9408,16 @@ func ParsePostUpdateResponse(rsp *http.Response) (*PostUpdateResponse, error) {
 			headers.XRequestId = &value
 		}
 		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers PostUpdateResponse415Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 500:
 		var headers PostUpdateResponse500Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -8403,6 +9428,16 @@ func ParsePostUpdateResponse(rsp *http.Response) (*PostUpdateResponse, error) {
 			headers.XRequestId = &value
 		}
 		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers PostUpdateResponse503Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
