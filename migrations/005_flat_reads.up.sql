@@ -5,6 +5,12 @@
 CREATE INDEX IF NOT EXISTS worker_tasks_completed ON worker_tasks (assigned_to, completed_at)
     WHERE status = 'completed';
 
+-- A worker's tasks newest first (the task list filtered by worker, a worker's
+-- own list with all=true): a walk of this index from the top, instead of a
+-- sort of every task the worker ever held.
+CREATE INDEX IF NOT EXISTS worker_tasks_assignee ON worker_tasks (assigned_to, created_at DESC, id DESC)
+    WHERE assigned_to IS NOT NULL;
+
 -- Task counts kept by the transactions that change worker_tasks: one row per
 -- server process (pg_backend_pid()), so two transactions never wait for the
 -- same counter row, and a total is a sum() over a handful of rows. Rows of

@@ -143,10 +143,23 @@ func (db *DB) queryTasks(ctx context.Context, q Querier, sql string, args ...any
 // WorkerTasks lists the tasks assigned to a worker, newest first; active
 // (pending or in progress) only unless all.
 func (db *DB) WorkerTasks(ctx context.Context, workerID string, all bool) ([]events.Task, error) {
-	return db.queryTasks(ctx, db.pool, `SELECT `+taskColumns+` FROM worker_tasks t
-		WHERE t.assigned_to = $1 AND ($2 OR t.status IN ('pending', 'in_progress'))
-		ORDER BY t.created_at DESC, t.id DESC LIMIT 200`, workerID, all)
+	if all {
+		return db.queryTasks(ctx, db.pool, workerAllTasks, workerID)
+	}
+	return db.queryTasks(ctx, db.pool, workerActiveTasks, workerID)
 }
+
+// Two statements, not one with a flag: each gets its own plan, whatever
+// plan caching does. All: the newest 200 from the top of
+// worker_tasks_assignee. Active: the worker's few pending and in-progress
+// tasks through worker_tasks_holder. Neither reads the worker's history
+// (ADR 010).
+const (
+	workerAllTasks = `SELECT ` + taskColumns + ` FROM worker_tasks t
+		WHERE t.assigned_to = $1 ORDER BY t.created_at DESC, t.id DESC LIMIT 200`
+	workerActiveTasks = `SELECT ` + taskColumns + ` FROM worker_tasks t
+		WHERE t.assigned_to = $1 AND t.status IN ('pending', 'in_progress') ORDER BY t.created_at DESC, t.id DESC LIMIT 200`
+)
 
 // TaskUpdate is one message in a task's thread.
 type TaskUpdate struct {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/clawdbot/task-service/api"
 	"github.com/clawdbot/task-service/api/client"
+	"github.com/clawdbot/task-service/api/ui"
 	"github.com/clawdbot/task-service/events"
 	"github.com/clawdbot/task-service/projections"
 	"github.com/clawdbot/task-service/store"
@@ -79,6 +80,11 @@ func timeScaleReads(ctx context.Context, cfg benchScaleConfig, db *scaleDB, prog
 	if err != nil {
 		return nil, fmt.Errorf("listen on loopback: %w", err)
 	}
+	pages, err := ui.New(ui.Config{API: srv, DB: sdb, Logger: zerolog.Nop(), Secret: []byte(hex.EncodeToString(secret))})
+	if err != nil {
+		return nil, err
+	}
+	pages.Register(srv.Echo())
 	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = hs.Serve(ln) }()
 	defer func() {
@@ -109,7 +115,8 @@ func timeScaleReads(ctx context.Context, cfg benchScaleConfig, db *scaleDB, prog
 	middle = events.Position{TxID: uint64(midTx), Seq: midSeq}.String()
 
 	admin := client.New(base, nil)
-	if _, err := admin.Login(ctx, scaleAdminEmail, scalePassword); err != nil {
+	login, err := admin.Login(ctx, scaleAdminEmail, scalePassword)
+	if err != nil {
 		return nil, fmt.Errorf("log in as the bench admin: %w", err)
 	}
 	worker := client.New(base, nil)
@@ -163,7 +170,7 @@ func timeScaleReads(ctx context.Context, cfg benchScaleConfig, db *scaleDB, prog
 			return err
 		}},
 	}
-	ops = append(ops, extraScaleOps(base, admin)...)
+	ops = append(ops, uiScaleOps(base, login.Token, taskID, workerID, typeID)...)
 	for _, op := range ops {
 		call := op.call
 		if call == nil {
@@ -188,9 +195,48 @@ func timeScaleReads(ctx context.Context, cfg benchScaleConfig, db *scaleDB, prog
 	return size, nil
 }
 
-// extraScaleOps are reads added by other parts of the service (the admin
-// UI's pages); none yet.
-func extraScaleOps(string, *client.Client) []scaleOp { return nil }
+// uiScaleOps are the admin UI's pages (api/ui), read with the session
+// cookie a browser sends: the dashboard, the task list and its filters, a
+// task, the types, the workers and the events.
+func uiScaleOps(base, token, taskID, workerID, typeID string) []scaleOp {
+	hc := &http.Client{Timeout: time.Minute}
+	page := func(path string) scaleOp {
+		return scaleOp{name: "UI " + path, call: func(ctx context.Context) error {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
+			if err != nil {
+				return err
+			}
+			req.AddCookie(&http.Cookie{Name: api.SessionCookie, Value: token})
+			resp, err := hc.Do(req)
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+				return err
+			}
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("GET %s: %s", path, resp.Status)
+			}
+			return nil
+		}}
+	}
+	return []scaleOp{
+		page("/"),
+		page("/tasks"),
+		page("/tasks?status=completed"),
+		page("/tasks?status=pending"),
+		page("/tasks?queue=1"),
+		page("/tasks?stuck=1"),
+		page("/tasks?assignee=" + workerID),
+		page("/tasks?type=" + typeID),
+		page("/tasks?q=task+12345"),
+		page("/tasks/" + taskID),
+		page("/types"),
+		page("/workers"),
+		page("/events"),
+	}
+}
 
 // printScaleTable prints one row per operation, p50 / p99 in ms per size.
 func printScaleTable(w io.Writer, rep *benchScaleReport) {
