@@ -138,6 +138,13 @@ const (
 // comes from authUsers, so this costs no database read per request.
 func (s *Server) activeUser(ctx context.Context, claims *Claims, role string) error {
 	u, err := s.auth.user(ctx, claims.Subject)
+	if err == nil && (claims.Epoch > u.TokenEpoch || (!u.Active && claims.Epoch == u.TokenEpoch)) {
+		// The token is newer than this instance's copy of the user (a
+		// reactivation or role change elsewhere, not yet heard of): tokens
+		// of a deactivated user are all older than its epoch, so a revoked
+		// token never gets here.
+		u, err = s.auth.fresh(ctx, claims.Subject)
+	}
 	switch {
 	case isNotFound(err):
 		return unauthenticated("the user of this token does not exist")

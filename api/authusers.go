@@ -55,6 +55,18 @@ func (a *authUsers) user(ctx context.Context, id string) (*events.User, error) {
 			return u, nil
 		}
 	}
+	return a.read(ctx, id)
+}
+
+// fresh reads user id from the database, for a token newer than the cached
+// user (issued on another instance after a change this one has not heard
+// of yet): only a token signed after the change can ask for this read.
+func (a *authUsers) fresh(ctx context.Context, id string) (*events.User, error) {
+	return a.read(ctx, id)
+}
+
+func (a *authUsers) read(ctx context.Context, id string) (*events.User, error) {
+	following := a.following.Load()
 	a.reads.Inc()
 	u, err := a.db.GetUser(ctx, id)
 	if err != nil {
