@@ -180,6 +180,11 @@ func TestTypesTasksHistoryAndChain(t *testing.T) {
 	require.Contains(t, out, `"required": [`)
 	require.Contains(t, out, "45m0s")
 
+	// The README's example files exist and are accepted as they are.
+	out = e.ok("types", "create", "--name", "readme_review", "--sop-file", "../../docs/examples/review.md",
+		"--schema-file", "../../docs/examples/review.json", "--max-retries", "2")
+	require.Contains(t, out, "Created task type readme_review")
+
 	bad := e.writeFile("bad.json", `{"type": "object",`)
 	code, _, errOut := e.taskctl("types", "create", "--name", "broken", "--schema-file", bad)
 	require.Equal(t, exitUsage, code)
