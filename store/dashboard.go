@@ -118,7 +118,7 @@ func (db *DB) RecentEvents(ctx context.Context, limit int, f LogFilter) ([]event
 			branch(`e.data ? 'worker_id' AND e.data->>'worker_id' = $2::text`) + ` UNION ` +
 			branch(`e.meta->'actor'->>'id' = $2::text`) + ` UNION ` +
 			branch(`e.stream_id = $2::uuid`) + `) e ORDER BY e.tx_id DESC, e.seq DESC LIMIT $1`
-	case f.StreamID != "" || len(f.Types) <= 1:
+	case f.StreamID != "" || len(f.Types) == 0:
 		sql = `SELECT ` + eventColumns + ` FROM task_events e WHERE ` + visible + f.where(&args) +
 			` ORDER BY e.tx_id DESC, e.seq DESC LIMIT $1`
 	default:

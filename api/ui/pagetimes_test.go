@@ -21,6 +21,7 @@ import (
 	"github.com/clawdbot/task-service/api"
 	"github.com/clawdbot/task-service/api/ui"
 	"github.com/clawdbot/task-service/events"
+	"github.com/clawdbot/task-service/migrations"
 	"github.com/clawdbot/task-service/projections"
 	"github.com/clawdbot/task-service/store"
 )
@@ -30,8 +31,8 @@ import (
 // comma-separated (the taskservice_scale_* databases of make bench-scale),
 // each page is called UI_BENCH_CALLS times (default 30) after a warm-up, in
 // process (handler time, no network), and p50/p99 are printed side by side.
-// It measures, it asserts nothing about speed. It adds one admin,
-// ui-bench@example.com, to each database when missing.
+// It measures, it asserts nothing about speed. It applies pending migrations and adds one
+// admin, ui-bench@example.com, to each database when missing.
 func TestPageTimes(t *testing.T) {
 	urls := os.Getenv("UI_BENCH_DATABASE_URL")
 	if urls == "" {
@@ -78,6 +79,9 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 func pageTimes(t *testing.T, dbURL string, calls int) (string, map[string][2]time.Duration, []string) {
 	t.Helper()
 	ctx := context.Background()
+	// The indexes of migrations added since the database was built, as
+	// make bench-scale does for a kept database.
+	require.NoError(t, migrations.Up(ctx, dbURL))
 	pool, err := pgxpool.New(ctx, dbURL)
 	require.NoError(t, err)
 	defer pool.Close()
