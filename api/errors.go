@@ -70,6 +70,10 @@ func classify(err error) (int, ErrorBody) {
 	if errors.As(err, &ve) {
 		return http.StatusBadRequest, ErrorBody{Code: "validation_failed", Message: ve.Error(), Field: ve.Field}
 	}
+	var tl *events.TooLargeError
+	if errors.As(err, &tl) {
+		return http.StatusRequestEntityTooLarge, ErrorBody{Code: "too_large", Message: tl.Message, Field: tl.Field}
+	}
 	var de *events.DuplicateError
 	if errors.As(err, &de) {
 		return http.StatusConflict, ErrorBody{Code: "duplicate", Message: de.Error(), Field: de.Field}

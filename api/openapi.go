@@ -107,7 +107,7 @@ var errorResponses = map[int]string{
 var errorCodes = []string{
 	"bad_request", "validation_failed", "duplicate", "not_found", "invalid_transition", "conflict",
 	"forbidden", "unauthenticated", "too_large", "method_not_allowed", "rate_limited",
-	"unavailable", "internal", "unsupported_media_type", "timeout",
+	"unavailable", "internal", "unsupported_media_type", "timeout", "incomplete_body",
 }
 
 // enums lists the values of the named string types responses carry.
@@ -232,6 +232,7 @@ var tagDocs = map[string]string{
 	"task-types": "Task types: what a task must carry and how it is retried",
 	"tasks":      "Tasks as admins see and steer them",
 	"events":     "The event log: pages and a live tail",
+	"data":       "Task data: files workers upload, admins and later attempts download",
 	"operations": "Health, readiness, metrics and this document",
 	"schedules":  "Recurring work: schedules that create tasks on their own",
 }

@@ -50,6 +50,14 @@ func (s *Server) table() []route {
 		{method: http.MethodPost, path: w + "/tasks/:id/release", id: "releaseTask", summary: "Give the task back to the pool", role: roleWorker, handler: s.release,
 			request: reasonRequest{}, emptyBody: true, status: okay, response: events.Task{}, errors: []int{bad, notFound, conflict}},
 
+		{method: http.MethodPost, path: w + "/tasks/:id/data", id: "uploadTaskData", summary: "Upload files the task produced: the raw body (with data_type and filename), or multipart/form-data with several files (data_type as a query parameter or a field before them); answers the stored files", role: roleWorker, handler: s.uploadData, tag: "data",
+			query:  []param{stringParam("data_type", "the kind of data, e.g. posts: letters, digits, '_' and '-'"), stringParam("filename", "the file's name, e.g. nvda.jsonl: letters, digits, '.', '_' and '-' (raw bodies only)")},
+			status: created, response: []events.TaskData{}, errors: []int{bad, notFound, conflict, http.StatusRequestEntityTooLarge, http.StatusServiceUnavailable}},
+		{method: http.MethodGet, path: w + "/tasks/:id/data", id: "listMyTaskData", summary: "List the data of this worker's task and of its earlier attempts", role: roleWorker, handler: s.listMyTaskData, tag: "data",
+			status: okay, response: []events.TaskData{}, errors: []int{bad, notFound}},
+		{method: http.MethodGet, path: w + "/tasks/:id/data/:data_id", id: "downloadMyTaskData", summary: "Download a file of this worker's task or of an earlier attempt (Range supported; on S3 a 302 to a presigned URL)", role: roleWorker, handler: s.downloadMyTaskData, tag: "data",
+			status: okay, media: "application/octet-stream", errors: []int{bad, notFound, http.StatusServiceUnavailable}},
+
 		{method: http.MethodPost, path: a, id: "createWorker", summary: "Create a worker user", role: roleAdmin, handler: s.createWorker,
 			request: createWorkerRequest{}, status: created, response: events.User{}, errors: []int{bad, conflict}},
 		{method: http.MethodGet, path: a, id: "listWorkers", summary: "List workers with their activity", role: roleAdmin, handler: s.listWorkers,
@@ -111,6 +119,10 @@ func (s *Server) table() []route {
 		{method: http.MethodGet, path: a + "/tasks/:id/chain", id: "getTaskChain", summary: "The task's retry lineage, original to latest", role: roleAdmin, handler: s.taskChain,
 			status: okay, response: store.Chain{}, errors: []int{bad, notFound}},
 
+		{method: http.MethodGet, path: a + "/tasks/:id/data", id: "listTaskData", summary: "List the files workers uploaded for a task", role: roleAdmin, handler: s.listTaskData, tag: "data",
+			status: okay, response: []events.TaskData{}, errors: []int{bad, notFound}},
+		{method: http.MethodGet, path: a + "/tasks/:id/data/:data_id", id: "downloadTaskData", summary: "Download one file of a task's data (Range supported; on S3 a 302 to a presigned URL)", role: roleAdmin, handler: s.downloadTaskData, tag: "data",
+			status: okay, media: "application/octet-stream", errors: []int{bad, notFound, http.StatusServiceUnavailable}},
 		{method: http.MethodGet, path: "/api/v1/admin/events", id: "listEvents", summary: "Page through the event log in consumer order", role: roleAdmin, handler: s.listEvents,
 			query: append(eventQuery(), intParam("limit", 1, maxEventLimit, "page size (default 100)")), status: okay, response: EventPage{}, errors: []int{bad}},
 		{method: http.MethodGet, path: streamPath, id: "streamEvents", summary: "Live tail of the event log (Server-Sent Events; id is the position)", role: roleAdmin, handler: s.streamEvents,

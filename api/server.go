@@ -47,6 +47,8 @@ type Config struct {
 	CORSOrigins []string
 	// BodyReadTimeout bounds reading a JSON or form body (default 30 s).
 	BodyReadTimeout time.Duration
+	// Data configures task data uploads and downloads.
+	Data DataConfig
 }
 
 // Server is the HTTP API.
@@ -109,6 +111,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	cfg.Data.defaults()
 	dummy, err := bcrypt.GenerateFromPassword([]byte("timing-equalizer"), cfg.BcryptCost)
 	if err != nil {
 		return nil, err

@@ -72,3 +72,20 @@ func (e *DuplicateError) Error() string {
 }
 
 func (e *DuplicateError) Unwrap() error { return ErrConflict }
+
+// ErrTooLarge: a body or a total exceeds its bound (413).
+var ErrTooLarge = errors.New("too large")
+
+// TooLargeError names what is too large and by how much.
+type TooLargeError struct {
+	Field   string
+	Message string
+}
+
+func (e *TooLargeError) Error() string { return e.Message }
+func (e *TooLargeError) Unwrap() error { return ErrTooLarge }
+
+// TooLarge returns a *TooLargeError for field.
+func TooLarge(field, format string, args ...any) error {
+	return &TooLargeError{Field: field, Message: fmt.Sprintf(format, args...)}
+}

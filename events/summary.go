@@ -63,6 +63,14 @@ func Summary(e Envelope, names func(userID string) string) string {
 		return withText("retry skipped", p.Reason)
 	case TaskRetriesExhausted:
 		return fmt.Sprintf("retries exhausted after %d attempts (max retries %d)", p.Attempts, p.MaxRetries)
+	case TaskDataUploaded:
+		s := fmt.Sprintf("data uploaded by %s: %s/%s (%s)", who(p.WorkerID), p.DataType, p.Filename, HumanBytes(p.Size))
+		if p.Replaced != nil {
+			s += fmt.Sprintf(", replacing an earlier upload (%s)", HumanBytes(p.Replaced.Size))
+		}
+		return s
+	case TaskDataDeleted:
+		return withText("data deleted: "+p.Key, p.Reason)
 	case TaskEdited:
 		return fmt.Sprintf("edited: %q (%s)", oneLine(p.Title, summaryTextLen), p.Priority)
 	case TaskTypeCreated:
@@ -164,4 +172,20 @@ func oneLine(s string, n int) string {
 	}
 	r := []rune(s)
 	return string(r[:n-1]) + "…"
+}
+
+// HumanBytes writes a size the way people read it: 512 B, 3.1 MB, 1.0 GB
+// (powers of 1000, as file managers show them).
+func HumanBytes(n int64) string {
+	if n < 1000 {
+		return fmt.Sprintf("%d B", n)
+	}
+	v := float64(n)
+	for _, unit := range []string{"kB", "MB", "GB", "TB"} {
+		v /= 1000
+		if v < 999.95 || unit == "TB" {
+			return fmt.Sprintf("%.1f %s", v, unit)
+		}
+	}
+	return ""
 }

@@ -15,6 +15,7 @@ func (Projector) Task(b *pgx.Batch, t *events.Task, evs []events.Envelope) {
 	for _, e := range evs {
 		queueTaskUpdate(b, e)
 		queueTaskAssignment(b, e)
+		queueTaskData(b, e)
 	}
 }
 

@@ -72,6 +72,8 @@ type ChainAttempt struct {
 	// Hint is what this attempt was told (task.retried on its parent).
 	Hint         *string `json:"hint"`
 	RetryOutcome *string `json:"retry_outcome"`
+	// Data is what the attempt's workers uploaded.
+	Data []events.TaskData `json:"data"`
 }
 
 // Chain is a task's whole retry lineage, original to latest.
@@ -133,6 +135,22 @@ func (db *DB) TaskChain(ctx context.Context, q Querier, id string) (*Chain, erro
 	if len(attempts) == 0 {
 		return nil, events.NotFound("task", id)
 	}
+	ids := make([]string, len(attempts))
+	for i, a := range attempts {
+		ids[i] = a.TaskID
+	}
+	data, err := db.ListTaskData(ctx, ids...)
+	if err != nil {
+		return nil, err
+	}
+	for i := range attempts {
+		attempts[i].Data = []events.TaskData{}
+		for _, d := range data {
+			if d.TaskID == attempts[i].TaskID {
+				attempts[i].Data = append(attempts[i].Data, d)
+			}
+		}
+	}
 	return &Chain{TaskID: id, Attempts: attempts}, nil
 }
 
@@ -191,6 +209,23 @@ type Attempt struct {
 	// DetailsOmitted: sent compact to stay within PreviousAttemptsBudget (no
 	// updates, result or evidence; reason and hint cut shorter).
 	DetailsOmitted bool `json:"details_omitted,omitempty"`
+	// Data lists what the attempt uploaded (at most AttemptDataItems, in
+	// compact form too: a retry continues from it); DataTotal counts all.
+	// Download through GET /worker/tasks/{your task}/data/{id}.
+	Data      []AttemptData `json:"data,omitempty"`
+	DataTotal int           `json:"data_total,omitempty"`
+}
+
+// AttemptDataItems bounds the data listed per earlier attempt.
+const AttemptDataItems = 20
+
+// AttemptData is one file an earlier attempt uploaded.
+type AttemptData struct {
+	ID       string `json:"id"`
+	DataType string `json:"data_type"`
+	Filename string `json:"filename"`
+	Size     int64  `json:"size_bytes"`
+	SHA256   string `json:"sha256"`
 }
 
 // AttemptUpdate is one message of an earlier attempt's thread.
@@ -242,6 +277,9 @@ func (db *DB) PreviousAttempts(ctx context.Context, q Querier, parentID string) 
 	nearestFirst, err := pgx.CollectRows(rows, scanAttempt)
 	if err != nil {
 		return nil, mapErr(fmt.Errorf("previous attempts: %w", err))
+	}
+	if err := db.attachAttemptData(ctx, nearestFirst); err != nil {
+		return nil, err
 	}
 	return fitAttempts(nearestFirst, PreviousAttemptsBudget), nil
 }
@@ -455,4 +493,32 @@ func (db *DB) ReadLogPage(ctx context.Context, q Querier, after events.Position,
 		next = head
 	}
 	return evs, next, nil
+}
+
+// attachAttemptData lists each attempt's uploaded data (one query for all).
+func (db *DB) attachAttemptData(ctx context.Context, attempts []Attempt) error {
+	if len(attempts) == 0 {
+		return nil
+	}
+	ids := make([]string, len(attempts))
+	for i, a := range attempts {
+		ids[i] = a.TaskID
+	}
+	data, err := db.ListTaskData(ctx, ids...)
+	if err != nil {
+		return err
+	}
+	for i := range attempts {
+		a := &attempts[i]
+		for _, d := range data {
+			if d.TaskID != a.TaskID {
+				continue
+			}
+			a.DataTotal++
+			if len(a.Data) < AttemptDataItems {
+				a.Data = append(a.Data, AttemptData{ID: d.ID, DataType: d.DataType, Filename: d.Filename, Size: d.Size, SHA256: d.SHA256})
+			}
+		}
+	}
+	return nil
 }

@@ -186,6 +186,8 @@ type TaskDetail struct {
 	Retries     []events.Task    `json:"retries"`
 	Assignments []Assignment     `json:"assignments"`
 	Updates     []TaskUpdate     `json:"updates"`
+	// Data is what workers uploaded for the task (task data).
+	Data []events.TaskData `json:"data"`
 }
 
 // GetTaskWithType reads a task and its type.
@@ -227,6 +229,9 @@ func (db *DB) GetTaskDetail(ctx context.Context, id string) (*TaskDetail, error)
 		return nil, mapErr(err)
 	}
 	if d.Updates, err = db.TaskUpdates(ctx, id, 1000); err != nil {
+		return nil, err
+	}
+	if d.Data, err = db.ListTaskData(ctx, id); err != nil {
 		return nil, err
 	}
 	return d, nil

@@ -51,6 +51,7 @@ type config struct {
 	maxConns      int
 	bg            backgroundConfig
 	edge          edgeConfig
+	data          dataConfig
 }
 
 func main() {
@@ -76,6 +77,7 @@ func run(args []string) int {
 	fs.IntVar(&cfg.maxConns, "max-conns", envInt("DB_MAX_CONNS", 40), "database pool size (env DB_MAX_CONNS)")
 	cfg.bg.register(fs)
 	cfg.edge.register(fs)
+	cfg.data.register(fs)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usageCommands)
 		fmt.Fprintf(fs.Output(), "\nFlags of serve and migrate (each has an environment twin):\n")
@@ -193,6 +195,10 @@ func serve(ctx context.Context, cfg config, log zerolog.Logger) error {
 	if err != nil {
 		return err
 	}
+	bs, err := openData(ctx, cfg.data, log)
+	if err != nil {
+		return err
+	}
 	reg := prometheus.NewRegistry()
 	build := version.Read()
 	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "taskservice_build_info",
@@ -212,7 +218,9 @@ func serve(ctx context.Context, cfg config, log zerolog.Logger) error {
 	srv, err := api.New(api.Config{DB: db, Logger: log, JWTSecret: []byte(cfg.jwtSecret),
 		TokenTTL: cfg.tokenTTL, BcryptCost: cfg.bcryptCost, Registry: reg, Hub: bg.hub,
 		Ready: func(context.Context) error { return bg.listener.Ready() },
-		Login: cfg.edge.login, TrustedProxies: proxies, CORSOrigins: origins})
+		Login: cfg.edge.login, TrustedProxies: proxies, CORSOrigins: origins,
+
+		Data: api.DataConfig{Store: bs, MaxFileBytes: cfg.data.maxFileBytes, MaxTaskBytes: cfg.data.maxTaskBytes, URLTTL: cfg.data.urlTTL}})
 	if err != nil {
 		return err
 	}
@@ -228,6 +236,8 @@ func serve(ctx context.Context, cfg config, log zerolog.Logger) error {
 	}
 	bg.start(ctx, log)
 	defer bg.stop()
+	sweep := startSweeper(ctx, cfg.data, db, bs, log)
+	defer sweep.stop()
 	if err := bootstrapAdmin(ctx, db, srv, cfg, log); err != nil {
 		return err
 	}

@@ -206,4 +206,3 @@ func suite(t *testing.T, newStore func(t *testing.T) blob.Store) {
 		require.True(t, errors.Is(err, blob.ErrNotFound))
 	})
 }
-

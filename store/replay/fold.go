@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/google/uuid"
+
 	"github.com/clawdbot/task-service/events"
 	"github.com/clawdbot/task-service/projections"
 )
@@ -21,6 +23,7 @@ type fold struct {
 	assignments [][]any
 	schedules   map[key]*events.Schedule
 	firings     [][]any
+	data        map[key]*events.TaskData // task_data rows by data id
 	held        map[key][]events.Envelope // events waiting for their predecessor
 	events      int64
 	skipped     int64 // events of streams no projection reads
@@ -51,6 +54,7 @@ func newFold() *fold {
 		types:     map[key]*events.TaskType{},
 		users:     map[key]*events.User{},
 		schedules: map[key]*events.Schedule{},
+		data:      map[key]*events.TaskData{},
 		held:      map[key][]events.Envelope{},
 	}
 }
@@ -114,6 +118,7 @@ func (f *fold) next(e events.Envelope, k key) (bool, error) {
 		if row := projections.AssignmentRow(e); row != nil {
 			f.assignments = append(f.assignments, row)
 		}
+		f.applyData(e)
 	case events.StreamTaskType:
 		tt := f.types[k]
 		if ok, err := f.inOrder(e, k, tt != nil, func() int { return tt.Version }); !ok {
@@ -217,3 +222,30 @@ func knownStream(t string) bool {
 
 // streams is how many streams the fold holds.
 func (f *fold) streams() int { return len(f.tasks) + len(f.types) + len(f.users) + len(f.schedules) }
+
+// applyData folds a task's data events into the task_data rows: an upload
+// adds or replaces its row, a deletion removes it.
+func (f *fold) applyData(e events.Envelope) {
+	switch p := e.Payload.(type) {
+	case events.TaskDataUploaded:
+		k, err := parseKey(p.DataID)
+		if err != nil {
+			return // ids are UUIDs the service wrote
+		}
+		d := f.data[k]
+		if d == nil {
+			d = &events.TaskData{}
+			f.data[k] = d
+		}
+		d.ApplyUpload(e, p)
+	case events.TaskDataDeleted:
+		if k, err := parseKey(p.DataID); err == nil {
+			delete(f.data, k)
+		}
+	}
+}
+
+func parseKey(s string) (key, error) {
+	id, err := uuid.Parse(s)
+	return key(id), err
+}

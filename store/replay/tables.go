@@ -62,6 +62,12 @@ func tables() []table {
 			rows: func(f *fold) (int, pgx.CopyFromSource) { return len(f.updates), pgx.CopyFromRows(f.updates) },
 		},
 		{
+			name: "task_data", columns: projections.DataColumns, key: []string{"id"}, stream: "task_id",
+			rows: func(f *fold) (int, pgx.CopyFromSource) {
+				return aggregateRows(f.data, func(d *events.TaskData) []any { return projections.DataRow(d) })
+			},
+		},
+		{
 			name: "task_assignments", columns: projections.AssignmentColumns, key: []string{"task_id", "version"}, stream: "task_id",
 			rows: func(f *fold) (int, pgx.CopyFromSource) { return len(f.assignments), pgx.CopyFromRows(f.assignments) },
 		},

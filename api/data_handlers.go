@@ -1,0 +1,378 @@
+package api
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/labstack/echo/v4"
+
+	"github.com/clawdbot/task-service/events"
+	"github.com/clawdbot/task-service/store"
+	"github.com/clawdbot/task-service/store/blob"
+)
+
+// DataConfig configures task data (uploads and downloads).
+type DataConfig struct {
+	// Store keeps the objects; without it the data routes answer 503.
+	Store blob.Store
+	// MaxFileBytes bounds one uploaded file (default 1 GiB).
+	MaxFileBytes int64
+	// MaxTaskBytes bounds all the data of one task (default 10 GiB).
+	MaxTaskBytes int64
+	// URLTTL is how long a presigned download URL lasts (default 15 min).
+	URLTTL time.Duration
+}
+
+func (c *DataConfig) defaults() {
+	if c.MaxFileBytes <= 0 {
+		c.MaxFileBytes = 1 << 30
+	}
+	if c.MaxTaskBytes <= 0 {
+		c.MaxTaskBytes = 10 << 30
+	}
+	if c.URLTTL <= 0 {
+		c.URLTTL = 15 * time.Minute
+	}
+}
+
+// copyBuffers are the upload copy buffers: large enough that a 1 GiB body
+// is a few thousand writes, pooled so that concurrent uploads cost a
+// bounded, reused amount of memory.
+var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
+
+// uploadData streams a request body (or each file of a multipart form) to
+// the blob store, then records it. Every refusal that comes before the body
+// is read closes the connection, so a large body is never read to be
+// thrown away.
+func (s *Server) uploadData(c echo.Context) error {
+	err := s.upload(c)
+	if err != nil {
+		c.Response().Header().Set(echo.HeaderConnection, "close")
+	}
+	return err
+}
+
+func (s *Server) upload(c echo.Context) error {
+	if s.cfg.Data.Store == nil {
+		return unavailable("task data is not configured on this server")
+	}
+	id, err := pathID(c, "id")
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	worker := claimsOf(c).Subject
+	if _, err := s.db.CheckUpload(ctx, id, worker); err != nil {
+		return err
+	}
+	mediaType, _, _ := mime.ParseMediaType(c.Request().Header.Get(echo.HeaderContentType))
+	if mediaType == echo.MIMEMultipartForm {
+		return s.uploadMultipart(c, id, worker)
+	}
+	dataType, filename := c.QueryParam("data_type"), c.QueryParam("filename")
+	if err := events.ValidateDataType(dataType); err != nil {
+		return err
+	}
+	if err := events.ValidateFilename(filename); err != nil {
+		return err
+	}
+	limit, err := s.uploadLimit(ctx, id, dataType, filename)
+	if err != nil {
+		return err
+	}
+	if cl := c.Request().ContentLength; cl > limit {
+		return tooLargeUpload(limit, s.cfg.Data.MaxFileBytes)
+	}
+	ct := c.Request().Header.Get(echo.HeaderContentType)
+	d, err := s.storeUpload(c, upload{taskID: id, worker: worker, dataType: dataType, filename: filename,
+		contentType: ct, body: c.Request().Body, limit: limit})
+	if err != nil {
+		return err
+	}
+	return ok(c, http.StatusCreated, d)
+}
+
+// uploadMultipart stores each file part of a multipart/form-data body in
+// turn. The data type is the data_type query parameter or a data_type field
+// before the files. Each file is recorded as soon as it is complete: when a
+// later part fails, the earlier ones stay (the answer says which).
+func (s *Server) uploadMultipart(c echo.Context, id, worker string) error {
+	ctx := c.Request().Context()
+	mr, err := c.Request().MultipartReader()
+	if err != nil {
+		return events.Invalid("body", "not a multipart/form-data body: %v", err)
+	}
+	dataType := c.QueryParam("data_type")
+	var stored []*events.TaskData
+	for {
+		part, err := mr.NextPart()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return events.Invalid("body", "malformed multipart body: %v", err)
+		}
+		// Part.FileName would strip a path; the raw parameter is checked
+		// instead, so a traversal is refused rather than rewritten.
+		_, params, _ := mime.ParseMediaType(part.Header.Get("Content-Disposition"))
+		filename, isFile := params["filename"]
+		if !isFile {
+			if part.FormName() != "data_type" {
+				return events.Invalid(part.FormName(), "unknown form field; send data_type and files")
+			}
+			v, _ := io.ReadAll(io.LimitReader(part, events.MaxDataTypeLen+1))
+			dataType = string(v)
+			continue
+		}
+		if err := events.ValidateDataType(dataType); err != nil {
+			return err
+		}
+		if err := events.ValidateFilename(filename); err != nil {
+			return err
+		}
+		limit, err := s.uploadLimit(ctx, id, dataType, filename)
+		if err != nil {
+			return err
+		}
+		d, err := s.storeUpload(c, upload{taskID: id, worker: worker, dataType: dataType, filename: filename,
+			contentType: part.Header.Get(echo.HeaderContentType), body: part, limit: limit})
+		if err != nil {
+			return err
+		}
+		stored = append(stored, d)
+	}
+	if len(stored) == 0 {
+		return events.Invalid("body", "no file in the multipart body")
+	}
+	return ok(c, http.StatusCreated, stored)
+}
+
+// uploadLimit is how many bytes the file dataType/filename may have: the
+// per-file bound, or what is left of the task's bound if less.
+func (s *Server) uploadLimit(ctx context.Context, taskID, dataType, filename string) (int64, error) {
+	others, err := s.db.TaskDataBytes(ctx, s.db.Pool(), taskID, dataType, filename)
+	if err != nil {
+		return 0, err
+	}
+	return min(s.cfg.Data.MaxFileBytes, s.cfg.Data.MaxTaskBytes-others), nil
+}
+
+func tooLargeUpload(limit, perFile int64) error {
+	if limit < perFile {
+		return events.TooLarge("body", "the task has room for %d more bytes of data (at most %d per task)", max(limit, 0), perFile)
+	}
+	return events.TooLarge("body", "a file may have at most %d bytes (DATA_MAX_BYTES)", perFile)
+}
+
+type upload struct {
+	taskID, worker, dataType, filename, contentType string
+	body                                            io.Reader
+	limit                                           int64
+}
+
+// storeUpload streams one file into a pending object while hashing it,
+// then records it: the object is completed under the task's row lock and
+// the event appended in the same transaction. Any failure before that
+// aborts the pending object, so nothing is left visible.
+func (s *Server) storeUpload(c echo.Context, u upload) (*events.TaskData, error) {
+	ctx := c.Request().Context()
+	bs := s.cfg.Data.Store
+	if u.contentType == "" || strings.HasPrefix(u.contentType, "multipart/") {
+		u.contentType = blob.ContentTypeOf(u.filename)
+	}
+	key := events.DataKey(u.taskID, u.dataType, u.filename)
+	w, err := bs.Create(ctx, key, u.contentType)
+	if err != nil {
+		return nil, err
+	}
+	h := sha256.New()
+	bufp := copyBuffers.Get().(*[]byte)
+	n, err := io.CopyBuffer(io.MultiWriter(w, h), io.LimitReader(u.body, u.limit+1), *bufp)
+	copyBuffers.Put(bufp)
+	if err != nil {
+		_ = w.Abort(ctx)
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, &httpError{status: http.StatusBadRequest, body: ErrorBody{Code: "incomplete_body",
+			Message: "the upload ended before its body was complete: " + err.Error(), Field: "body"}}
+	}
+	if n > u.limit {
+		_ = w.Abort(ctx)
+		return nil, tooLargeUpload(u.limit, s.cfg.Data.MaxFileBytes)
+	}
+	committed := false
+	d, err := s.db.RecordDataUpload(ctx, store.DataUpload{
+		TaskID: u.taskID, WorkerID: u.worker, DataType: u.dataType, Filename: u.filename, Key: key,
+		Size: n, SHA256: hex.EncodeToString(h.Sum(nil)), ContentType: u.contentType,
+		NewID: uuid.Must(uuid.NewV7()).String(), MaxTaskBytes: s.cfg.Data.MaxTaskBytes,
+	}, actor(c, events.ActorWorker), func(ctx context.Context) error {
+		committed = true
+		return w.Commit(ctx)
+	})
+	if err != nil {
+		if !committed {
+			_ = w.Abort(ctx)
+		} else {
+			s.dropUnrecorded(ctx, key)
+		}
+		return nil, err
+	}
+	s.metrics.countEvents("task.data_uploaded")
+	return d, nil
+}
+
+// dropUnrecorded removes an object completed for an event that did not
+// commit, unless an earlier event names its key (a replacement; then
+// taskctl data verify reports the mismatch). The orphan sweep would catch
+// it too; this only saves it the wait.
+func (s *Server) dropUnrecorded(ctx context.Context, key string) {
+	ctx = context.WithoutCancel(ctx)
+	indexed, err := s.db.IndexedKeys(ctx, []string{key})
+	if err != nil || indexed[key] {
+		s.log.Warn().Str("key", key).Msg("task data: an object was completed but its event failed; run taskctl data verify")
+		return
+	}
+	if err := s.cfg.Data.Store.Delete(ctx, key); err != nil {
+		s.log.Warn().Err(err).Str("key", key).Msg("task data: could not remove an unrecorded object; the orphan sweep will")
+	}
+}
+
+// listTaskData: an admin lists a task's data.
+func (s *Server) listTaskData(c echo.Context) error {
+	id, err := pathID(c, "id")
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	if _, err := s.db.GetTask(ctx, s.db.Pool(), id); err != nil {
+		return err
+	}
+	d, err := s.db.ListTaskData(ctx, id)
+	if err != nil {
+		return err
+	}
+	return ok(c, http.StatusOK, d)
+}
+
+// downloadTaskData: an admin downloads one object of a task.
+func (s *Server) downloadTaskData(c echo.Context) error {
+	id, err := pathID(c, "id")
+	if err != nil {
+		return err
+	}
+	dataID, err := pathID(c, "data_id")
+	if err != nil {
+		return err
+	}
+	d, err := s.db.GetTaskData(c.Request().Context(), dataID)
+	if err != nil {
+		return err
+	}
+	if d.TaskID != id {
+		return events.NotFound("data", dataID)
+	}
+	return s.serveData(c, d)
+}
+
+// workerLineage is the worker's task :id and its earlier attempts, whose
+// data the worker may read; 403 unless the worker holds (or held) the task.
+func (s *Server) workerLineage(c echo.Context) ([]string, error) {
+	id, err := pathID(c, "id")
+	if err != nil {
+		return nil, err
+	}
+	ctx := c.Request().Context()
+	t, err := s.db.GetTask(ctx, s.db.Pool(), id)
+	if err != nil {
+		return nil, err
+	}
+	if !t.HeldBy(claimsOf(c).Subject) {
+		return nil, events.ErrForbidden
+	}
+	return s.db.TaskLineage(ctx, id)
+}
+
+// listMyTaskData: a worker lists its task's data and its earlier attempts'.
+func (s *Server) listMyTaskData(c echo.Context) error {
+	ids, err := s.workerLineage(c)
+	if err != nil {
+		return err
+	}
+	d, err := s.db.ListTaskData(c.Request().Context(), ids...)
+	if err != nil {
+		return err
+	}
+	return ok(c, http.StatusOK, d)
+}
+
+// downloadMyTaskData: a worker downloads data of its task or of an earlier attempt.
+func (s *Server) downloadMyTaskData(c echo.Context) error {
+	ids, err := s.workerLineage(c)
+	if err != nil {
+		return err
+	}
+	dataID, err := pathID(c, "data_id")
+	if err != nil {
+		return err
+	}
+	d, err := s.db.GetTaskData(c.Request().Context(), dataID)
+	if err != nil {
+		return err
+	}
+	if !slices.Contains(ids, d.TaskID) {
+		return events.NotFound("data", dataID)
+	}
+	return s.serveData(c, d)
+}
+
+// serveData redirects to a presigned URL when the store has them (S3), and
+// otherwise streams the object with Range and conditional-request support.
+func (s *Server) serveData(c echo.Context, d *events.TaskData) error {
+	bs := s.cfg.Data.Store
+	if bs == nil {
+		return unavailable("task data is not configured on this server")
+	}
+	ctx := c.Request().Context()
+	url, err := bs.PresignGet(ctx, d.Key, d.Filename, s.cfg.Data.URLTTL)
+	if err == nil {
+		return c.Redirect(http.StatusFound, url)
+	}
+	if !errors.Is(err, blob.ErrNoPresign) {
+		return err
+	}
+	rc, err := bs.Open(ctx, d.Key)
+	if errors.Is(err, blob.ErrNotFound) {
+		s.log.Error().Str("key", d.Key).Str("data_id", d.ID).Msg("task data: an indexed object is missing; run taskctl data verify")
+		return events.NotFound("object of data", d.ID)
+	}
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	h := c.Response().Header()
+	h.Set(echo.HeaderContentType, d.ContentType)
+	h.Set(echo.HeaderContentDisposition, mime.FormatMediaType("attachment", map[string]string{"filename": d.Filename}))
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("ETag", `"`+d.SHA256+`"`)
+	h.Set("X-Checksum-Sha256", d.SHA256)
+	if rs, ok := rc.(io.ReadSeeker); ok {
+		http.ServeContent(c.Response(), c.Request(), "", d.UploadedAt, rs)
+		return nil
+	}
+	h.Set(echo.HeaderContentLength, strconv.FormatInt(d.Size, 10))
+	c.Response().WriteHeader(http.StatusOK)
+	_, err = io.Copy(c.Response(), rc)
+	return err
+}
