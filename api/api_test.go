@@ -25,6 +25,7 @@ import (
 	"github.com/clawdbot/task-service/events"
 	"github.com/clawdbot/task-service/projections"
 	"github.com/clawdbot/task-service/store"
+	"github.com/clawdbot/task-service/store/blob"
 	"github.com/clawdbot/task-service/store/storetest"
 )
 
@@ -79,7 +80,7 @@ func setupHub(t *testing.T) *bundle {
 
 // setupWith serves the API on a fresh database, with hub when not nil; an
 // admin (not a worker) is created and logged in.
-func setupWith(t *testing.T, hub *store.Hub) *bundle {
+func setupWith(t *testing.T, hub *store.Hub, opts ...func(*api.Config)) *bundle {
 	t.Helper()
 	ctx := context.Background()
 	pool := storetest.NewPool(t)
@@ -91,10 +92,17 @@ func setupWith(t *testing.T, hub *store.Hub) *bundle {
 	db, err := store.New(pool, cfg)
 	require.NoError(t, err)
 	secret := []byte("test-secret-0123456789abcdef")
-	srv, err := api.New(api.Config{
+	dataStore, err := blob.NewFS(t.TempDir())
+	require.NoError(t, err)
+	apiCfg := api.Config{
 		DB: db, JWTSecret: secret, BcryptCost: bcrypt.MinCost, Hub: hub,
 		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
-	})
+		Data:   api.DataConfig{Store: dataStore},
+	}
+	for _, o := range opts {
+		o(&apiCfg)
+	}
+	srv, err := api.New(apiCfg)
 	require.NoError(t, err)
 	contract, handler := checked(t, srv)
 	ts := httptest.NewServer(handler)

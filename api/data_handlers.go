@@ -100,7 +100,7 @@ func (s *Server) upload(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return ok(c, http.StatusCreated, d)
+	return ok(c, http.StatusCreated, []*events.TaskData{d})
 }
 
 // uploadMultipart stores each file part of a multipart/form-data body in

@@ -166,6 +166,16 @@ func (s *Server) OpenAPI() map[string]any {
 		if params != nil {
 			op["parameters"] = params
 		}
+		if r.rawBody {
+			binary := map[string]any{"type": "string", "format": "binary"}
+			op["requestBody"] = map[string]any{"required": true, "content": map[string]any{
+				"*/*": map[string]any{"schema": binary},
+				"multipart/form-data": map[string]any{"schema": map[string]any{"type": "object", "properties": map[string]any{
+					"data_type": map[string]any{"type": "string"},
+					"file":      map[string]any{"type": "array", "items": binary},
+				}}},
+			}}
+		}
 		if r.request != nil {
 			op["requestBody"] = map[string]any{"required": !r.emptyBody,
 				"content": jsonContent(g.schema(reflect.TypeOf(r.request), true))}
@@ -289,6 +299,16 @@ func (g *docGen) responses(r route) map[string]any {
 		ok["content"] = map[string]any{r.media: map[string]any{"schema": map[string]any{"type": "string"}}}
 	}
 	out[strconv.Itoa(r.status)] = ok
+	for _, st := range r.also {
+		extra := map[string]any{"description": http.StatusText(st), "headers": requestIDHeader()}
+		switch st {
+		case http.StatusPartialContent:
+			extra["content"] = ok["content"]
+		case http.StatusFound:
+			extra["headers"] = map[string]any{"Location": map[string]any{"description": "where to download it from", "schema": map[string]any{"type": "string"}}}
+		}
+		out[strconv.Itoa(st)] = extra
+	}
 	for _, st := range r.statuses() {
 		if errorResponses[st] == "" {
 			panic(fmt.Sprintf("api: route %s lists error %d, which has no response in errorResponses", r.id, st))

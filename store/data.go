@@ -88,7 +88,6 @@ type DataUpload struct {
 	MaxTaskBytes int64
 }
 
-
 // TaskDataBytes sums the sizes of a task's data, leaving out the object
 // named dataType/filename (which an upload of that name replaces).
 func (db *DB) TaskDataBytes(ctx context.Context, q Querier, taskID, dataType, filename string) (int64, error) {
