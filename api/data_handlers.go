@@ -56,6 +56,11 @@ var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 256<<10); return
 // is read closes the connection, so a large body is never read to be
 // thrown away.
 func (s *Server) uploadData(c echo.Context) error {
+	// The server's write timeout counts from the request's start; a large
+	// upload may take longer, so the deadlines move with the bytes instead.
+	rc := http.NewResponseController(c.Response())
+	_ = rc.SetWriteDeadline(time.Time{})
+	c.Request().Body = &progressReader{r: c.Request().Body, rc: rc}
 	err := s.upload(c)
 	if err != nil {
 		c.Response().Header().Set(echo.HeaderConnection, "close")
@@ -367,12 +372,51 @@ func (s *Server) serveData(c echo.Context, d *events.TaskData) error {
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("ETag", `"`+d.SHA256+`"`)
 	h.Set("X-Checksum-Sha256", d.SHA256)
+	w := &progressWriter{ResponseWriter: c.Response(), rc: http.NewResponseController(c.Response())}
+	_ = w.rc.SetWriteDeadline(time.Now().Add(stallTimeout))
 	if rs, ok := rc.(io.ReadSeeker); ok {
-		http.ServeContent(c.Response(), c.Request(), "", d.UploadedAt, rs)
+		http.ServeContent(w, c.Request(), "", d.UploadedAt, rs)
 		return nil
 	}
 	h.Set(echo.HeaderContentLength, strconv.FormatInt(d.Size, 10))
-	c.Response().WriteHeader(http.StatusOK)
-	_, err = io.Copy(c.Response(), rc)
+	w.WriteHeader(http.StatusOK)
+	_, err = io.Copy(w, rc)
 	return err
+}
+
+// stallTimeout is how long a streamed body may make no progress: a large
+// upload or download may run for many minutes, but not stand still.
+const stallTimeout = 60 * time.Second
+
+// progressReader pushes the connection's read deadline forward as bytes
+// arrive (at most once a second, so it costs nothing per read).
+type progressReader struct {
+	r     io.ReadCloser
+	rc    *http.ResponseController
+	moved time.Time
+}
+
+func (p *progressReader) Read(b []byte) (int, error) {
+	if now := time.Now(); now.Sub(p.moved) > time.Second {
+		_ = p.rc.SetReadDeadline(now.Add(stallTimeout))
+		p.moved = now
+	}
+	return p.r.Read(b)
+}
+
+func (p *progressReader) Close() error { return p.r.Close() }
+
+// progressWriter does the same for the write deadline of a download.
+type progressWriter struct {
+	http.ResponseWriter
+	rc    *http.ResponseController
+	moved time.Time
+}
+
+func (p *progressWriter) Write(b []byte) (int, error) {
+	if now := time.Now(); now.Sub(p.moved) > time.Second {
+		_ = p.rc.SetWriteDeadline(now.Add(stallTimeout))
+		p.moved = now
+	}
+	return p.ResponseWriter.Write(b)
 }
