@@ -114,7 +114,16 @@ func (db *DB) fireOne(b *pgx.Batch, s *events.Schedule, now time.Time, meta even
 	f := Firing{ScheduleID: s.ID}
 	plan, err := PlanOf(s)
 	if err != nil {
-		return f, nil, err
+		// Its timing no longer parses (cannot happen with what Validate
+		// accepted): pause it with the reason rather than fail the batch
+		// and stop every other schedule.
+		f.Kind, f.Reason, f.AutoPaused, f.DueAt = "failed", "its timing no longer parses: "+err.Error(), true, *s.NextDueAt
+		ps, err := s.AutoPause(f.Reason, nil)
+		if err != nil {
+			return f, nil, err
+		}
+		_, sevs, err := projectStream(b, now, events.StreamSchedule, s.ID, s, ps, meta, db.projector.Schedule)
+		return f, sevs, err
 	}
 	slot, ok := s.DueSlot(plan, now)
 	if !ok {

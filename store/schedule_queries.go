@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/clawdbot/task-service/events"
 )
 
 // Execution is one firing's whole retry chain: its original task and the
@@ -235,13 +233,4 @@ func (db *DB) GetScheduleMetrics(ctx context.Context) (*ScheduleMetrics, error) 
 		return nil, mapErr(fmt.Errorf("schedule metrics: %w", err))
 	}
 	return m, nil
-}
-
-// ScheduleOf names the schedule a task belongs to ("" when none), for
-// messages.
-func (db *DB) ScheduleOf(ctx context.Context, q Querier, t *events.Task) (*events.Schedule, error) {
-	if t.ScheduleID == nil {
-		return nil, nil
-	}
-	return db.GetSchedule(ctx, q, *t.ScheduleID)
 }

@@ -393,3 +393,25 @@ func TestConcurrentFiringFiresEachDueTimeOnce(t *testing.T) {
 	require.Equal(t, 3*n, tasks)
 	require.Zero(t, dup)
 }
+
+// A schedule whose stored timing no longer parses is paused with the
+// reason; the others in the same batch fire.
+func TestBrokenTimingPausesOnlyThatSchedule(t *testing.T) {
+	t.Parallel()
+	e := newSchedEnv(t)
+	start := time.Now().Add(time.Hour).Truncate(time.Minute)
+	broken := e.create(t, func(sp *events.ScheduleSpec) { sp.StartAt = &start })
+	fine := e.create(t, func(sp *events.ScheduleSpec) { sp.StartAt = &start })
+	_, err := e.db.pool.Exec(e.ctx, `UPDATE schedules SET spec = jsonb_set(spec, '{cron}', '"not cron"') WHERE id = $1`, broken.ID)
+	require.NoError(t, err)
+	e.at(start)
+	byID := map[string]Firing{}
+	for _, f := range e.fire(t) {
+		byID[f.ScheduleID] = f
+	}
+	require.Equal(t, "fired", byID[fine.ID].Kind)
+	require.True(t, byID[broken.ID].AutoPaused)
+	s := e.get(t, broken.ID)
+	require.Equal(t, events.ScheduleStatePaused, s.State)
+	require.Contains(t, s.PausedReason, "timing no longer parses")
+}

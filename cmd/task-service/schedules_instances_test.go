@@ -12,6 +12,7 @@ import (
 
 	"github.com/clawdbot/task-service/api/client"
 	"github.com/clawdbot/task-service/events"
+	"github.com/clawdbot/task-service/store/replay"
 )
 
 // Schedules across three real instances (issue 13): 200 schedules due every
@@ -113,4 +114,9 @@ func TestSchedulesAcrossInstancesWithKill(t *testing.T) {
 	t.Logf("%d firings of %d slots (%d collapsed after a delay over a second); due -> task.created p50 %.1f ms, p99 %.1f ms, max %.1f ms",
 		firings, schedules*slots, collapsed, p50*1000, p99*1000, worst*1000)
 	require.Less(t, p99, 1.0, "p99 of the firing delay")
+
+	// The projections, schedules and firings included, equal the fold of the log.
+	rep, err := replay.Verify(c.ctx, c.pool, replay.VerifyConfig{})
+	require.NoError(t, err)
+	require.True(t, rep.Clean(), "replay --verify: %+v", rep.Differences)
 }

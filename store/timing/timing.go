@@ -9,6 +9,9 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	// IANA zones inside the binary: a zone accepted when a schedule was
+	// created stays loadable on a host without tzdata (about 450 KB).
+	_ "time/tzdata"
 
 	"github.com/robfig/cron/v3"
 
