@@ -157,6 +157,7 @@ func pageTimes(t *testing.T, dbURL string, calls int) (string, map[string][2]tim
 		{"events type=task.failed", "/events?type=task.failed"},
 		{"events worker", "/events?worker=" + workerID},
 		{"events task", "/events?task=" + oldID},
+		{"schedules", "/schedules"},
 	}
 	out := map[string][2]time.Duration{}
 	var labels []string

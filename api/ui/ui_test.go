@@ -335,3 +335,21 @@ func TestFormsShowTheCommandsErrorsAtTheirFields(t *testing.T) {
 	resp, _ = s.post("/tasks/0190c6e2-9bd4-7c8a-b6a1-2f3e4d5c6b7a/cancel", url.Values{"_csrf": {token}})
 	require.Equal(t, http.StatusNotFound, resp.StatusCode)
 }
+
+// The page weight budget of issue 9: all JS and CSS a page loads, uncompressed.
+func TestPageWeight(t *testing.T) {
+	s := newSite(t)
+	s.login()
+	_, body := s.get("/tasks")
+	assets := regexp.MustCompile(`(?:src|href)="(/static/[^"]+)"`).FindAllStringSubmatch(body, -1)
+	require.NotEmpty(t, assets)
+	total := 0
+	for _, m := range assets {
+		resp, b := s.get(strings.ReplaceAll(m[1], "&amp;", "&"))
+		require.Equal(t, http.StatusOK, resp.StatusCode, m[1])
+		require.Contains(t, resp.Header.Get("Cache-Control"), "immutable", "versioned assets are cached")
+		total += len(b)
+	}
+	t.Logf("JS+CSS of a page: %d bytes", total)
+	require.Less(t, total, 200_000)
+}

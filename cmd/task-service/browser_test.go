@@ -128,11 +128,11 @@ func (b *browser) run(actions ...chromedp.Action) {
 	require.NoError(b.t, chromedp.Run(ctx, actions...))
 }
 
-// waitJS waits until expr is true in the page, across navigations (an
+// waitJS waits (45 s at most: the machine may be loaded) until expr is true in the page, across navigations (an
 // evaluation that a navigation interrupts is simply tried again).
 func (b *browser) waitJS(expr string) {
 	b.t.Helper()
-	deadline := time.Now().Add(25 * time.Second)
+	deadline := time.Now().Add(45 * time.Second)
 	var last error
 	for time.Now().Before(deadline) {
 		var ok bool
@@ -151,7 +151,7 @@ func (b *browser) waitJS(expr string) {
 	b.mu.Lock()
 	problems := strings.Join(b.problems, "\n")
 	b.mu.Unlock()
-	b.t.Fatalf("still not true after 25 s: %s (last error: %v)\nconsole:\n%s\nat %s:\n%s", expr, last, problems, loc, body)
+	b.t.Fatalf("still not true after 45 s: %s (last error: %v)\nconsole:\n%s\nat %s:\n%s", expr, last, problems, loc, body)
 }
 
 func (b *browser) location() string {
@@ -322,8 +322,30 @@ func TestBrowserAdminUI(t *testing.T) {
 		require.Equal(t, 1, n, "position %s repeated", p)
 	}
 
+	// Every control on every page has an accessible name.
+	for _, path := range []string{"/", "/tasks", "/tasks/" + taskID, "/tasks/" + retryID, "/tasks/new?type=" + typeID,
+		"/types", "/types/" + typeID, "/types/new", "/workers", "/events", "/schedules", "/schedules/new"} {
+		var unnamed []string
+		b.run(chromedp.Navigate(s.base+path), chromedp.WaitReady("main", chromedp.ByQuery),
+			chromedp.Evaluate(unnamedControls, &unnamed))
+		require.Empty(t, unnamed, "controls without an accessible name on %s", path)
+	}
+
 	b.checkConsole()
 }
+
+// unnamedControls lists the page's controls that have no accessible name
+// (a label, aria-label, aria-labelledby, title, or their own text).
+const unnamedControls = `Array.from(document.querySelectorAll("input:not([type=hidden]), select, textarea, button, a[href], summary"))
+  .filter((el) => {
+    const labels = el.labels ? Array.from(el.labels).map((l) => l.textContent).join("").trim() : "";
+    const by = el.getAttribute("aria-labelledby");
+    const named = labels || (el.getAttribute("aria-label") || "").trim() || (el.getAttribute("title") || "").trim() ||
+      (by && document.getElementById(by) && document.getElementById(by).textContent.trim()) ||
+      (/^(BUTTON|A|SUMMARY)$/.test(el.tagName) && el.textContent.trim());
+    return !named;
+  })
+  .map((el) => el.outerHTML.slice(0, 160))`
 
 // tailPositions lists the live events table's positions, newest first.
 func tailPositions(b *browser) []string {

@@ -45,6 +45,8 @@ func TestScreenshots(t *testing.T) {
 		{"type", "/types/" + seed.typeID},
 		{"workers", "/workers"},
 		{"events", "/events"},
+		{"schedules", "/schedules"},
+		{"schedule-new", "/schedules/new"},
 	}
 	shoot := func(file, path string, width, height int64, dark bool) {
 		scheme := "light"
@@ -147,8 +149,15 @@ func seedFleet(t *testing.T, ctx context.Context, admin *client.Client, base str
 	}
 	_, err = admin.CancelTask(ctx, ids[len(ids)-1], "duplicate of an earlier crawl")
 	require.NoError(t, err)
+	_, err = admin.CreateSchedule(ctx, client.NewSchedule{Name: "Daily NVDA crawl", Cron: "0 6 * * 1-5", TimeZone: "Europe/Berlin",
+		Task: events.ScheduleTemplate{TaskTypeID: crawl.ID, Title: "Reddit crawl for NVDA", Priority: events.PriorityHigh,
+			Params: json.RawMessage(`{"ticker":"NVDA","days":1}`)}})
+	require.NoError(t, err)
+	_, err = admin.CreateSchedule(ctx, client.NewSchedule{Name: "Hourly review sweep", Interval: &events.Interval{Every: 1, Unit: "hours"},
+		Task: events.ScheduleTemplate{TaskTypeID: review.ID, Title: "Review open PRs", Priority: events.PriorityMedium, Params: json.RawMessage(`{"repo":"acme/api"}`)}})
+	require.NoError(t, err)
 	// Let the retry reactor make the retry, then show the retry's page.
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
 		ch, err := admin.TaskChain(ctx, retried)
 		require.NoError(t, err)
@@ -157,6 +166,8 @@ func seedFleet(t *testing.T, ctx context.Context, admin *client.Client, base str
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	t.Fatal("no retry after 20 s")
+	d, err := admin.Task(ctx, retried)
+	require.NoError(t, err)
+	t.Fatalf("no retry after 60 s: %s %v %v", d.Status, d.RetryOutcome, d.FailureKind)
 	return fleet{}
 }
