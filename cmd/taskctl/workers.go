@@ -10,9 +10,15 @@ import (
 	"github.com/clawdbot/task-service/api/client"
 )
 
-var workersCommand = group("workers", "Create the accounts workers log in with, and see what they are doing.", map[string]subcommand{
+var workersCommand = group("workers", "Create, change, deactivate and reset the accounts workers log in with; see what they are doing.", map[string]subcommand{
 	"create": {"create a worker account", (*app).workersCreate},
 	"list":   {"list workers with their activity and free slots", (*app).workersList},
+
+	"show":       {"show one user: roles, active, lockout, presence", (*app).workersShow},
+	"update":     {"change a user's name, capacity or roles", (*app).workersUpdate},
+	"deactivate": {"deactivate a user: no login, tokens revoked, its tasks released", (*app).workersDeactivate},
+	"reactivate": {"let a deactivated user log in again", (*app).workersReactivate},
+	"password":   {"set a user's password (revokes its tokens, ends a lockout)", (*app).workersPassword},
 })
 
 var workersCreateSpec = cmdSpec{

@@ -1,0 +1,48 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestWorkersAccounts drives taskctl workers show|update|deactivate|
+// reactivate|password against a real server.
+func TestWorkersAccounts(t *testing.T) {
+	e := newCLIEnv(t)
+	e.login()
+	e.ok("workers", "create", "--email", "exodus@bots.example.com", "--name", "Exodus", "--password", "exodus-password")
+
+	out := e.ok("workers", "show", "exodus@bots.example.com")
+	require.Contains(t, out, "Exodus")
+	require.Regexp(t, `Account\s+active`, out)
+
+	out = e.ok("workers", "update", "Exodus", "--max-concurrent", "3", "--name", "Exodus II")
+	require.Contains(t, out, "Exodus II")
+	require.Contains(t, out, "of 3")
+	code, _, errOut := e.taskctl("workers", "update", "exodus@bots.example.com")
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut, "nothing to change")
+	code, _, errOut = e.taskctl("workers", "update", "exodus@bots.example.com", "--max-concurrent", "500")
+	require.NotEqual(t, exitOK, code)
+	require.Contains(t, errOut, "max_concurrent_tasks")
+
+	out = e.ok("workers", "deactivate", "exodus@bots.example.com", "--reason", "retired")
+	require.Contains(t, out, "DEACTIVATED")
+	code, _, errOut = e.taskctl("workers", "deactivate", "exodus@bots.example.com")
+	require.NotEqual(t, exitOK, code)
+	require.Contains(t, errOut, "already deactivated")
+	out = e.ok("workers", "reactivate", "exodus@bots.example.com")
+	require.Regexp(t, `Account\s+active`, out)
+
+	out = e.ok("workers", "password", "exodus@bots.example.com", "--password", "a-new-password")
+	require.Contains(t, out, "Password of Exodus II")
+	code, _, errOut = e.taskctl("workers", "password", "exodus@bots.example.com", "--password", "short")
+	require.NotEqual(t, exitOK, code)
+	require.Contains(t, errOut, "password")
+
+	code, _, errOut = e.taskctl("workers", "show", "nobody@example.com")
+	require.Equal(t, exitUsage, code)
+	require.True(t, strings.Contains(errOut, "no worker"), errOut)
+}
