@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"os"
 	"strings"
 
 	"github.com/google/uuid"
@@ -23,7 +25,12 @@ const MaxBodyBytes = 1 << 20
 // at fault. An empty body is allowed when emptyOK (all fields optional).
 func decode(c echo.Context, v any, emptyOK bool) error {
 	body := http.MaxBytesReader(c.Response(), c.Request().Body, MaxBodyBytes)
-	return decodeJSON(body, v, emptyOK)
+	raw, err := readAll(body)
+	if err != nil {
+		return err // the deadline stays: the server must not wait for the rest
+	}
+	bodyRead(c)
+	return decodeRaw(raw, v, emptyOK)
 }
 
 // decodeJSON is decode without echo, for the fuzz target.
@@ -32,6 +39,10 @@ func decodeJSON(r io.Reader, v any, emptyOK bool) error {
 	if err != nil {
 		return err
 	}
+	return decodeRaw(raw, v, emptyOK)
+}
+
+func decodeRaw(raw []byte, v any, emptyOK bool) error {
 	if len(raw) == 0 {
 		if emptyOK {
 			return nil
@@ -55,7 +66,11 @@ func decodeJSON(r io.Reader, v any, emptyOK bool) error {
 // readBody reads the request body, bounded by MaxBodyBytes, without the
 // white space around it.
 func readBody(c echo.Context) ([]byte, error) {
-	return readAll(http.MaxBytesReader(c.Response(), c.Request().Body, MaxBodyBytes))
+	raw, err := readAll(http.MaxBytesReader(c.Response(), c.Request().Body, MaxBodyBytes))
+	if err == nil {
+		bodyRead(c)
+	}
+	return raw, err
 }
 
 // readAll reads a bounded body; too large is a 413.
@@ -66,6 +81,11 @@ func readAll(r io.Reader) ([]byte, error) {
 		if errors.As(err, &tooBig) {
 			return nil, &httpError{status: http.StatusRequestEntityTooLarge,
 				body: ErrorBody{Code: "too_large", Message: fmt.Sprintf("request body is larger than %d bytes", tooBig.Limit)}}
+		}
+		var netErr net.Error
+		if errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &netErr) && netErr.Timeout()) {
+			return nil, &httpError{status: http.StatusRequestTimeout, body: ErrorBody{Code: "timeout",
+				Message: "the request body did not arrive in time; send it at once"}}
 		}
 		return nil, &httpError{status: http.StatusBadRequest, body: ErrorBody{Code: "bad_request", Message: "could not read the request body"}}
 	}

@@ -1,7 +1,10 @@
 package api_test
 
 import (
+	"bufio"
 	"context"
+	"fmt"
+	"net"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -165,4 +168,40 @@ func TestDatabaseDown(t *testing.T) {
 		require.Equal(t, "5", resp.Header.Get("Retry-After"))
 		require.NotContains(t, body, "secret_user")
 	}
+}
+
+// TestSlowBody: a client trickling a JSON body is cut off after the body
+// timeout (408), while a long-poll without a body is not.
+func TestSlowBody(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	srv, err := api.New(api.Config{DB: b.db, JWTSecret: b.secret, BcryptCost: bcrypt.MinCost,
+		BodyReadTimeout: 300 * time.Millisecond, Logger: zerolog.Nop()})
+	require.NoError(t, err)
+	ts := httptest.NewServer(srv.Handler())
+	defer ts.Close()
+
+	conn, err := net.Dial("tcp", strings.TrimPrefix(ts.URL, "http://"))
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = fmt.Fprintf(conn, "POST /api/v1/auth/login HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"email\":")
+	require.NoError(t, err)
+	start := time.Now()
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(10*time.Second)))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	require.NoError(t, err, "the server answers instead of waiting for the rest")
+	require.Equal(t, http.StatusRequestTimeout, resp.StatusCode)
+	require.Less(t, time.Since(start), 5*time.Second)
+
+	// A long-poll claim has no body: the body timeout does not cut it.
+	w := b.newWorker(t, "Patient", 1)
+	start = time.Now()
+	req, err := http.NewRequest("POST", ts.URL+"/api/v1/worker/tasks/claim?wait=1", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+w.Token())
+	r, err := b.http.Do(req)
+	require.NoError(t, err)
+	r.Body.Close()
+	require.Equal(t, http.StatusOK, r.StatusCode)
+	require.GreaterOrEqual(t, time.Since(start), 900*time.Millisecond, "it waited its second")
 }
