@@ -135,6 +135,7 @@ const (
 	ErrorCodeConflict             ErrorCode = "conflict"
 	ErrorCodeDuplicate            ErrorCode = "duplicate"
 	ErrorCodeForbidden            ErrorCode = "forbidden"
+	ErrorCodeIncompleteBody       ErrorCode = "incomplete_body"
 	ErrorCodeInternal             ErrorCode = "internal"
 	ErrorCodeInvalidTransition    ErrorCode = "invalid_transition"
 	ErrorCodeMethodNotAllowed     ErrorCode = "method_not_allowed"
@@ -158,6 +159,8 @@ func (e ErrorCode) Valid() bool {
 	case ErrorCodeDuplicate:
 		return true
 	case ErrorCodeForbidden:
+		return true
+	case ErrorCodeIncompleteBody:
 		return true
 	case ErrorCodeInternal:
 		return true
@@ -854,6 +857,8 @@ type Assignment struct {
 type Attempt struct {
 	Attempt            int                     `json:"attempt"`
 	CompletedAt        *time.Time              `json:"completed_at"`
+	Data               *[]AttemptData          `json:"data,omitempty"`
+	DataTotal          *int                    `json:"data_total,omitempty"`
 	DetailsOmitted     *bool                   `json:"details_omitted,omitempty"`
 	DurationSeconds    *float32                `json:"duration_seconds"`
 	FailureEvidence    *map[string]interface{} `json:"failure_evidence,omitempty"`
@@ -897,6 +902,15 @@ type Attempt_Result struct {
 // AttemptStatus defines model for Attempt.Status.
 type AttemptStatus string
 
+// AttemptData defines model for AttemptData.
+type AttemptData struct {
+	DataType  string `json:"data_type"`
+	Filename  string `json:"filename"`
+	Id        string `json:"id"`
+	Sha256    string `json:"sha256"`
+	SizeBytes int    `json:"size_bytes"`
+}
+
 // AttemptUpdate defines model for AttemptUpdate.
 type AttemptUpdate struct {
 	At        time.Time `json:"at"`
@@ -916,6 +930,7 @@ type ChainAttempt struct {
 	Attempt         int                `json:"attempt"`
 	CompletedAt     *time.Time         `json:"completed_at"`
 	CreatedAt       time.Time          `json:"created_at"`
+	Data            []TaskData         `json:"data"`
 	DurationSeconds *float32           `json:"duration_seconds"`
 	FailureKind     *string            `json:"failure_kind"`
 	FailureReason   *string            `json:"failure_reason"`
@@ -1082,6 +1097,22 @@ type TaskRetryOutcome string
 // TaskStatus defines model for Task.Status.
 type TaskStatus string
 
+// TaskData defines model for TaskData.
+type TaskData struct {
+	ContentType string    `json:"content_type"`
+	DataType    string    `json:"data_type"`
+	Filename    string    `json:"filename"`
+	Id          string    `json:"id"`
+	Key         string    `json:"key"`
+	Sha256      string    `json:"sha256"`
+	SizeBytes   int       `json:"size_bytes"`
+	TaskId      string    `json:"task_id"`
+	UploadedAt  time.Time `json:"uploaded_at"`
+	UploadedBy  string    `json:"uploaded_by"`
+	Uploads     int       `json:"uploads"`
+	Version     int       `json:"version"`
+}
+
 // TaskDetail defines model for TaskDetail.
 type TaskDetail struct {
 	AssignedTo    *string                 `json:"assigned_to"`
@@ -1090,6 +1121,7 @@ type TaskDetail struct {
 	CompletedAt   *time.Time              `json:"completed_at"`
 	CreatedAt     time.Time               `json:"created_at"`
 	CreatedBy     *string                 `json:"created_by"`
+	Data          []TaskData              `json:"data"`
 	Description   string                  `json:"description"`
 	FailureKind   *TaskDetailFailureKind  `json:"failure_kind"`
 	FailureReason *string                 `json:"failure_reason"`
