@@ -10,6 +10,7 @@
 #   make bench-go   Go benchmarks of the store hot paths (go test -bench)
 #   make bench-worker  task-worker's own overhead per task with a no-op command
 #   make bench-schedules  the scheduler with 10,000 schedules: CPU idle and per firing, firing delay
+#   make bench-login   server CPU of 10,000 wrong passwords from one address, throttled vs not
 #   make bench-scale   every admin and worker read at 10k, 100k and 1M tasks of history (p50/p99)
 #   make lint       gofmt check + go vet
 #   make lint-openapi  Redocly lint of the OpenAPI document (installs Redocly CLI into ~/.cache)
@@ -37,6 +38,7 @@ TEST_DB_ENV = \
 	export TEST_DATABASE_URL
 
 .PHONY: bench-schedules
+.PHONY: bench-login
 .PHONY: build run test test-race bench bench-go bench-worker bench-scale lint lint-openapi fuzz devdb devdb-stop screenshots bench-ui
 
 build:
@@ -94,6 +96,16 @@ bench-worker:
 	@set -e; $(TEST_DB_ENV); \
 	TASK_WORKER_BENCH=1 TASK_WORKER_BENCH_TASKS=$(WORKER_BENCH_TASKS) \
 	$(GO) test -count=1 -run '^TestLoopOverhead$$' -v ./cmd/task-worker
+
+# Login throttling (issue 11, ADR 011): the real binary at BCRYPT_COST=10 takes 10,000
+# wrong passwords from one address with the default throttle, then LOGIN_BENCH_UNTHROTTLED
+# (500) with the throttle off, scaled to 10,000; prints the server's CPU for each. The
+# unthrottled part takes minutes on a loaded 2-core machine.
+LOGIN_BENCH_UNTHROTTLED ?= 500
+bench-login:
+	@set -e; $(TEST_DB_ENV); \
+	LOGIN_BENCH=1 LOGIN_BENCH_UNTHROTTLED=$(LOGIN_BENCH_UNTHROTTLED) \
+	$(GO) test -count=1 -timeout 30m -run '^TestLoginThrottleCPU$$' -v ./cmd/task-service
 
 # The scheduler (issue 13, ADR 013): SCHEDULE_BENCH_SCHEDULES active schedules firing once a
 # minute each; CPU of this process and of PostgreSQL when idle and per firing; the firing
