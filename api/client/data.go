@@ -27,7 +27,7 @@ func (c *Client) UploadData(ctx context.Context, taskID, dataType, filename, con
 		req.Header.Set("Content-Type", contentType)
 	}
 	var out []events.TaskData
-	if err := c.send(req, &out); err != nil {
+	if err := c.sendUntimed(req, &out); err != nil {
 		return nil, err
 	}
 	if len(out) != 1 {
@@ -39,6 +39,15 @@ func (c *Client) UploadData(ctx context.Context, taskID, dataType, filename, con
 // SendRaw sends a prepared request (any body) with the token and decodes
 // the envelope's data into out.
 func (c *Client) SendRaw(req *http.Request, out any) error { return c.send(req, out) }
+
+// sendUntimed is send without the client's overall timeout: a large
+// upload takes as long as it takes; ctx bounds it.
+func (c *Client) sendUntimed(req *http.Request, out any) error {
+	hc := *c.http
+	hc.Timeout = 0
+	cc := &Client{base: c.base, http: &hc, tok: c.Token()}
+	return cc.send(req, out)
+}
 
 func (c *Client) send(req *http.Request, out any) error {
 	if tok := c.Token(); tok != "" {
@@ -108,6 +117,7 @@ func (c *Client) Download(ctx context.Context, path string) (io.ReadCloser, erro
 	// host with another path it keeps it, which S3 would reject next to
 	// the presigned query. So redirects are followed here, bare.
 	hc := *c.http
+	hc.Timeout = 0 // a large download takes as long as it takes; ctx bounds it
 	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	resp, err := hc.Do(req)
 	if err != nil {

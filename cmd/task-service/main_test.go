@@ -75,7 +75,8 @@ func (b *syncBuffer) String() string {
 // baseEnv is a clean environment: nothing from the developer's shell (an
 // ANTHROPIC_API_KEY, a DATABASE_URL) leaks into the binary under test.
 func baseEnv(extra ...string) []string {
-	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.TempDir(), "LOG_FORMAT=json"}
+	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.TempDir(), "LOG_FORMAT=json",
+		"DATA_DIR=" + filepath.Join(os.TempDir(), "task-service-e2e-data")}
 	return append(env, extra...)
 }
 

@@ -155,6 +155,7 @@ func newFixture(t *testing.T, serviceEnv ...string) *fixture {
 		// The service's own retries and timeouts would race the worker's
 		// behaviour under test (retry tasks claimed, a timeout failed first).
 		"REACTORS=false", "STUCK_DETECTOR=false",
+		"DATA_DIR=" + t.TempDir(),
 	}, serviceEnv...)}
 	svc.addr = freeAddr(t)
 	svc.env = append(svc.env, "LISTEN_ADDR="+svc.addr)

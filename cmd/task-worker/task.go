@@ -29,6 +29,9 @@ const maxResultFile = 16 << 20
 // taskFiles are the files a command gets.
 type taskFiles struct {
 	Dir, Prompt, Params, Result string
+	// Output is $TASK_OUTPUT_DIR: every file the command leaves there is
+	// uploaded as task data before the outcome is reported.
+	Output string
 }
 
 // outcome is what the worker tells the service about a task.
@@ -81,6 +84,15 @@ func (w *Worker) runTask(killCtx, reportCtx context.Context, slot int, t *claime
 	})
 	upd.Close()
 	o := outcomeOf(res, files, spec)
+	if o.action == "complete" || o.action == "fail" {
+		// Before the report: a completed task's data is all there when it
+		// completes, and a failed attempt's data is there for its retry.
+		if _, _, err := w.uploadOutput(reportCtx, log, t.ID, files.Output); err != nil && o.action == "complete" {
+			o = outcome{action: "fail", kind: events.FailureError, reason: "the command succeeded but its output could not be uploaded: " + err.Error()}
+		} else if err != nil {
+			o.reason += "\n(and its output could not be uploaded: " + err.Error() + ")"
+		}
+	}
 	reported := w.report(reportCtx, log, t, o)
 	done := time.Now()
 
@@ -115,7 +127,10 @@ func (w *Worker) writeFiles(t *claimedTask) (taskFiles, error) {
 		return taskFiles{}, err
 	}
 	f := taskFiles{Dir: dir, Prompt: filepath.Join(dir, "prompt.md"), Params: filepath.Join(dir, "params.json"),
-		Result: filepath.Join(dir, "result.json")}
+		Result: filepath.Join(dir, "result.json"), Output: filepath.Join(dir, "output")}
+	if err := os.MkdirAll(f.Output, 0o700); err != nil {
+		return taskFiles{}, err
+	}
 	if err := os.WriteFile(f.Prompt, []byte(buildPrompt(t)), 0o600); err != nil {
 		return taskFiles{}, err
 	}
@@ -148,6 +163,7 @@ func (w *Worker) commandEnv(t *claimedTask, spec Spec, f taskFiles) []string {
 		"TASK_PROMPT_FILE="+f.Prompt,
 		"TASK_PARAMS_FILE="+f.Params,
 		"TASK_RESULT_FILE="+f.Result,
+		"TASK_OUTPUT_DIR="+f.Output,
 		"TASK_API="+w.cfg.API,
 		"TASK_TOKEN="+w.api.c.Token(),
 	)

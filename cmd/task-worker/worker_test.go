@@ -600,3 +600,38 @@ func TestFreeSlotsAreClaimedAndReportedTogether(t *testing.T) {
 	require.Positive(t, reports)
 	require.Less(t, reports, n, "some commands that ended together were reported in one request")
 }
+
+func TestOutputFilesAreUploadedAsTaskData(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	email, _ := f.newWorkerAccount("collector", 1)
+	typeID := f.newType("crawl", 0, "")
+	ok := f.newTask(typeID, "collects and succeeds", map[string]any{"mode": "ok"})
+	cmd := f.script("collect.sh", `set -e
+mkdir -p "$TASK_OUTPUT_DIR/posts"
+printf '{"id":1}\n{"id":2}\n' > "$TASK_OUTPUT_DIR/posts/nvda.jsonl"
+echo "847 posts" > "$TASK_OUTPUT_DIR/summary.txt"
+echo '{"posts":847}'
+`)
+	f.startWorker(email, nil, "--command", cmd)
+	f.waitStatus(ok, events.StatusCompleted, 20*time.Second)
+	var data []events.TaskData
+	f.asAdmin(func() error {
+		var err error
+		data, err = f.admin.TaskData(f.ctx(), ok)
+		return err
+	})
+	require.Len(t, data, 2)
+	byName := map[string]events.TaskData{}
+	for _, d := range data {
+		byName[d.DataType+"/"+d.Filename] = d
+	}
+	require.Contains(t, byName, "posts/nvda.jsonl")
+	require.Contains(t, byName, "output/summary.txt")
+	require.EqualValues(t, len("{\"id\":1}\n{\"id\":2}\n"), byName["posts/nvda.jsonl"].Size)
+	// Uploaded before the completion: every data event comes before task.completed.
+	var dataAfter int
+	require.NoError(t, f.pool.QueryRow(f.ctx(), `SELECT count(*) FROM task_events d WHERE d.stream_id = $1 AND d.type = 'task.data_uploaded'
+		AND d.version > (SELECT version FROM task_events c WHERE c.stream_id = $1 AND c.type = 'task.completed')`, ok).Scan(&dataAfter))
+	require.Zero(t, dataAfter)
+}
