@@ -23,7 +23,7 @@ type fold struct {
 	assignments [][]any
 	schedules   map[key]*events.Schedule
 	firings     [][]any
-	data        map[key]*events.TaskData // task_data rows by data id
+	data        map[key]*events.TaskData  // task_data rows by data id
 	held        map[key][]events.Envelope // events waiting for their predecessor
 	events      int64
 	skipped     int64 // events of streams no projection reads
