@@ -23,6 +23,7 @@ import (
 	"github.com/clawdbot/task-service/events"
 	"github.com/clawdbot/task-service/projections"
 	"github.com/clawdbot/task-service/store"
+	"github.com/clawdbot/task-service/store/blob"
 	"github.com/clawdbot/task-service/store/storetest"
 )
 
@@ -50,8 +51,14 @@ func newCLIEnv(t *testing.T) *cliEnv {
 	hub := store.NewHub()
 	db, err := store.New(pool, store.Config{Projector: projections.Projector{}, AfterCommit: hub.Wake})
 	require.NoError(t, err)
+	dataDir := t.TempDir()
+	dataStore, err := blob.NewFS(dataDir)
+	require.NoError(t, err)
+	t.Setenv("DATA_DIR", dataDir)
+	t.Setenv("DATA_S3_BUCKET", "")
 	srv, err := api.New(api.Config{DB: db, JWTSecret: []byte("taskctl-test-secret-0123456789"), BcryptCost: bcrypt.MinCost,
-		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel), Hub: hub})
+		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel), Hub: hub,
+		Data: api.DataConfig{Store: dataStore}})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

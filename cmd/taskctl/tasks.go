@@ -21,6 +21,7 @@ var tasksCommand = group("tasks", "Create, list, inspect and steer tasks.", map[
 	"cancel": {"cancel a task that has not ended", (*app).tasksCancel},
 	"assign": {"give a pending task to a worker", (*app).tasksAssign},
 	"retry":  {"retry a failed task now, with an optional hint", (*app).tasksRetry},
+	"data":   {"list a task's uploaded files, or --download them", (*app).tasksData},
 })
 
 var tasksCreateSpec = cmdSpec{
