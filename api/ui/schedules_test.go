@@ -55,6 +55,8 @@ func TestSchedulePages(t *testing.T) {
 	resp, _ = s.post(loc+"/run", url.Values{"_csrf": {token}})
 	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
 	require.Regexp(t, `^/tasks/[0-9a-f-]{36}$`, resp.Header.Get("Location"))
+	_, body = s.get(resp.Header.Get("Location"))
+	require.Contains(t, body, `<a href="`+loc+`" id="task-schedule">execution #1</a>`, "the task links to its schedule")
 	resp, _ = s.post(loc+"/pause", url.Values{"_csrf": {token}, "reason": {"holiday"}})
 	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
 	resp, body = s.post(loc+"/pause", url.Values{"_csrf": {token}})
