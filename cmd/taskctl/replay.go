@@ -267,7 +267,7 @@ func (p *progressPrinter) endPhase() {
 func (p *progressPrinter) draw() {
 	p.drawn, p.shown = time.Now(), p.last
 	pr := p.last
-	unit := map[string]string{"read": "events", "catch-up": "events", "write": "rows", "index": "tables", "diff": "tables", "swap": "steps"}[pr.Phase]
+	unit := map[string]string{"ranges": "events", "read": "events", "catch-up": "events", "write": "rows", "index": "tables", "diff": "tables", "swap": "steps"}[pr.Phase]
 	amount := count(pr.Done)
 	if pr.Total > 0 {
 		amount += "/" + count(pr.Total)

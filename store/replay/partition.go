@@ -13,6 +13,20 @@ import (
 // this and not by the log (ADR 010).
 const DefaultPartitionEvents = 200_000
 
+// setSession prepares a replay connection. Every range runs the same
+// statements with other bounds: after five runs PostgreSQL may switch to a
+// generic plan, which cannot see that a range is a small part of the log
+// and reads all of it (a parallel sequential scan and sort per range, seen
+// at 5M events). Custom plans see the bounds.
+func setSession(ctx context.Context, conn *pgx.Conn) error {
+	for _, s := range []string{`SET plan_cache_mode = force_custom_plan`, `SET work_mem = '64MB'`} {
+		if _, err := conn.Exec(ctx, s); err != nil {
+			return fmt.Errorf("%s: %w", s, err)
+		}
+	}
+	return nil
+}
+
 // streamRange is the streams with lo <= id < hi; an empty end is open.
 type streamRange struct{ lo, hi string }
 
@@ -34,7 +48,9 @@ func (r streamRange) whole() bool { return r.lo == "" && r.hi == "" }
 
 // partitions cuts the log visible to tx into ranges of streams of about n
 // events each, walking the (stream_id, version) index: every event of a
-// stream falls in one range. A log of at most n events is one range.
+// stream falls in one range. A log of at most n events is one range. (The
+// text output is named bound: named stream_id, ORDER BY would sort by it
+// instead of walking the index.)
 func partitions(ctx context.Context, tx pgx.Tx, total int64, n int) ([]streamRange, error) {
 	if total <= int64(n) {
 		return []streamRange{{}}, nil
@@ -45,9 +61,9 @@ func partitions(ctx context.Context, tx pgx.Tx, total int64, n int) ([]streamRan
 		var next string
 		var err error
 		if lo == "" {
-			err = tx.QueryRow(ctx, `SELECT stream_id::text FROM task_events ORDER BY stream_id OFFSET $1 LIMIT 1`, n).Scan(&next)
+			err = tx.QueryRow(ctx, `SELECT stream_id::text AS bound FROM task_events ORDER BY stream_id OFFSET $1 LIMIT 1`, n).Scan(&next)
 		} else {
-			err = tx.QueryRow(ctx, `SELECT stream_id::text FROM task_events WHERE stream_id >= $1::uuid
+			err = tx.QueryRow(ctx, `SELECT stream_id::text AS bound FROM task_events WHERE stream_id >= $1::uuid
 				ORDER BY stream_id OFFSET $2 LIMIT 1`, lo, n).Scan(&next)
 		}
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -57,7 +73,7 @@ func partitions(ctx context.Context, tx pgx.Tx, total int64, n int) ([]streamRan
 			return nil, fmt.Errorf("cut the log into ranges: %w", err)
 		}
 		if next == lo { // one stream of more than n events: the range ends after it
-			err = tx.QueryRow(ctx, `SELECT stream_id::text FROM task_events WHERE stream_id > $1::uuid
+			err = tx.QueryRow(ctx, `SELECT stream_id::text AS bound FROM task_events WHERE stream_id > $1::uuid
 				ORDER BY stream_id LIMIT 1`, lo).Scan(&next)
 			if errors.Is(err, pgx.ErrNoRows) {
 				return append(out, streamRange{lo: lo}), nil

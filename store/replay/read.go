@@ -18,7 +18,7 @@ import (
 
 // Progress says how far a run is. Rate is per second over the phase so far.
 type Progress struct {
-	Phase   string // read, write, index, diff, catch-up, swap
+	Phase   string // ranges, read, write, index, catch-up, swap
 	Done    int64  // events folded in read and catch-up, rows in write
 	Total   int64  // 0 when unknown
 	Elapsed time.Duration

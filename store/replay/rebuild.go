@@ -89,6 +89,9 @@ func Rebuild(ctx context.Context, pool *pgxpool.Pool, cfg RebuildConfig) (*Rebui
 		return nil, fmt.Errorf("rebuild: connect: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
+	if err := setSession(ctx, conn); err != nil {
+		return nil, fmt.Errorf("rebuild: %w", err)
+	}
 	var locked bool
 	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, int64(lockKey)).Scan(&locked); err != nil {
 		return nil, fmt.Errorf("rebuild: %w", err)
@@ -249,10 +252,12 @@ func (r *rebuilder) load(ctx context.Context) error {
 		Scan(&r.seen, &total); err != nil {
 		return fmt.Errorf("snapshot: %w", err)
 	}
+	cut := startPhase(r.cfg.Progress, "ranges", total)
 	ranges, err := partitions(ctx, tx, total, r.cfg.PartitionEvents)
 	if err != nil {
 		return err
 	}
+	cut.report(total)
 	conns := make([]*pgx.Conn, len(r.tables))
 	for i := range conns {
 		if conns[i], err = pgx.ConnectConfig(ctx, r.conn.Config().Copy()); err != nil {

@@ -96,7 +96,7 @@ func Verify(ctx context.Context, pool *pgxpool.Pool, cfg VerifyConfig) (*Report,
 		return nil, fmt.Errorf("verify: connect: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, `SET work_mem = '64MB'`); err != nil {
+	if err := setSession(ctx, conn); err != nil {
 		return nil, fmt.Errorf("verify: %w", err)
 	}
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
@@ -109,10 +109,12 @@ func Verify(ctx context.Context, pool *pgxpool.Pool, cfg VerifyConfig) (*Report,
 	if err := tx.QueryRow(ctx, `SELECT count(*) FROM task_events`).Scan(&total); err != nil {
 		return nil, fmt.Errorf("verify: count events: %w", err)
 	}
+	cut := startPhase(cfg.Progress, "ranges", total)
 	ranges, err := partitions(ctx, tx, total, cfg.PartitionEvents)
 	if err != nil {
 		return nil, fmt.Errorf("verify: %w", err)
 	}
+	cut.report(total)
 	ts := tables()
 	diffs := make([]*differ, len(ts))
 	for i, t := range ts {
