@@ -194,6 +194,13 @@ func TestBadInput(t *testing.T) {
 		{"bad list bool", "GET", A + "/tasks?unassigned=maybe", admin, "", 400, "validation_failed", "unassigned"},
 		{"bad list type id", "GET", A + "/tasks?task_type_id=42", admin, "", 400, "validation_failed", "task_type_id"},
 
+		// The admin UI's session cookie opens the event stream and nothing else of the API.
+		{"stream with a forged session cookie", "GET", "/api/v1/admin/events/stream", "cookie:" + forged, "", 401, "unauthenticated", ""},
+		{"stream with an expired session cookie", "GET", "/api/v1/admin/events/stream", "cookie:" + expired, "", 401, "unauthenticated", ""},
+		{"stream with a worker's session cookie", "GET", "/api/v1/admin/events/stream", "cookie:" + una, "", 403, "forbidden", ""},
+		{"API write with an admin's session cookie", "POST", A + "/tasks", "cookie:" + admin, task(`"params":{"days":1}`), 401, "unauthenticated", ""},
+		{"API read with an admin's session cookie", "GET", A + "/tasks", "cookie:" + admin, "", 401, "unauthenticated", ""},
+
 		// Params against the type's JSON Schema: the field is the JSON path.
 		{"params: missing required", "POST", A + "/tasks", admin, task(`"params":{}`), 400, "validation_failed", "params"},
 		{"params: wrong type", "POST", A + "/tasks", admin, task(`"params":{"days":"three"}`), 400, "validation_failed", "params.days"},
@@ -426,6 +433,8 @@ func TestBadInput(t *testing.T) {
 				req.Header.Set("Content-Type", "application/json")
 			}
 			switch {
+			case strings.HasPrefix(c.auth, "cookie:"): // the admin UI's session cookie
+				req.AddCookie(&http.Cookie{Name: api.SessionCookie, Value: strings.TrimPrefix(c.auth, "cookie:")})
 			case strings.HasPrefix(c.auth, "basic:"):
 				parts := strings.Split(c.auth, ":")
 				req.SetBasicAuth(parts[1], parts[2])
