@@ -54,9 +54,14 @@ func newBrowser(t testing.TB) *browser {
 	t.Helper()
 	// A fresh profile and no background traffic: the machine's network is
 	// closed and Chromium would otherwise keep trying to reach Google.
+	// The profile is not a t.TempDir: Chromium's helper processes may still
+	// write to it for a moment after the browser exits, which would fail the
+	// test in TempDir's cleanup. It is removed on a best-effort basis.
+	profile, err := os.MkdirTemp("", "task-service-chromium-")
+	require.NoError(t, err)
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(chromiumPath(t)),
-		chromedp.UserDataDir(t.TempDir()),
+		chromedp.UserDataDir(profile),
 		chromedp.Flag("headless", true), chromedp.NoSandbox, chromedp.DisableGPU,
 		chromedp.Flag("disable-quic", true), chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck,
 		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
@@ -65,7 +70,13 @@ func newBrowser(t testing.TB) *browser {
 	}
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancel := chromedp.NewContext(actx)
-	t.Cleanup(func() { cancel(); cancelAlloc() })
+	t.Cleanup(func() {
+		cancel()
+		cancelAlloc()
+		for i := 0; i < 10 && os.RemoveAll(profile) != nil; i++ {
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
 	b := &browser{t: t, ctx: ctx}
 	chromedp.ListenTarget(ctx, func(ev any) {
 		switch e := ev.(type) {
