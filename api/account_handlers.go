@@ -115,6 +115,12 @@ func (s *Server) changePassword(c echo.Context) error {
 	}
 	ctx := c.Request().Context()
 	id := claimsOf(c).Subject
+	// The same buckets as login: a stolen token must not become a way to
+	// guess the password at bcrypt's expense.
+	email, client, now := normalEmail(claimsOf(c).Email), clientAddress(c), s.now()
+	if err := s.guard.admit(email, client, now); err != nil {
+		return err
+	}
 	_, hash, err := s.db.CredentialsByID(ctx, id)
 	if err != nil {
 		return err
@@ -123,6 +129,7 @@ func (s *Server) changePassword(c echo.Context) error {
 	if bcrypt.CompareHashAndPassword([]byte(hash), []byte(req.CurrentPassword)) != nil {
 		return events.Invalid("current_password", "is wrong")
 	}
+	s.guard.succeeded(email, client, now)
 	newHash, err := s.newPasswordHash("new_password", req.NewPassword)
 	if err != nil {
 		return err

@@ -25,7 +25,7 @@ func (s *Server) table() []route {
 		{method: http.MethodPost, path: "/api/v1/auth/login", id: "login", summary: "Log in; returns a JWT and the user", role: rolePublic, handler: s.login,
 			request: loginRequest{}, status: okay, response: LoginResponse{}, errors: []int{bad, http.StatusUnauthorized, http.StatusTooManyRequests}},
 		{method: http.MethodPost, path: "/api/v1/auth/password", id: "changePassword", summary: "Change your own password; returns a new token (every older one stops working)", role: roleUser, handler: s.changePassword,
-			request: changePasswordRequest{}, status: okay, response: LoginResponse{}, errors: []int{bad}},
+			request: changePasswordRequest{}, status: okay, response: LoginResponse{}, errors: []int{bad, http.StatusTooManyRequests}},
 
 		{method: http.MethodPost, path: w + "/heartbeat", id: "heartbeat", summary: "Report that this worker is alive", role: roleWorker, handler: s.heartbeat,
 			request: heartbeatRequest{}, emptyBody: true, status: okay, response: heartbeatView{}, errors: []int{bad}},
