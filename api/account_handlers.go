@@ -143,7 +143,6 @@ func (s *Server) changePassword(c echo.Context) error {
 		return err
 	}
 	s.auth.saw(u.ID, u.Version)
-	s.metrics.countEvents("user.password_changed")
 	tok, exp, err := s.issueToken(u)
 	if err != nil {
 		return err
@@ -166,7 +165,6 @@ func (s *Server) accountChanged(c echo.Context, u *events.User, err error, event
 		return err
 	}
 	s.auth.saw(u.ID, u.Version)
-	s.metrics.countEvents(event)
 	w, err := s.db.GetWorkerView(c.Request().Context(), u.ID)
 	if err != nil {
 		return err

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/crypto/bcrypt"
@@ -85,7 +86,8 @@ func setupWith(t *testing.T, hub *store.Hub, opts ...func(*api.Config)) *bundle 
 	ctx := context.Background()
 	pool := storetest.NewPool(t)
 	clk := &clock{}
-	cfg := store.Config{Projector: projections.Projector{}, Now: clk.Now}
+	reg := prometheus.NewRegistry()
+	cfg := store.Config{Projector: projections.Projector{}, Now: clk.Now, Registerer: reg}
 	if hub != nil {
 		cfg.AfterCommit = hub.Wake
 	}
@@ -95,7 +97,7 @@ func setupWith(t *testing.T, hub *store.Hub, opts ...func(*api.Config)) *bundle 
 	dataStore, err := blob.NewFS(t.TempDir())
 	require.NoError(t, err)
 	apiCfg := api.Config{
-		DB: db, JWTSecret: secret, BcryptCost: bcrypt.MinCost, Hub: hub,
+		DB: db, JWTSecret: secret, BcryptCost: bcrypt.MinCost, Hub: hub, Registry: reg,
 		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
 		Data:   api.DataConfig{Store: dataStore},
 	}

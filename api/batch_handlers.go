@@ -105,9 +105,6 @@ func (s *Server) finishMany(c echo.Context) error {
 			}
 			r.Status, r.Error = status, &body
 		}
-		for _, e := range o.Events {
-			s.metrics.countEvents(e.Type)
-		}
 		results[i] = r
 	}
 	return ok(c, http.StatusOK, results)

@@ -39,7 +39,6 @@ func (s *Server) CreateWorker(ctx context.Context, req CreateWorkerRequest, meta
 	if err != nil {
 		return nil, err
 	}
-	s.metrics.countEvents("user.registered")
 	return u, nil
 }
 
@@ -53,7 +52,6 @@ func (s *Server) CreateTaskType(ctx context.Context, req TaskTypeRequest, meta e
 	if err != nil {
 		return nil, err
 	}
-	s.metrics.countEvents("task_type.created")
 	return tt, nil
 }
 
@@ -68,7 +66,6 @@ func (s *Server) UpdateTaskType(ctx context.Context, id string, req TaskTypeRequ
 	if err != nil {
 		return nil, err
 	}
-	s.metrics.countEvents("task_type.updated")
 	return tt, nil
 }
 
@@ -79,7 +76,6 @@ func (s *Server) ArchiveTaskType(ctx context.Context, id string, meta events.Met
 	if err != nil {
 		return nil, err
 	}
-	s.metrics.countEvents("task_type.archived")
 	return tt, nil
 }
 
@@ -116,18 +112,14 @@ func (s *Server) CreateTask(ctx context.Context, req CreateTaskRequest, meta eve
 	if err != nil {
 		return nil, err
 	}
-	s.metrics.countEvents("task.created")
 	return t, nil
 }
 
 // taskCommand runs decide on task id as meta's admin.
 func (s *Server) taskCommand(ctx context.Context, id string, meta events.Meta, decide func(t *events.Task) ([]events.Payload, error)) (*events.Task, error) {
-	t, evs, err := s.db.UpdateTask(ctx, s.db.Pool(), id, meta, decide)
+	t, _, err := s.db.UpdateTask(ctx, s.db.Pool(), id, meta, decide)
 	if err != nil {
 		return nil, err
-	}
-	for _, e := range evs {
-		s.metrics.countEvents(e.Type)
 	}
 	return t, nil
 }
@@ -168,7 +160,6 @@ func (s *Server) AssignTask(ctx context.Context, id string, req AssignRequest, m
 	if err != nil {
 		return nil, err
 	}
-	s.metrics.countEvents("task.assigned")
 	return t, nil
 }
 
@@ -188,6 +179,5 @@ func (s *Server) RetryTask(ctx context.Context, id, hint string, meta events.Met
 	if err != nil {
 		return nil, err
 	}
-	s.metrics.countEvents("task.created", "task.retried", "task.update_posted")
 	return retry, nil
 }

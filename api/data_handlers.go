@@ -234,7 +234,6 @@ func (s *Server) storeUpload(c echo.Context, u upload) (*events.TaskData, error)
 		}
 		return nil, err
 	}
-	s.metrics.countEvents("task.data_uploaded")
 	return d, nil
 }
 

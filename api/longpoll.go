@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"time"
 
@@ -100,5 +101,9 @@ func (s *Server) claimOnce(ctx context.Context, worker string, max int, meta eve
 	start := time.Now()
 	tasks, err := s.db.ClaimMany(ctx, worker, max, meta)
 	s.metrics.claimLatency.Observe(time.Since(start).Seconds())
+	if err != nil && ctx.Err() == nil && !errors.Is(err, events.ErrForbidden) {
+		// The database failed the claim: the error rate operators alert on.
+		s.metrics.claims.WithLabelValues("error").Inc()
+	}
 	return tasks, err
 }

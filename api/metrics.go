@@ -15,7 +15,6 @@ type metrics struct {
 	duration     *prometheus.HistogramVec
 	claims       *prometheus.CounterVec
 	claimLatency prometheus.Histogram
-	appended     *prometheus.CounterVec
 	claimWaiters prometheus.Gauge
 }
 
@@ -30,20 +29,17 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10, 60},
 		}, []string{"method", "route"}),
 		claims: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "taskservice_claims_total", Help: "Claim attempts by outcome (claimed, empty).",
+			Name: "taskservice_claims_total", Help: "Claim calls by outcome: claimed, empty, error (the database failed the claim).",
 		}, []string{"outcome"}),
 		claimLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "taskservice_claim_duration_seconds", Help: "Time to run one claim against the database.",
 			Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, 1},
 		}),
-		appended: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "taskservice_events_appended_total", Help: "Events appended through this instance's API, by type.",
-		}, []string{"type"}),
 	}
 	m.claimWaiters = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "taskservice_claim_waiters", Help: "Long-poll claims waiting for a task on this instance.",
 	})
-	reg.MustRegister(m.requests, m.duration, m.claims, m.claimLatency, m.appended, m.claimWaiters)
+	reg.MustRegister(m.requests, m.duration, m.claims, m.claimLatency, m.claimWaiters)
 	_ = reg.Register(collectors.NewGoCollector())
 	_ = reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -51,10 +47,4 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 
 func (m *metrics) handler() echo.HandlerFunc {
 	return echo.WrapHandler(promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
-}
-
-func (m *metrics) countEvents(types ...string) {
-	for _, t := range types {
-		m.appended.WithLabelValues(t).Inc()
-	}
 }

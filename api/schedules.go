@@ -88,7 +88,6 @@ func (s *Server) CreateSchedule(ctx context.Context, req ScheduleRequest, meta e
 	if err != nil {
 		return nil, err
 	}
-	s.metrics.countEvents("schedule.created")
 	return sc, nil
 }
 
@@ -125,7 +124,6 @@ func (s *Server) UpdateSchedule(ctx context.Context, id string, body []byte, met
 	if err != nil {
 		return nil, err
 	}
-	s.metrics.countEvents("schedule.updated")
 	return sc, nil
 }
 
@@ -134,7 +132,6 @@ func (s *Server) UpdateSchedule(ctx context.Context, id string, body []byte, met
 func (s *Server) PauseSchedule(ctx context.Context, id, reason string, meta events.Meta) (*events.Schedule, error) {
 	sc, err := s.db.PauseSchedule(ctx, id, reason, meta)
 	if err == nil {
-		s.metrics.countEvents("schedule.paused")
 	}
 	return sc, err
 }
@@ -142,7 +139,6 @@ func (s *Server) PauseSchedule(ctx context.Context, id, reason string, meta even
 func (s *Server) ResumeSchedule(ctx context.Context, id string, meta events.Meta) (*events.Schedule, error) {
 	sc, err := s.db.ResumeSchedule(ctx, id, meta)
 	if err == nil {
-		s.metrics.countEvents("schedule.resumed")
 	}
 	return sc, err
 }
@@ -150,7 +146,6 @@ func (s *Server) ResumeSchedule(ctx context.Context, id string, meta events.Meta
 func (s *Server) CancelSchedule(ctx context.Context, id, reason string, meta events.Meta) (*events.Schedule, error) {
 	sc, err := s.db.CancelSchedule(ctx, id, reason, meta)
 	if err == nil {
-		s.metrics.countEvents("schedule.cancelled")
 	}
 	return sc, err
 }
@@ -160,7 +155,6 @@ func (s *Server) RunSchedule(ctx context.Context, id string, meta events.Meta) (
 	if err != nil {
 		return nil, err
 	}
-	s.metrics.countEvents("schedule.fired", "task.created")
 	return &ScheduleRun{Schedule: sc, Task: t}, nil
 }
 

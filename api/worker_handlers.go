@@ -85,7 +85,6 @@ func (s *Server) countClaims(c echo.Context, tasks []*store.TaskWithType) {
 	}
 	s.metrics.claims.WithLabelValues("claimed").Inc()
 	for _, t := range tasks {
-		s.metrics.countEvents("task.claimed")
 		s.attachPreviousAttempts(c, t)
 	}
 }
@@ -125,13 +124,10 @@ func (s *Server) workerCommand(c echo.Context, decide func(t *events.Task, worke
 		return err
 	}
 	worker := claimsOf(c).Subject
-	t, evs, err := s.db.UpdateTask(c.Request().Context(), s.db.Pool(), id, actor(c, events.ActorWorker),
+	t, _, err := s.db.UpdateTask(c.Request().Context(), s.db.Pool(), id, actor(c, events.ActorWorker),
 		func(t *events.Task) ([]events.Payload, error) { return decide(t, worker) })
 	if err != nil {
 		return err
-	}
-	for _, e := range evs {
-		s.metrics.countEvents(e.Type)
 	}
 	return ok(c, http.StatusOK, t)
 }
@@ -213,12 +209,9 @@ func (s *Server) complete(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	t, evs, err := s.db.CompleteTask(c.Request().Context(), id, claimsOf(c).Subject, actor(c, events.ActorWorker))
+	t, _, err := s.db.CompleteTask(c.Request().Context(), id, claimsOf(c).Subject, actor(c, events.ActorWorker))
 	if err != nil {
 		return err
-	}
-	for _, e := range evs {
-		s.metrics.countEvents(e.Type)
 	}
 	return ok(c, http.StatusOK, t)
 }

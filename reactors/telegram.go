@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/clawdbot/task-service/events"
@@ -56,6 +57,8 @@ type TelegramConfig struct {
 	Now        func() time.Time // clock (default time.Now)
 	HTTPClient *http.Client     // default: a client with HTTPTimeout
 	Logger     zerolog.Logger
+	// Registerer receives the sender's metrics; none when nil.
+	Registerer prometheus.Registerer
 }
 
 // withDefaults fills zero values.
@@ -120,6 +123,7 @@ const (
 	kindWaiting       = "task.waiting"    // synthetic: see telegram_waiting.go
 	kindSchedulePause = "schedule.paused" // only the automatic pause is announced
 	kindFireFailed    = "schedule.fire_failed"
+	kindHorizonStall  = "horizon.stall" // synthetic, keyed by minus the blocker's start: see monitor.go
 	telegramReactorID = "telegram"
 )
 

@@ -33,6 +33,19 @@ const (
 	sendRejected               // 400: this text will never go through; dead-letter
 )
 
+// metricLabel is the outcome's label in taskservice_telegram_sends_total.
+func (o sendOutcome) metricLabel() string {
+	switch o {
+	case sendOK:
+		return "sent"
+	case sendRejected:
+		return "rejected"
+	case sendRetryAfter:
+		return "rate_limited"
+	}
+	return "failed"
+}
+
 type sendResult struct {
 	outcome     sendOutcome
 	retryAfter  time.Duration

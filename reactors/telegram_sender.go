@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/clawdbot/task-service/store"
@@ -35,6 +36,7 @@ type TelegramSender struct {
 	log zerolog.Logger
 
 	poked atomic.Bool // the reactor inserted rows; look on the next hub wake
+	sends *prometheus.CounterVec
 
 	// Owned by the Run goroutine.
 	blockedUntil time.Time // after a 429 or a failure: send nothing before
@@ -50,10 +52,20 @@ func NewTelegramSender(db outboxDB, hub *store.Hub, cfg TelegramConfig) (*Telegr
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &TelegramSender{
+	s := &TelegramSender{
 		db: db, hub: hub, cfg: cfg, log: cfg.Logger.With().Str("component", "telegram").Logger(),
 		api: &botAPI{base: cfg.APIBase, token: cfg.Token, client: cfg.HTTPClient},
-	}, nil
+		sends: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "taskservice_telegram_sends_total",
+			Help: "sendMessage calls by outcome: sent, rejected (dead-lettered), rate_limited (429), failed (5xx, network, refused).",
+		}, []string{"outcome"}),
+	}
+	if cfg.Registerer != nil {
+		if err := cfg.Registerer.Register(s.sends); err != nil {
+			return nil, fmt.Errorf("reactors: register telegram metrics: %w", err)
+		}
+	}
+	return s, nil
 }
 
 // Poke says the outbox has news that commits soon: the sender looks on the
@@ -235,6 +247,7 @@ func (s *TelegramSender) deliver(ctx context.Context, rows []outboxRow, leaseEnd
 		cancel()
 		s.lastSend = time.Now()
 		now := s.cfg.Now()
+		s.sends.WithLabelValues(res.outcome.metricLabel()).Inc()
 		switch res.outcome {
 		case sendOK:
 			s.failures = 0

@@ -53,10 +53,13 @@ func queueEvents(b *pgx.Batch, evs []events.Envelope) error {
 // send runs a batch: one round trip; outside a transaction PostgreSQL runs it
 // as one implicit transaction, so the projection writes and the events
 // commit together or not at all.
-func (db *DB) send(ctx context.Context, q Querier, b *pgx.Batch) error {
+// evs are the events b inserts, counted once they commit; task, when
+// given, is their task's state after them (see storeMetrics.observe).
+func (db *DB) send(ctx context.Context, q Querier, b *pgx.Batch, evs []events.Envelope, task *events.Task) error {
 	if err := q.SendBatch(ctx, b).Close(); err != nil {
 		return mapErr(err)
 	}
+	db.onCommit(q, func() { db.metrics.observe(evs, task) })
 	db.committed(q)
 	return nil
 }
@@ -87,7 +90,8 @@ func appendStream[T any, A aggregate[T]](ctx context.Context, db *DB, q Querier,
 	if extra != nil {
 		extra(b)
 	}
-	if err := db.send(ctx, q, b); err != nil {
+	task, _ := any(after).(*events.Task)
+	if err := db.send(ctx, q, b, evs, task); err != nil {
 		return nil, nil, err
 	}
 	return after, evs, nil

@@ -157,20 +157,23 @@ func pendingSQL(types []string) string {
 // maxLagCount bounds how many events a lag count reads per type.
 const maxLagCount = 10_000
 
-// ReactorLag is how far a reactor is behind the visible log.
+// ReactorLag is how far a reactor is behind the committed log.
 type ReactorLag struct {
 	Name     string `json:"name"`
 	Position string `json:"position"`
-	// EventsBehind counts the visible events of the reactor's types after
-	// its checkpoint (at most 10,000 per type).
+	// EventsBehind counts the committed events of the reactor's types after
+	// its checkpoint (at most 10,000 per type), those an older transaction
+	// still hides from consumers included.
 	EventsBehind int `json:"events_behind"`
 	// SecondsBehind is the age of the oldest of them; 0 when caught up.
 	SecondsBehind float64   `json:"seconds_behind"`
 	UpdatedAt     time.Time `json:"updated_at"`
 }
 
-// ReactorLags measures every reactor against the log below the horizon,
-// with the types its checkpoint row records.
+// ReactorLags measures every reactor against the committed log, with the
+// types its checkpoint row records. Events above the xid horizon count: a
+// long transaction anywhere in the cluster hides them from the reactor,
+// and the lag must grow while it does, not jump after it ends.
 func (db *DB) ReactorLags(ctx context.Context) ([]ReactorLag, error) {
 	now := db.Now()
 	rows, err := db.pool.Query(ctx, `SELECT c.name, c.tx_id::text, c.seq, c.updated_at, l.n, l.oldest
@@ -179,12 +182,10 @@ func (db *DB) ReactorLags(ctx context.Context) ([]ReactorLag, error) {
 		      SELECT e.occurred_at FROM unnest(c.types) AS t(want), LATERAL (
 		          SELECT occurred_at FROM task_events e
 		           WHERE e.type = t.want AND (e.tx_id, e.seq) > (c.tx_id, c.seq)
-		             AND e.tx_id < pg_snapshot_xmin(pg_current_snapshot())
 		           ORDER BY e.tx_id, e.seq LIMIT $1) e
 		      UNION ALL
 		      (SELECT e.occurred_at FROM task_events e
 		        WHERE cardinality(c.types) = 0 AND (e.tx_id, e.seq) > (c.tx_id, c.seq)
-		          AND e.tx_id < pg_snapshot_xmin(pg_current_snapshot())
 		        ORDER BY e.tx_id, e.seq LIMIT $1)) x) l
 		 ORDER BY c.name`, maxLagCount)
 	if err != nil {

@@ -313,6 +313,12 @@ func (db *DB) runClaims(ctx context.Context, reqs []claimRequest, lockSQL string
 		return nil, fmt.Errorf("claim: %w", err)
 	}
 	if len(claimed) > 0 {
+		for _, got := range claimed {
+			for _, g := range got {
+				db.metrics.appended.WithLabelValues("task.claimed").Inc()
+				db.metrics.claimed(&g.t.Task)
+			}
+		}
 		db.afterCommit()
 	}
 

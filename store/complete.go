@@ -124,6 +124,14 @@ func (db *DB) completeBatch(ctx context.Context, reqs []completeRequest) ([]outc
 		return nil, fmt.Errorf("complete: %w", err)
 	}
 	if len(done) > 0 {
+		for _, t := range done {
+			db.metrics.appended.WithLabelValues("task.completed").Inc()
+			at := t.UpdatedAt
+			if t.CompletedAt != nil {
+				at = *t.CompletedAt
+			}
+			db.metrics.finished(t, "completed", "none", at)
+		}
 		db.afterCommit()
 	}
 	outs := make([]outcome[*events.Task], n)

@@ -112,6 +112,7 @@ func (db *DB) createBatch(ctx context.Context, reqs []createRequest) ([]outcome[
 	if err := db.pool.SendBatch(ctx, b).Close(); err != nil {
 		return nil, fmt.Errorf("create task: %w", err)
 	}
+	db.metrics.observe(evs, nil)
 	db.afterCommit()
 	return outs, nil
 }

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/clawdbot/task-service/events"
 )
@@ -38,6 +40,8 @@ type Config struct {
 	Now func() time.Time
 	// AfterCommit runs after every committed write (wakes reactors in-process).
 	AfterCommit func()
+	// Registerer receives the store's metrics (store/metrics.go); none when nil.
+	Registerer prometheus.Registerer
 	// OfflineAfter is how long a silent worker still counts as online in
 	// read models before the stuck detector says so (default 10 minutes).
 	OfflineAfter time.Duration
@@ -55,6 +59,10 @@ type DB struct {
 	offlineAfter time.Duration
 
 	scheduleMinInterval time.Duration
+
+	metrics *storeMetrics
+	txMu    sync.Mutex
+	txHooks map[pgx.Tx][]func() // run at WithTx's commit (onCommit)
 
 	claims      *batcher[claimRequest, []*TaskWithType]
 	completions *batcher[completeRequest, *events.Task]
@@ -87,7 +95,11 @@ func New(pool *pgxpool.Pool, cfg Config) (*DB, error) {
 		cfg.ScheduleMinInterval = events.DefaultMinInterval
 	}
 	db := &DB{pool: pool, projector: cfg.Projector, now: cfg.Now, afterCommit: cfg.AfterCommit,
-		offlineAfter: cfg.OfflineAfter, scheduleMinInterval: cfg.ScheduleMinInterval}
+		offlineAfter: cfg.OfflineAfter, scheduleMinInterval: cfg.ScheduleMinInterval, txHooks: map[pgx.Tx][]func(){}}
+	var err error
+	if db.metrics, err = newStoreMetrics(cfg.Registerer, pool); err != nil {
+		return nil, err
+	}
 	db.claims = newBatcher(batchMax, func(r claimRequest) string { return r.worker }, db.claimBatch)
 	db.completions = newBatcher(completionBatchMax, func(r completeRequest) string { return r.id }, db.completeBatch)
 	db.creations = newBatcher(batchMax, nil, db.createBatch)
@@ -128,12 +140,18 @@ func (db *DB) WithTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	defer func() {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		db.takeHooks(tx)
+	}()
 	if err := fn(tx); err != nil {
 		return err
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return mapErr(fmt.Errorf("commit: %w", err))
+	}
+	for _, hook := range db.takeHooks(tx) {
+		hook()
 	}
 	db.afterCommit()
 	return nil

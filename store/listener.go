@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 )
 
@@ -32,6 +33,8 @@ type ListenerConfig struct {
 	// PingEvery checks an idle connection, so a silently dead one is noticed
 	// (default 30 s).
 	PingEvery time.Duration
+	// Registerer receives the listener's state; none when nil.
+	Registerer prometheus.Registerer
 }
 
 // Listener owns the instance's one LISTEN connection. Run keeps it open:
@@ -45,6 +48,7 @@ type Listener struct {
 	connected bool
 	lastErr   error
 	received  atomic.Int64
+	connects  atomic.Int64
 }
 
 // NewListener checks cfg and fills its defaults; it starts nothing.
@@ -64,7 +68,32 @@ func NewListener(cfg ListenerConfig) (*Listener, error) {
 	if cfg.PingEvery <= 0 {
 		cfg.PingEvery = 30 * time.Second
 	}
-	return &Listener{cfg: cfg, lastErr: errors.New("listener not connected yet")}, nil
+	l := &Listener{cfg: cfg, lastErr: errors.New("listener not connected yet")}
+	if cfg.Registerer != nil {
+		up := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "taskservice_listener_connected",
+			Help: "1 while the instance's LISTEN connection to the primary is up, else 0.",
+		}, func() float64 {
+			if l.Ready() == nil {
+				return 1
+			}
+			return 0
+		})
+		received := prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "taskservice_listener_notifications_total",
+			Help: "NOTIFYs from other instances that woke this one.",
+		}, func() float64 { return float64(l.Received()) })
+		connects := prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "taskservice_listener_connects_total",
+			Help: "LISTEN connections opened, the first included: more than one means reconnects.",
+		}, func() float64 { return float64(l.connects.Load()) })
+		for _, c := range []prometheus.Collector{up, received, connects} {
+			if err := cfg.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("store: register listener metrics: %w", err)
+			}
+		}
+	}
+	return l, nil
 }
 
 // Ready is nil while the LISTEN connection is up; /readyz reports it.
@@ -129,6 +158,7 @@ func (l *Listener) session(ctx context.Context) (wasUp bool, err error) {
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{Channel}.Sanitize()); err != nil {
 		return false, fmt.Errorf("listen: %w", err)
 	}
+	l.connects.Add(1)
 	l.setState(true, nil)
 	l.cfg.Logger.Debug().Msg("LISTEN connection up")
 	// Anything committed while no connection listened sent its NOTIFY into

@@ -129,7 +129,7 @@ func (db *DB) CreateRetryOf(ctx context.Context, q Querier, failed *events.Task,
 	if err := queueEvents(b, append(retryEvs, failedEvs...)); err != nil {
 		return nil, err
 	}
-	if err := db.send(ctx, q, b); err != nil {
+	if err := db.send(ctx, q, b, append(retryEvs, failedEvs...), nil); err != nil {
 		return nil, fmt.Errorf("create retry of %s: %w", failed.ID, err)
 	}
 	return retry, nil

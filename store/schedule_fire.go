@@ -103,6 +103,7 @@ func (db *DB) fireDue(ctx context.Context, tx pgx.Tx, limit int, check ParamsChe
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return nil, mapErr(fmt.Errorf("fire: write: %w", err))
 	}
+	db.onCommit(tx, func() { db.metrics.observe(evs, nil) })
 	return out, nil
 }
 

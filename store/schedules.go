@@ -341,10 +341,15 @@ func (db *DB) RunScheduleNow(ctx context.Context, id string, check ParamsCheck, 
 		if err != nil {
 			return err
 		}
-		if err := queueEvents(b, append(sevs, tevs...)); err != nil {
+		evs := append(sevs, tevs...)
+		if err := queueEvents(b, evs); err != nil {
 			return err
 		}
-		return mapErr(tx.SendBatch(ctx, b).Close())
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return mapErr(err)
+		}
+		db.onCommit(tx, func() { db.metrics.observe(evs, nil) })
+		return nil
 	})
 	if err != nil {
 		return nil, nil, err

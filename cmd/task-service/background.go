@@ -29,6 +29,8 @@ type backgroundConfig struct {
 	offlineAfter  time.Duration
 	stuckAfter    time.Duration
 
+	monitor opsConfig
+
 	anthropicKey     string
 	anthropicBaseURL string
 	anthropicModel   string
@@ -61,6 +63,7 @@ func (c *backgroundConfig) register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.scheduler, "scheduler", envBool("SCHEDULER", true), "fire due schedules on this instance (env SCHEDULER)")
 	fs.DurationVar(&c.schedulerCatchUp, "scheduler-catch-up", envDuration("SCHEDULER_CATCH_UP", 30*time.Second), "the scheduler looks for due schedules this often even without a wake (env SCHEDULER_CATCH_UP)")
 	c.scheduleMinInterval = envDuration("TASK_SERVICE_TEST_MIN_SCHEDULE_INTERVAL", 0)
+	c.monitor.register(fs)
 }
 
 // background owns the instance's long-running goroutines and stops them in
@@ -82,7 +85,7 @@ type background struct {
 
 // newBackground builds the hub, the NOTIFY sender and the listener: the
 // store needs the sender's Committed as its AfterCommit before anything else.
-func newBackground(cfg config, pool store.Querier, log zerolog.Logger) (*background, error) {
+func newBackground(cfg config, pool store.Querier, reg prometheus.Registerer, log zerolog.Logger) (*background, error) {
 	id, err := instanceID()
 	if err != nil {
 		return nil, err
@@ -93,7 +96,8 @@ func newBackground(cfg config, pool store.Querier, log zerolog.Logger) (*backgro
 	if err != nil {
 		return nil, err
 	}
-	b.listener, err = store.NewListener(store.ListenerConfig{URL: cfg.databaseURL, Hub: b.hub, InstanceID: id, Logger: log})
+	b.listener, err = store.NewListener(store.ListenerConfig{URL: cfg.databaseURL, Hub: b.hub, InstanceID: id, Logger: log,
+		Registerer: reg})
 	if err != nil {
 		return nil, err
 	}
@@ -124,7 +128,7 @@ func (b *background) addWorkers(cfg config, db *store.DB, reg prometheus.Registe
 
 		// Telegram: the reactor records notifications in the runner's
 		// transactions; the sender delivers them (and stops with the reactors).
-		tgReactor, tgSender, err := bg.telegram.build(db.Pool(), b.hub, log)
+		tgReactor, tgSender, err := bg.telegram.build(db.Pool(), b.hub, reg, log)
 		if err != nil {
 			return err
 		}
@@ -146,6 +150,15 @@ func (b *background) addWorkers(cfg config, db *store.DB, reg prometheus.Registe
 		}
 		b.workers = append(b.workers, sched.Run)
 	}
+	// The monitor runs on every instance: its gauges are cluster-wide, and
+	// an instance that serves only the API still shows a stall.
+	monitor, err := reactors.NewMonitor(reactors.MonitorConfig{DB: db, Interval: bg.monitor.interval,
+		StallWarnAfter: bg.monitor.stallWarnAfter, StallAlertAfter: bg.monitor.stallAlertAfter,
+		Telegram: bg.telegram.reactorConfig(), Registerer: reg, Logger: log})
+	if err != nil {
+		return err
+	}
+	b.workers = append(b.workers, monitor.Run)
 	if bg.stuckDetector {
 		stuck, err := reactors.NewStuck(reactors.StuckConfig{DB: db, InstanceID: b.instanceID, Tick: bg.stuckTick,
 			OfflineAfter: bg.offlineAfter, StuckAfter: bg.stuckAfter, Registerer: reg, Logger: log})
@@ -192,6 +205,20 @@ func instanceID() (string, error) {
 		return "", err
 	}
 	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(r[:])), nil
+}
+
+// opsConfig configures the monitor: sampling and horizon stall thresholds.
+type opsConfig struct {
+	interval, stallWarnAfter, stallAlertAfter time.Duration
+}
+
+func (c *opsConfig) register(fs *flag.FlagSet) {
+	fs.DurationVar(&c.interval, "metrics-sample-interval", envDuration("METRICS_SAMPLE_INTERVAL", 15*time.Second),
+		"how often the cluster-wide gauges (queue depth, workers, outbox, xid horizon) are read (env METRICS_SAMPLE_INTERVAL)")
+	fs.DurationVar(&c.stallWarnAfter, "stall-warn-after", envDuration("STALL_WARN_AFTER", time.Minute),
+		"a transaction holding back the xid horizon this long is logged as a warning every minute (env STALL_WARN_AFTER)")
+	fs.DurationVar(&c.stallAlertAfter, "stall-alert-after", envDuration("STALL_ALERT_AFTER", 5*time.Minute),
+		"past this, the stall is sent to Telegram once (env STALL_ALERT_AFTER)")
 }
 
 func envBool(name string, def bool) bool {

@@ -185,13 +185,14 @@ func serve(ctx context.Context, cfg config, log zerolog.Logger) error {
 		return err
 	}
 	defer pool.Close()
-	bg, err := newBackground(cfg, pool, log)
+	reg := prometheus.NewRegistry()
+	bg, err := newBackground(cfg, pool, reg, log)
 	if err != nil {
 		return err
 	}
 	db, err := store.New(pool, store.Config{Projector: projections.Projector{},
 		AfterCommit: bg.notifier.Committed, OfflineAfter: cfg.bg.offlineAfter,
-		ScheduleMinInterval: cfg.bg.scheduleMinInterval})
+		ScheduleMinInterval: cfg.bg.scheduleMinInterval, Registerer: reg})
 	if err != nil {
 		return err
 	}
@@ -199,7 +200,6 @@ func serve(ctx context.Context, cfg config, log zerolog.Logger) error {
 	if err != nil {
 		return err
 	}
-	reg := prometheus.NewRegistry()
 	build := version.Read()
 	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "taskservice_build_info",
 		Help: "Always 1: the running build's version, VCS revision and Go version as labels."},

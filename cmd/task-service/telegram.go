@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/clawdbot/task-service/reactors"
@@ -40,6 +41,12 @@ func (c *telegramConfig) register(fs *flag.FlagSet) {
 		"report a queued task nobody claimed for this long (env TELEGRAM_WAITING_AFTER)")
 }
 
+// reactorConfig is the settings as the reactors package takes them.
+func (c telegramConfig) reactorConfig() reactors.TelegramConfig {
+	return reactors.TelegramConfig{Enabled: c.enabled, Token: c.token, ChatID: c.chatID, APIBase: c.apiBase,
+		Window: c.window, Lease: c.lease, WaitingAfter: c.waitingAfter}
+}
+
 // startupMessage says at start-up whether notifications are on, and when
 // they are off, what would turn them on: only the settings that are missing.
 func (c telegramConfig) startupMessage() string {
@@ -62,9 +69,9 @@ func (c telegramConfig) startupMessage() string {
 // build returns the telegram reactor (for the runner) and its sender's Run.
 // With the kill switch off the reactor still runs and moves its checkpoint,
 // so turning notifications on later does not announce the past.
-func (c telegramConfig) build(pool *pgxpool.Pool, hub *store.Hub, log zerolog.Logger) (reactors.Reactor, func(context.Context) error, error) {
-	cfg := reactors.TelegramConfig{Enabled: c.enabled, Token: c.token, ChatID: c.chatID, APIBase: c.apiBase,
-		Window: c.window, Lease: c.lease, WaitingAfter: c.waitingAfter, Logger: log}
+func (c telegramConfig) build(pool *pgxpool.Pool, hub *store.Hub, reg prometheus.Registerer, log zerolog.Logger) (reactors.Reactor, func(context.Context) error, error) {
+	cfg := c.reactorConfig()
+	cfg.Logger, cfg.Registerer = log, reg
 	sender, err := reactors.NewTelegramSender(pool, hub, cfg)
 	if err != nil {
 		return reactors.Reactor{}, nil, err
