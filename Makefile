@@ -3,7 +3,7 @@
 #
 #   make build      build every binary under cmd/ into bin/
 #   make run        run the server against the dev database (dev admin and secret)
-#   make test       go vet + all tests against a real PostgreSQL
+#   make test       go vet + all tests against a real PostgreSQL + promtool test rules (docs/ops/alerts.yml)
 #   make test-race  the same tests under the race detector (slower)
 #   make bench      taskctl bench: bare SQL vs store vs HTTP vs the batched lane at 1, 16, 64
 #                   workers, each round against River's burn-down (scripts/riverbench)
@@ -37,6 +37,11 @@ TEST_DB_ENV = \
 	fi; \
 	export TEST_DATABASE_URL
 
+# Shell snippet: export PROMTOOL (scripts/promtool.sh installs Debian's prometheus
+# package when promtool is missing) and make the Go tests that run
+# `promtool check metrics` on a scrape and check the dashboard's PromQL require it.
+PROMTOOL_ENV = PROMTOOL="$$(scripts/promtool.sh)"; export PROMTOOL; export REQUIRE_PROMTOOL=1
+
 .PHONY: bench-schedules
 .PHONY: bench-login
 .PHONY: build run test test-race bench bench-go bench-worker bench-scale lint lint-openapi fuzz devdb devdb-stop screenshots bench-ui
@@ -61,8 +66,9 @@ run: build
 CHROMIUM_ENV = CHROMIUM="$${CHROMIUM:-$$(scripts/chromium.sh)}"; export CHROMIUM
 
 test:
-	@set -e; $(TEST_DB_ENV); $(CHROMIUM_ENV); \
+	@set -e; $(TEST_DB_ENV); $(CHROMIUM_ENV); $(PROMTOOL_ENV); \
 	echo "go vet ./..."; $(GO) vet ./...; \
+	echo "promtool test rules docs/ops/alerts_test.yml"; "$$PROMTOOL" test rules docs/ops/alerts_test.yml; \
 	echo "go test -count=1 $(TESTFLAGS) ./...  (TEST_DATABASE_URL=$$TEST_DATABASE_URL)"; \
 	$(GO) test -count=1 $(TESTFLAGS) ./...
 

@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -326,4 +327,97 @@ func TestHorizonStallIsVisible(t *testing.T) {
 		return metric("taskservice_xid_horizon_age_seconds", nil) == 0
 	})
 	require.Equal(t, 1, c.count(stallAlerts, fmt.Sprintf("%%(pid %d,%%", pid)), "one alert per stall")
+}
+
+// metricName finds metric names in PromQL and Go source.
+var (
+	promqlMetric   = regexp.MustCompile(`\btaskservice_[a-z_]+`)
+	registeredName = regexp.MustCompile(`(?:Name:\s*|NewDesc\()"(taskservice_[a-z_]+)"`)
+)
+
+// seriesBase is a histogram series' metric name.
+func seriesBase(name string) string {
+	for _, suffix := range []string{"_bucket", "_count", "_sum"} {
+		name = strings.TrimSuffix(name, suffix)
+	}
+	return name
+}
+
+// The shipped dashboard and alerting rules only use series the service
+// registers, and docs/ops/metrics.md lists exactly the series the code
+// registers (those no test workload scrapes included). With promtool, every
+// dashboard expression parses as PromQL.
+func TestDashboardAndAlertsNameExportedMetrics(t *testing.T) {
+	t.Parallel()
+	root := filepath.Join("..", "..")
+	registered := map[string]bool{}
+	require.NoError(t, filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") || d.Name() == "node_modules") && path != root {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range registeredName.FindAllStringSubmatch(string(src), -1) {
+			registered[m[1]] = true
+		}
+		return nil
+	}))
+	documented := documentedMetrics(t)
+	for name := range registered {
+		require.True(t, documented[name], "%s is registered in the code but not in docs/ops/metrics.md", name)
+	}
+	for name := range documented {
+		require.True(t, registered[name], "docs/ops/metrics.md lists %s, which no code registers", name)
+	}
+
+	var dash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	raw, err := os.ReadFile(filepath.Join(root, "docs", "ops", "grafana.json"))
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(raw, &dash))
+	require.NotEmpty(t, dash.Panels)
+	var exprs []string
+	for _, p := range dash.Panels {
+		require.NotEmpty(t, p.Targets, p.Title)
+		for _, target := range p.Targets {
+			exprs = append(exprs, target.Expr)
+		}
+	}
+	alerts, err := os.ReadFile(filepath.Join(root, "docs", "ops", "alerts.yml"))
+	require.NoError(t, err)
+	for _, src := range append(exprs, string(alerts)) {
+		names := promqlMetric.FindAllString(src, -1)
+		require.NotEmpty(t, names, "%q names no task-service metric", src)
+		for _, name := range names {
+			require.True(t, registered[seriesBase(name)], "%q uses %s, which task-service does not export", src, name)
+		}
+	}
+
+	if bin := promtool(t); bin != "" {
+		// Recording rules are the one place promtool checks a bare expression.
+		var rules strings.Builder
+		rules.WriteString("groups:\n  - name: dashboard\n    rules:\n")
+		for i, e := range exprs {
+			quoted, _ := json.Marshal(e)
+			fmt.Fprintf(&rules, "      - record: dashboard_expr_%d\n        expr: %s\n", i, quoted)
+		}
+		file := filepath.Join(t.TempDir(), "dashboard_rules.yml")
+		require.NoError(t, os.WriteFile(file, []byte(rules.String()), 0o600))
+		out, err := exec.Command(bin, "check", "rules", file).CombinedOutput()
+		require.NoError(t, err, "dashboard expressions:\n%s", out)
+	}
 }
