@@ -177,3 +177,19 @@ bench-ui:
 	echo "UI_BENCH_DATABASE_URL=$$UI_BENCH_DATABASE_URL" >&2; \
 	UI_BENCH_DATABASE_URL="$$UI_BENCH_DATABASE_URL" UI_BENCH_CALLS=$(UI_BENCH_CALLS) \
 	$(GO) test -count=1 -timeout 60m -run '^TestPageTimes$$' -v ./api/ui | grep -v '^=== RUN'
+
+# Task data (issue 14): a DATA_BENCH_BYTES upload (default 2 GiB) through the real
+# task-service on the filesystem and on S3 (versitygw), the service's RSS sampled
+# all along, next to cp and to the same client's direct upload; prints MB/s and
+# the memory growth (which must stay under 64 MB).
+DATA_BENCH_BYTES ?= 2147483648
+.PHONY: bench-data s3dev
+bench-data:
+	@set -e; $(TEST_DB_ENV); \
+	DATA_BENCH=1 DATA_BENCH_BYTES=$(DATA_BENCH_BYTES) \
+	$(GO) test -count=1 -timeout 30m -run '^TestUploadMemoryAndThroughput$$' -v ./cmd/task-service
+
+# A local S3-compatible server (versitygw) for trying DATA_S3_BUCKET by hand;
+# prints the settings to export. The tests start their own.
+s3dev:
+	@scripts/s3dev.sh start

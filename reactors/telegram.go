@@ -166,6 +166,9 @@ type taskFacts struct {
 	// RetryOutcome is the retry decision when it is already taken ("" not yet).
 	RetryOutcome string
 	Schedule     string // the name of the schedule that created the task, if one did
+	// DataFiles and DataBytes sum the task data uploaded for the task.
+	DataFiles int
+	DataBytes int64
 }
 
 func recordNotifications(ctx context.Context, tx pgx.Tx, cfg TelegramConfig, evs []events.Envelope) error {
@@ -223,14 +226,16 @@ func loadFacts(ctx context.Context, tx pgx.Tx, taskIDs, workerIDs []string) (map
 	// An archived type gets no retries (the retry reactor skips them).
 	b.Queue(`SELECT t.id::text, t.title, t.retry_count,
 		    CASE WHEN coalesce(tt.archived, true) THEN 0 ELSE tt.max_retries END, t.result, coalesce(t.retry_outcome, ''),
-		    coalesce(s.name, '')
+		    coalesce(s.name, ''), d.files, d.bytes
 		FROM worker_tasks t LEFT JOIN task_types tt ON tt.id = t.task_type_id
 		    LEFT JOIN schedules s ON s.id = t.schedule_id
+		    CROSS JOIN LATERAL (SELECT count(*)::int AS files, coalesce(sum(size_bytes), 0)::bigint AS bytes
+		        FROM task_data WHERE task_id = t.id) d
 		WHERE t.id = ANY ($1::uuid[])`, taskIDs).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var id string
 			var f taskFacts
-			if err := rows.Scan(&id, &f.Title, &f.RetryCount, &f.MaxRetries, &f.Result, &f.RetryOutcome, &f.Schedule); err != nil {
+			if err := rows.Scan(&id, &f.Title, &f.RetryCount, &f.MaxRetries, &f.Result, &f.RetryOutcome, &f.Schedule, &f.DataFiles, &f.DataBytes); err != nil {
 				return err
 			}
 			tasks[id] = f
@@ -298,7 +303,14 @@ func notificationFor(e events.Envelope, tasks map[string]taskFacts, names map[st
 	switch p := e.Payload.(type) {
 	case events.TaskCompleted:
 		r.Text = fmt.Sprintf("✅ %s completed by %s.", title, name(p.WorkerID))
-		if s := summarizeResult(t.Result); s != "" {
+		s := summarizeResult(t.Result)
+		if t.DataFiles > 0 {
+			if s != "" {
+				s += ", "
+			}
+			s += fmt.Sprintf("%s, %s", plural(t.DataFiles, "file", "files"), events.HumanBytes(t.DataBytes))
+		}
+		if s != "" {
 			r.Text += " " + esc(s, budgetSummary)
 		}
 	case events.TaskFailed:

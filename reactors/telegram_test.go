@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
@@ -324,6 +325,13 @@ func TestTelegramReactorTexts(t *testing.T) {
 	f.do(t, done, func(tk *events.Task) ([]events.Payload, error) {
 		return tk.PostResult(f.workerID, json.RawMessage(`{"summary":"847 posts <collected> & stored"}`))
 	})
+	for i, size := range []int64{3_000_000, 100_000} {
+		f.do(t, done, func(tk *events.Task) ([]events.Payload, error) {
+			name := fmt.Sprintf("part%d.jsonl", i)
+			return tk.UploadData(events.TaskDataUploaded{DataID: uuid.Must(uuid.NewV7()).String(), DataType: "posts", Filename: name,
+				Key: events.DataKey(tk.ID, "posts", name), Size: size, SHA256: strings.Repeat("0", 64), ContentType: "application/x-ndjson", WorkerID: f.workerID})
+		})
+	}
 	f.do(t, done, func(tk *events.Task) ([]events.Payload, error) { return tk.Complete(f.workerID) })
 
 	failed := f.task(t, "Reddit Crawl for NVDA", 0)
@@ -369,7 +377,7 @@ func TestTelegramReactorTexts(t *testing.T) {
 	streams := []string{done, failed, stuck, last, skipped, oneShot, undecided, timedOut, f.workerID}
 	handleAll(t, e.db, r, streams...)
 	want := []outboxLine{
-		{kindCompleted, "✅ " + nastyTitle + " completed by Genesis <bot> & co. 847 posts <collected> & stored", false},
+		{kindCompleted, "✅ " + nastyTitle + " completed by Genesis <bot> & co. 847 posts <collected> & stored, 2 files, 3.1 MB", false},
 		{kindFailed, "❌ Reddit Crawl for NVDA failed. Reason: HTTP 429 from <api> & friends. Retry: yes", false},
 		{kindRetried, "🔁 Retry 1/3: Reddit Crawl for NVDA back in queue. Hint: Use longer delays.", false},
 		{kindFailed, "🧊 Reddit Crawl for TSLA stuck — Genesis <bot> & co offline. Returning to queue.", false},

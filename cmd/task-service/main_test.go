@@ -28,6 +28,7 @@ import (
 	"github.com/clawdbot/task-service/api/client"
 	"github.com/clawdbot/task-service/events"
 	"github.com/clawdbot/task-service/migrations"
+	"github.com/clawdbot/task-service/store/blob/s3test"
 	"github.com/clawdbot/task-service/store/storetest"
 )
 
@@ -50,6 +51,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
+	s3test.Stop()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
