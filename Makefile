@@ -59,6 +59,8 @@ run: build
 	echo "task-service: API http://127.0.0.1:$${LISTEN_ADDR##*:}/api/v1"; \
 	echo "task-service: log in as $$ADMIN_EMAIL / $$ADMIN_PASSWORD (created if no admin exists yet)"; \
 	echo "task-service: database $$DATABASE_URL"; \
+	if [ -z "$${DATA_S3_BUCKET:-}" ]; then DATA_DIR="$${DATA_DIR:-.data/task-data}"; export DATA_DIR; \
+		echo "task-service: task data in $$DATA_DIR"; fi; \
 	exec bin/task-service serve
 
 # The admin UI's browser tests drive a headless Chromium: scripts/chromium.sh
