@@ -105,6 +105,11 @@ func (s *Server) requireRole(role string) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			raw, found := strings.CutPrefix(c.Request().Header.Get(echo.HeaderAuthorization), "Bearer ")
+			if (!found || raw == "") && c.Path() == dataDownloadPath && c.Request().Method == http.MethodGet {
+				// The admin UI's download links: a GET, opened by the session cookie.
+				raw = sessionCookie(c)
+				found = raw != ""
+			}
 			if (!found || raw == "") && c.Path() == streamPath {
 				if raw = sessionCookie(c); raw == "" && c.QueryParam("token") != "" {
 					return s.streamTokenAuth(c, next)

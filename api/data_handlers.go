@@ -46,6 +46,10 @@ func (c *DataConfig) defaults() {
 	}
 }
 
+// dataDownloadPath is the admin download route, which the admin UI's links
+// open with the session cookie.
+const dataDownloadPath = "/api/v1/admin/workers/tasks/:id/data/:data_id"
+
 // copyBuffers are the upload copy buffers: large enough that a 1 GiB body
 // is a few thousand writes, pooled so that concurrent uploads cost a
 // bounded, reused amount of memory.

@@ -121,7 +121,7 @@ func (s *Server) table() []route {
 
 		{method: http.MethodGet, path: a + "/tasks/:id/data", id: "listTaskData", summary: "List the files workers uploaded for a task", role: roleAdmin, handler: s.listTaskData, tag: "data",
 			status: okay, response: []events.TaskData{}, errors: []int{bad, notFound}},
-		{method: http.MethodGet, path: a + "/tasks/:id/data/:data_id", id: "downloadTaskData", summary: "Download one file of a task's data (Range supported; on S3 a 302 to a presigned URL)", role: roleAdmin, handler: s.downloadTaskData, tag: "data",
+		{method: http.MethodGet, path: dataDownloadPath, id: "downloadTaskData", summary: "Download one file of a task's data (Range supported; on S3 a 302 to a presigned URL)", role: roleAdmin, handler: s.downloadTaskData, tag: "data",
 			status: okay, media: "*/*", also: []int{http.StatusPartialContent, http.StatusFound}, errors: []int{bad, notFound, http.StatusServiceUnavailable}},
 		{method: http.MethodGet, path: "/api/v1/admin/events", id: "listEvents", summary: "Page through the event log in consumer order", role: roleAdmin, handler: s.listEvents,
 			query: append(eventQuery(), intParam("limit", 1, maxEventLimit, "page size (default 100)")), status: okay, response: EventPage{}, errors: []int{bad}},

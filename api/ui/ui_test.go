@@ -21,6 +21,7 @@ import (
 	"github.com/clawdbot/task-service/events"
 	"github.com/clawdbot/task-service/projections"
 	"github.com/clawdbot/task-service/store"
+	"github.com/clawdbot/task-service/store/blob"
 	"github.com/clawdbot/task-service/store/storetest"
 )
 
@@ -39,6 +40,7 @@ type site struct {
 	srv   *api.Server
 	admin events.Meta
 	http  *http.Client
+	data  blob.Store
 }
 
 func newSite(t *testing.T) *site {
@@ -48,7 +50,10 @@ func newSite(t *testing.T) *site {
 	require.NoError(t, err)
 	secret := []byte("test-secret-0123456789abcdef")
 	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
-	srv, err := api.New(api.Config{DB: db, JWTSecret: secret, BcryptCost: bcrypt.MinCost, Logger: log})
+	dataStore, err := blob.NewFS(t.TempDir())
+	require.NoError(t, err)
+	srv, err := api.New(api.Config{DB: db, JWTSecret: secret, BcryptCost: bcrypt.MinCost, Logger: log,
+		Data: api.DataConfig{Store: dataStore}})
 	require.NoError(t, err)
 	pages, err := ui.New(ui.Config{API: srv, DB: db, Secret: secret, Logger: log})
 	require.NoError(t, err)
@@ -64,7 +69,7 @@ func newSite(t *testing.T) *site {
 	jar, err := cookiejar.New(nil)
 	require.NoError(t, err)
 	hc := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	return &site{t: t, ctx: ctx, url: ts.URL, db: db, srv: srv, http: hc,
+	return &site{t: t, ctx: ctx, url: ts.URL, db: db, srv: srv, http: hc, data: dataStore,
 		admin: events.Meta{Actor: events.Actor{Kind: events.ActorAdmin, ID: u.ID}}}
 }
 
