@@ -256,7 +256,7 @@ func funcs(as *assets) template.FuncMap {
 			}
 			return shortID(s)
 		},
-		"add": func(a, b int) int { return a + b },
+		"add":   func(a, b int) int { return a + b },
 		"bytes": events.HumanBytes,
 		// Schedules (issue 13).
 		"list":     func(xs ...string) []string { return xs },
