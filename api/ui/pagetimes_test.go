@@ -88,7 +88,7 @@ func pageTimes(t *testing.T, dbURL string, calls int) (string, map[string][2]tim
 	db, err := store.New(pool, store.Config{Projector: projections.Projector{}})
 	require.NoError(t, err)
 	secret := []byte("ui-bench-secret-0123456789abcdef")
-	log := zerolog.Nop()
+	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel)
 	srv, err := api.New(api.Config{DB: db, JWTSecret: secret, BcryptCost: bcrypt.MinCost, Logger: log})
 	require.NoError(t, err)
 	pages, err := ui.New(ui.Config{API: srv, DB: db, Secret: secret, Logger: log})
