@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -218,7 +219,10 @@ func TestAPIReferencePage(t *testing.T) {
 
 	// The bundle, gzipped for browsers (Go's client asks for gzip itself
 	// and unpacks it; ask explicitly to see the wire size).
-	req, _ := http.NewRequest(http.MethodGet, b.url+reference.ScriptPath, nil)
+	// The script, as the page asks for it.
+	src := regexp.MustCompile(`<script src="([^"]+)"`).FindStringSubmatch(string(page))
+	require.NotNil(t, src)
+	req, _ := http.NewRequest(http.MethodGet, b.url+src[1], nil)
 	req.Header.Set("Accept-Encoding", "gzip")
 	resp, err = b.http.Do(req)
 	require.NoError(t, err)

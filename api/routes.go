@@ -142,6 +142,7 @@ func (s *Server) table() []route {
 		{method: http.MethodGet, path: "/api/docs", id: "getAPIReference", summary: "This API's reference page (Redoc, served from here: no CDN)", role: rolePublic, handler: echo.WrapHandler(reference.Page("/api/v1/openapi.json")), tag: "operations",
 			status: okay, media: mediaHTML, errors: []int{}},
 		{method: http.MethodGet, path: reference.ScriptPath, id: "getAPIReferenceScript", summary: "The reference page's script (Redoc " + reference.RedocVersion + ", MIT)", role: rolePublic, handler: echo.WrapHandler(reference.Script()), tag: "operations",
+			query:  []param{stringParam("v", "the Redoc version; the page adds it so that a new one is not read from a cache")},
 			status: okay, media: "text/javascript", errors: []int{}},
 	}, s.scheduleRoutes()...)
 }

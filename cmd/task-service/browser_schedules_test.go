@@ -19,7 +19,7 @@ func TestBrowserSchedules(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := startServer(t, storetest.NewDB(t))
-	admin := client.New(s.base, nil)
+	admin := client.New(s.base, checkedHTTP(t, s.base, nil))
 	_, err := admin.Login(ctx, "root@example.com", "root-password")
 	require.NoError(t, err)
 	_, err = admin.CreateTaskType(ctx, client.NewTaskType{Name: "digest", Label: "Digest"})

@@ -196,7 +196,7 @@ func TestBrowserAdminUI(t *testing.T) {
 	dbURL := storetest.NewDB(t)
 	s := startServer(t, dbURL)
 	b := newBrowser(t)
-	admin := client.New(s.base, nil)
+	admin := client.New(s.base, checkedHTTP(t, s.base, nil))
 	_, err := admin.Login(ctx, "root@example.com", "root-password")
 	require.NoError(t, err)
 
@@ -242,7 +242,7 @@ func TestBrowserAdminUI(t *testing.T) {
 	b.run(chromedp.Evaluate(`window.notReloaded = true`, nil))
 	wu, err := admin.CreateWorker(ctx, client.NewWorker{Email: "genesis@example.com", Password: "worker-password", FullName: "Genesis", MaxConcurrentTasks: 2})
 	require.NoError(t, err)
-	w := client.New(s.base, nil)
+	w := client.New(s.base, checkedHTTP(t, s.base, nil))
 	_, err = w.Login(ctx, "genesis@example.com", "worker-password")
 	require.NoError(t, err)
 	claimed, err := w.Claim(ctx)

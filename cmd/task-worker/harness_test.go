@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -20,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/clawdbot/task-service/api/apitest"
 	"github.com/clawdbot/task-service/api/client"
 	"github.com/clawdbot/task-service/events"
 	"github.com/clawdbot/task-service/store"
@@ -141,6 +143,7 @@ type fixture struct {
 	t     *testing.T
 	svc   *service
 	admin *client.Client
+	hc    *http.Client // validates every answer against the document
 	pool  *pgxpool.Pool
 	dir   string
 }
@@ -167,13 +170,26 @@ func newFixture(t *testing.T, serviceEnv ...string) *fixture {
 		}
 	})
 	ctx := context.Background()
-	admin := client.New(svc.base(), nil)
+	hc := checkedHTTP(t, svc.base())
+	admin := client.New(svc.base(), hc)
 	_, err := admin.Login(ctx, adminEmail, adminPassword)
 	require.NoError(t, err)
 	pool, err := pgxpool.New(ctx, dbURL)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	return &fixture{t: t, svc: svc, admin: admin, pool: pool, dir: t.TempDir()}
+	return &fixture{t: t, svc: svc, admin: admin, hc: hc, pool: pool, dir: t.TempDir()}
+}
+
+// checkedHTTP is an HTTP client whose every answer is validated against the
+// OpenAPI document the server at base serves (failures reported when t ends).
+func checkedHTTP(t *testing.T, base string) *http.Client {
+	t.Helper()
+	resp, err := http.Get(base + "/api/v1/openapi.json")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	doc, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return &http.Client{Timeout: 90 * time.Second, Transport: apitest.New(t, doc).Transport(nil)}
 }
 
 func (f *fixture) ctx() context.Context { return context.Background() }

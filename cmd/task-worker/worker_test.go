@@ -62,7 +62,7 @@ echo "progress: done"
 	// The token handed to the command works against the API.
 	tok, err := os.ReadFile(filepath.Join(f.dir, "token"))
 	require.NoError(t, err)
-	c := client.New(f.svc.base(), nil)
+	c := client.New(f.svc.base(), f.hc)
 	c.SetToken(strings.TrimSpace(string(tok)))
 	mine, err := c.MyTasks(f.ctx(), true)
 	require.NoError(t, err)
@@ -370,7 +370,7 @@ func TestWorkersMayFailWithKindErrorOrTimeoutOnly(t *testing.T) {
 	for range 2 {
 		f.newTask(typeID, "t", nil)
 	}
-	c := client.New(f.svc.base(), nil)
+	c := client.New(f.svc.base(), f.hc)
 	_, err := c.Login(f.ctx(), email, workerPass)
 	require.NoError(t, err)
 	a, err := c.Claim(f.ctx())
