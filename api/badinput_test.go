@@ -412,6 +412,17 @@ func TestBadInput(t *testing.T) {
 		{"admin completes", "PUT", W + "/tasks/" + held.ID + "/status", admin, `{"status":"completed"}`, 403, "forbidden", ""},
 		{"admin heartbeats", "POST", W + "/heartbeat", admin, `{}`, 403, "forbidden", ""},
 
+		// Task data (issue 14): refused before a byte is stored; no event, no object.
+		{"upload: not the holder", "POST", W + "/tasks/" + held.ID + "/data?data_type=posts&filename=a.jsonl", duo, `{"x":1}`, 403, "forbidden", ""},
+		{"upload: finished task", "POST", W + "/tasks/" + doneTask.ID + "/data?data_type=posts&filename=a.jsonl", una, `{"x":1}`, 409, "invalid_transition", ""},
+		{"upload: traversal filename", "POST", W + "/tasks/" + held.ID + "/data?data_type=posts&filename=..%2F..%2Fetc%2Fpasswd", una, `{"x":1}`, 400, "validation_failed", "filename"},
+		{"upload: traversal data_type", "POST", W + "/tasks/" + held.ID + "/data?data_type=..&filename=a.jsonl", una, `{"x":1}`, 400, "validation_failed", "data_type"},
+		{"upload: missing data_type", "POST", W + "/tasks/" + held.ID + "/data?filename=a.jsonl", una, `{"x":1}`, 400, "validation_failed", "data_type"},
+		{"upload: by an admin", "POST", W + "/tasks/" + held.ID + "/data?data_type=posts&filename=a.jsonl", admin, `{"x":1}`, 403, "forbidden", ""},
+		{"data: not the worker's task", "GET", W + "/tasks/" + held.ID + "/data", duo, "", 403, "forbidden", ""},
+		{"data: bad data id", "GET", A + "/tasks/" + held.ID + "/data/not-a-uuid", admin, "", 400, "validation_failed", "data_id"},
+		{"data: unknown data id", "GET", A + "/tasks/" + held.ID + "/data/" + unknown, admin, "", 404, "not_found", ""},
+
 		// Routing.
 		{"unknown route", "GET", "/api/v1/nope", admin, "", 404, "not_found", ""},
 		{"unknown sub-route", "POST", A + "/tasks/" + pending.ID + "/explode", admin, `{}`, 404, "not_found", ""},
