@@ -46,6 +46,7 @@ type benchEnv struct {
 	httpServer *http.Server
 	serverPool *pgxpool.Pool
 	serveDone  chan error
+	stopServer func() // ends the in-process server's background work
 
 	riverURL  string        // --river: the peer's own database on the same server
 	riverPool *pgxpool.Pool // reads the peer's backends for their CPU
@@ -232,6 +233,19 @@ func (env *benchEnv) startAPI(ctx context.Context, benchURL string, maxWorkers i
 	if err != nil {
 		return fmt.Errorf("listen on loopback: %w", err)
 	}
+	// The server's background work, as task-service runs it: without it,
+	// every request reads its user from the database (the auth cache
+	// follows the log only while Run runs).
+	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
+	runDone := make(chan struct{})
+	go func() {
+		defer close(runDone)
+		_ = srv.Run(runCtx)
+	}()
+	env.stopServer = func() {
+		stopRun()
+		<-runDone
+	}
 	env.httpServer = &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	env.serveDone = make(chan error, 1)
 	go func() { env.serveDone <- env.httpServer.Serve(ln) }()
@@ -255,6 +269,9 @@ func (env *benchEnv) close() {
 		_ = env.httpServer.Shutdown(ctx)
 		cancel()
 		<-env.serveDone
+	}
+	if env.stopServer != nil {
+		env.stopServer()
 	}
 	if env.serverPool != nil {
 		env.serverPool.Close()
