@@ -110,9 +110,9 @@ scratch database, at each worker count:
                 batch x 5 tasks, so that the drain's tail stays short.
 
 With --river PATH (scripts/riverbench, built by make bench), each round of
-worker counts starts with River's tuned burn-down (100 workers, in-process,
-no HTTP, no events) on its own database of the same server, and every line
-of the round is also given as a ratio to it.
+worker counts starts and ends with River's tuned burn-down (100 workers,
+in-process, no HTTP, no events) on its own database of the same server, and
+every line of the round is also given as a ratio to the mean of those two.
 
 The queue is pre-filled before timing starts (bare: COPY; store, http:
 store.CreateTask), and each run drains it, or stops at --duration. Runs with
@@ -291,17 +291,29 @@ func bench(ctx context.Context, cfg benchConfig, progress io.Writer) (*benchRepo
 		Started: time.Now().UTC(), Database: cfg.benchDB, API: env.apiLabel(), Postgres: env.pgVersion,
 		GoVersion: runtime.Version(), NumCPU: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0),
 	}
+	runRiver := func() (*benchResult, error) {
+		r, err := env.runRiver(ctx, cfg.tasks)
+		if err != nil {
+			return nil, fmt.Errorf("river: %w", err)
+		}
+		fmt.Fprintf(progress, "bench: %-15s %3d workers: %6d tasks in %6.2fs = %8.0f tasks/s\n",
+			r.Mode, r.Workers, r.Tasks, r.Seconds, r.TasksPerSec)
+		return r, nil
+	}
 	for _, w := range cfg.workers {
-		var bare, river *benchResult
+		var bare *benchResult
+		// River runs at the start and at the end of each round, and every
+		// line of the round is a ratio to the mean of the two: on a shared
+		// machine one run of the peer can land on a burst of someone
+		// else's load.
+		var first *benchResult
+		round := len(report.Runs)
 		if cfg.riverBin != "" {
-			r, err := env.runRiver(ctx, cfg.tasks)
+			r, err := runRiver()
 			if err != nil {
-				return nil, fmt.Errorf("river: %w", err)
+				return nil, err
 			}
-			river = r
-			r.TasksPerSecVsRiver = ratio(1, 1)
-			fmt.Fprintf(progress, "bench: %-15s %3d workers: %6d tasks in %6.2fs = %8.0f tasks/s\n",
-				r.Mode, r.Workers, r.Tasks, r.Seconds, r.TasksPerSec)
+			first = r
 			report.Runs = append(report.Runs, *r)
 		}
 		for _, m := range cfg.modes {
@@ -325,12 +337,20 @@ func bench(ctx context.Context, cfg benchConfig, progress io.Writer) (*benchRepo
 					r.ClaimP50VsBare = ratio(r.ClaimP50Ms, bare.ClaimP50Ms)
 					r.ClaimP99VsBare = ratio(r.ClaimP99Ms, bare.ClaimP99Ms)
 				}
-				if river != nil {
-					r.TasksPerSecVsRiver = ratio(r.TasksPerSec, river.TasksPerSec)
-				}
 				fmt.Fprintf(progress, "bench: %-15s %3d workers: %6d tasks in %6.2fs = %8.0f tasks/s, claim p50 %.2f ms p99 %.2f ms\n",
 					r.label(), r.Workers, r.Tasks, r.Seconds, r.TasksPerSec, r.ClaimP50Ms, r.ClaimP99Ms)
 				report.Runs = append(report.Runs, *r)
+			}
+		}
+		if first != nil {
+			last, err := runRiver()
+			if err != nil {
+				return nil, err
+			}
+			report.Runs = append(report.Runs, *last)
+			peer := (first.TasksPerSec + last.TasksPerSec) / 2
+			for i := round; i < len(report.Runs); i++ {
+				report.Runs[i].TasksPerSecVsRiver = ratio(report.Runs[i].TasksPerSec, peer)
 			}
 		}
 	}
@@ -368,7 +388,7 @@ func printBenchTable(w io.Writer, rep *benchReport) {
 			fmtOpt(r.BenchCPUUsPerTask), fmtOpt(r.PGCPUUsPerTask))
 	}
 	_ = tw.Flush()
-	fmt.Fprintln(w, "\nx river: tasks/s divided by River's burn-down at the start of the same round (--river; higher is better).")
+	fmt.Fprintln(w, "\nx river: tasks/s divided by the mean of River's two burn-downs, at the start and the end of the same round (--river; higher is better).")
 	fmt.Fprintln(w, "x bare: the figure divided by bare's at the same worker count (tasks/s: higher is better; latency: lower is better).")
 	fmt.Fprintln(w, "cpu us/task: CPU time per task of this process (workers, HTTP clients and the in-process server together; for river, the riverbench process) and of the database's backends.")
 	fmt.Fprintln(w, "http-batch/N: claims and completions of up to N tasks per request; its claim latency is per claim request.")
