@@ -785,3 +785,16 @@ func TestBotAPIClassifiesAnswers(t *testing.T) {
 	require.NotContains(t, res.description, testToken)
 	require.Contains(t, res.description, "connection refused")
 }
+
+// The horizon stall alert names the blocker (escaped) and how long it has
+// been open.
+func TestStallLineText(t *testing.T) {
+	start := time.Date(2026, 11, 24, 3, 40, 31, 0, time.UTC)
+	b := &store.HorizonBlocker{PID: 4640, Database: "reports<&>", Application: "nightly-report", XactStart: start,
+		Age: 6*time.Minute + 5*time.Second}
+	require.Equal(t, "🐢 Consumers stalled: a transaction open for 6 min holds back every retry and notification "+
+		"(pid 4640, database reports&lt;&amp;&gt;, nightly-report, started 03:40:31 UTC). End it or see docs/ops/horizon.md.",
+		stallLine(b))
+	b.Application = ""
+	require.Contains(t, stallLine(b), ", no application name, ")
+}
