@@ -205,3 +205,31 @@ func TestSlowBody(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.StatusCode)
 	require.GreaterOrEqual(t, time.Since(start), 900*time.Millisecond, "it waited its second")
 }
+
+// TestTrustedProxies: X-Forwarded-For names the client only when the peer
+// is a trusted proxy; otherwise every forged address shares the peer's
+// bucket.
+func TestTrustedProxies(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, loopback, err := net.ParseCIDR("127.0.0.0/8")
+	require.NoError(t, err)
+	limited := func(trusted []*net.IPNet) int {
+		srv, err := api.New(api.Config{DB: b.db, JWTSecret: b.secret, BcryptCost: bcrypt.MinCost, Logger: zerolog.Nop(),
+			TrustedProxies: trusted, Login: api.LoginConfig{AddressBurst: 2, AccountBurst: 1000, LockoutAfter: 1000}})
+		require.NoError(t, err)
+		ts := httptest.NewServer(srv.Handler())
+		defer ts.Close()
+		n := 0
+		for i := range 6 {
+			resp, _ := do(t, b.http, "POST", ts.URL+"/api/v1/auth/login", `{"email":"x@example.com","password":"wrong-password"}`,
+				map[string]string{"Content-Type": "application/json", "X-Forwarded-For": fmt.Sprintf("198.51.100.%d", i)})
+			if resp.StatusCode == http.StatusTooManyRequests {
+				n++
+			}
+		}
+		return n
+	}
+	require.Equal(t, 4, limited(nil), "untrusted peer: the forged addresses share one bucket of 2")
+	require.Equal(t, 0, limited([]*net.IPNet{loopback}), "trusted proxy: each forwarded client has its own bucket")
+}
