@@ -217,3 +217,15 @@ func TestLoginThrottleCPU(t *testing.T) {
 	before := run("unthrottled (as before)", unthrottledN, "LOGIN_ADDRESS_BURST=1000000000", "LOGIN_ACCOUNT_BURST=1000000000", "LOGIN_LOCKOUT_AFTER=1000000000")
 	t.Logf("10,000 wrong passwords from one address: server CPU %.1f s before, %.2f s after (BCRYPT_COST=10)", before, after)
 }
+
+// TestWarnsOfShortOfflineThreshold: a WORKER_OFFLINE_AFTER below
+// task-worker's idle heartbeat is warned about at start-up.
+func TestWarnsOfShortOfflineThreshold(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 1, "WORKER_OFFLINE_AFTER=10s")
+	in := c.ins[0]
+	in.mu.Lock()
+	logs := in.logs.String()
+	in.mu.Unlock()
+	require.Contains(t, logs, "WORKER_OFFLINE_AFTER is shorter than the interval task-worker heartbeats at")
+}
