@@ -19,6 +19,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/clawdbot/task-service/api"
+	"github.com/clawdbot/task-service/api/apitest"
 	"github.com/clawdbot/task-service/api/client"
 	"github.com/clawdbot/task-service/events"
 	"github.com/clawdbot/task-service/projections"
@@ -66,7 +67,11 @@ func newCLIEnv(t *testing.T) *cliEnv {
 		defer close(done)
 		_ = srv.Run(ctx)
 	}()
-	ts := httptest.NewServer(srv.Handler())
+	// Every answer taskctl gets is validated against the API's document (its
+	// check runs at cleanup, after the server below has closed).
+	doc, err := json.Marshal(srv.OpenAPI())
+	require.NoError(t, err)
+	ts := httptest.NewServer(apitest.New(t, doc).Handler(srv.Handler()))
 	t.Cleanup(func() { ts.CloseClientConnections(); cancel(); <-done; ts.Close() })
 	hash, err := srv.HashPassword(testPassword)
 	require.NoError(t, err)
