@@ -249,6 +249,8 @@ func TestBrowserAdminUI(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, taskID, claimed.ID)
 	b.waitJS(`document.getElementById("task-status").textContent === "in_progress"`)
+	_, err = w.UploadData(ctx, taskID, "posts", "nvda.jsonl", "", strings.NewReader("{\"id\":1}\n"), -1)
+	require.NoError(t, err)
 	_, err = w.Fail(ctx, taskID, "Arctic Shift answered 429")
 	require.NoError(t, err)
 	b.waitJS(`document.getElementById("task-status").textContent === "failed"`)
@@ -257,6 +259,16 @@ func TestBrowserAdminUI(t *testing.T) {
 	var still bool
 	b.run(chromedp.Evaluate(`window.notReloaded === true`, &still))
 	require.True(t, still, "the page updated in place")
+
+	// The task's data (issue 14): listed on the page, and the link downloads
+	// it with the session cookie.
+	b.run(chromedp.Navigate(s.base + "/tasks/" + taskID))
+	b.waitJS(`document.querySelector("#task-data-files a") !== null`)
+	require.Contains(t, b.text("#task-data-files"), "nvda.jsonl")
+	var downloaded string
+	b.run(chromedp.Evaluate(`fetch(document.querySelector("#task-data-files a").href).then(r => r.text())`,
+		&downloaded, func(p *runtime.EvaluateParams) *runtime.EvaluateParams { return p.WithAwaitPromise(true) }))
+	require.Equal(t, "{\"id\":1}\n", downloaded)
 
 	// The retry: assign with a validation error, then to the worker; cancel
 	// refused (already cancelled elsewhere) with the error shown.
