@@ -445,7 +445,11 @@ func TestTaskDataClientDies(t *testing.T) {
 			require.Error(t, <-errc)
 
 			// The server notices and aborts: nothing pending, nothing visible.
+			// The handler may still be reading what the client sent before it
+			// died (S3 starts its multipart upload only once a part is full), so
+			// nothing pending must be seen for a while, not just once.
 			require.Eventually(t, func() bool { return pendingCount(t, bs) == 0 }, 10*time.Second, 20*time.Millisecond)
+			require.Never(t, func() bool { return pendingCount(t, bs) != 0 }, time.Second, 50*time.Millisecond)
 			require.Empty(t, objectKeys(t, bs))
 			require.Equal(t, before, b.snapshot(t))
 			rep, err := dataops.Sweep(ctx, b.db, bs, time.Now().Add(time.Hour))
