@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -172,10 +173,15 @@ func (b *browser) location() string {
 	return loc
 }
 
+// text is the element's visible text, read in one evaluation: live regions
+// are swapped by htmx at any moment, and chromedp.Text's query-then-read can
+// land on a node that was just replaced ("No node with given id found").
 func (b *browser) text(sel string) string {
 	b.t.Helper()
+	q := "document.querySelector(" + strconv.Quote(sel) + ")"
+	b.waitJS(q)
 	var s string
-	b.run(chromedp.Text(sel, &s, chromedp.ByQuery))
+	b.run(chromedp.Evaluate("("+q+" || {innerText: ''}).innerText.trim()", &s))
 	return s
 }
 
@@ -229,8 +235,7 @@ func TestBrowserAdminUI(t *testing.T) {
 		chromedp.SetValue("#f-params-ticker", "NVDA", chromedp.ByID),
 		chromedp.Submit("#title", chromedp.ByID),
 		chromedp.WaitVisible(`#f-params-days[aria-invalid="true"]`, chromedp.ByQuery))
-	var fieldError string
-	b.run(chromedp.Text(`#f-params-days ~ .field-error`, &fieldError, chromedp.ByQuery))
+	fieldError := b.text(`#f-params-days ~ .field-error`)
 	require.Contains(t, fieldError, "minimum")
 	b.run(chromedp.SetValue("#f-params-days", "30", chromedp.ByID), chromedp.Submit("#title", chromedp.ByID))
 	b.waitJS(`/^\/tasks\/[0-9a-f-]{36}$/.test(location.pathname)`)
