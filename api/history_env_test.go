@@ -346,15 +346,6 @@ func readFrames(r io.Reader, out chan<- sseFrame) error {
 	return sc.Err()
 }
 
-// positions lists the events' positions.
-func positions(evs []events.Envelope) []string {
-	out := make([]string, len(evs))
-	for i, e := range evs {
-		out[i] = e.Position().String()
-	}
-	return out
-}
-
 // inTx is a helper for store calls that want a transaction.
 func (e *histEnv) inTx(fn func(tx pgx.Tx) error) {
 	e.t.Helper()

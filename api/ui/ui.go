@@ -150,5 +150,3 @@ func (u *UI) headers(next echo.HandlerFunc) echo.HandlerFunc {
 
 const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
 	"connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
-
-func (u *UI) now() time.Time { return u.cfg.Now() }

@@ -220,9 +220,6 @@ func knownStream(t string) bool {
 		t == events.StreamSchedule
 }
 
-// streams is how many streams the fold holds.
-func (f *fold) streams() int { return len(f.tasks) + len(f.types) + len(f.users) + len(f.schedules) }
-
 // applyData folds a task's data events into the task_data rows: an upload
 // adds or replaces its row, a deletion removes it.
 func (f *fold) applyData(e events.Envelope) {
