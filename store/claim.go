@@ -87,6 +87,10 @@ SELECT id, true, set_config('` + claimWorkersSetting + `', (SELECT COALESCE(arra
 // "id = ANY(ids)". Joined to the picked rows instead, the generic plan put
 // the ids' index scan under a Materialize node and filtered the join: 20
 // million rows compared for a batch of 64 claims of 100 tasks, 4.5 s.
+// The object is read as a scalar subquery, "(SELECT m FROM pm)": computed
+// once, then passed by reference. Joined as a FROM item, the CTE scan
+// copies its row, the whole object, for every row it meets: quadratic
+// again (ADR 016).
 //
 // held's status is a parameter ($5, always 'in_progress'), not a literal,
 // for the plan: with the literal, a generic plan built while few tasks are
@@ -132,12 +136,12 @@ const claimTasks = `WITH req AS (
     SELECT jsonb_object_agg(worker, jsonb_build_array(data::jsonb, meta::jsonb)) AS m FROM req
 ), t AS (
     UPDATE worker_tasks w
-       SET status = 'in_progress', assigned_to = (pm.m -> w.id::text ->> 0)::uuid, started_at = $2, updated_at = $2, version = w.version + 1
-      FROM pm WHERE w.id = ANY(pm.ids)
-    RETURNING w.*, (pm.m -> w.id::text ->> 1)::bigint AS k
+       SET status = 'in_progress', assigned_to = ((SELECT m FROM pm) -> w.id::text ->> 0)::uuid, started_at = $2, updated_at = $2, version = w.version + 1
+     WHERE w.id = ANY((SELECT ids FROM pm)::uuid[])
+    RETURNING w.*, ((SELECT m FROM pm) -> w.id::text ->> 1)::bigint AS k
 ), ev AS (
     INSERT INTO task_events (stream_type, stream_id, version, type, data, meta, occurred_at)
-    SELECT 'task', t.id, t.version, 'task.claimed', rm.m -> t.assigned_to::text -> 0, rm.m -> t.assigned_to::text -> 1, $2 FROM t, rm
+    SELECT 'task', t.id, t.version, 'task.claimed', (SELECT m FROM rm) -> t.assigned_to::text -> 0, (SELECT m FROM rm) -> t.assigned_to::text -> 1, $2 FROM t
 ), asg AS (
     INSERT INTO task_assignments (task_id, version, worker_id, assigned_by, kind, reason, at)
     SELECT t.id, t.version, t.assigned_to, t.assigned_to, 'claimed', '', $2 FROM t

@@ -22,7 +22,8 @@ import (
 //
 // The UPDATE reaches its rows by primary key only, through "id = ANY($1)",
 // and joins nothing: each row's worker, event data and meta come from a
-// one-row CTE holding a jsonb object keyed by task id. A join to the
+// one-row CTE holding a jsonb object keyed by task id, read as a scalar
+// subquery (computed once; see claimTasks). A join to the
 // requests let a generic plan filter one side against the other (a full
 // index scan of the table per batch once, 10 million buffers in one bench
 // run; and quadratic in the batch's size, which matters since a request of
@@ -37,12 +38,12 @@ const completeTasks = `WITH req AS MATERIALIZED (
 ), t AS (
     UPDATE worker_tasks w
        SET status = 'completed', completed_at = $3, updated_at = $3, version = w.version + 1
-      FROM req WHERE w.id = ANY($1::uuid[])
-       AND (w.status, w.assigned_to) IS NOT DISTINCT FROM ('in_progress'::text, (req.m -> w.id::text ->> 0)::uuid)
+     WHERE w.id = ANY($1::uuid[])
+       AND (w.status, w.assigned_to) IS NOT DISTINCT FROM ('in_progress'::text, ((SELECT m FROM req) -> w.id::text ->> 0)::uuid)
     RETURNING w.*
 ), ev AS (
     INSERT INTO task_events (stream_type, stream_id, version, type, data, meta, occurred_at)
-    SELECT 'task', t.id, t.version, 'task.completed', req.m -> t.id::text -> 1, req.m -> t.id::text -> 2, $3 FROM t, req
+    SELECT 'task', t.id, t.version, 'task.completed', (SELECT m FROM req) -> t.id::text -> 1, (SELECT m FROM req) -> t.id::text -> 2, $3 FROM t
 )
 SELECT ` + taskColumns + ` FROM t`
 
