@@ -82,8 +82,8 @@ SELECT id, true, set_config('` + claimWorkersSetting + `', (SELECT COALESCE(arra
 // the thousands of tasks a batch of claim-many calls can take.
 //
 // The UPDATE and the event insert join nothing: each reads what it needs
-// for a row from a one-row CTE holding a jsonb object keyed by task id (pm)
-// or by worker (rm), and the UPDATE reaches its rows by primary key through
+// for a row from a jsonb object: keyed by task id (pm, a one-row CTE)
+// or by worker ($3, built by jsonMap), and the UPDATE reaches its rows by primary key through
 // "id = ANY(ids)". Joined to the picked rows instead, the generic plan put
 // the ids' index scan under a Materialize node and filtered the join: 20
 // million rows compared for a batch of 64 claims of 100 tasks, 4.5 s.
@@ -92,7 +92,7 @@ SELECT id, true, set_config('` + claimWorkersSetting + `', (SELECT COALESCE(arra
 // copies its row, the whole object, for every row it meets: quadratic
 // again (ADR 016).
 //
-// held's status is a parameter ($5, always 'in_progress'), not a literal,
+// held's status is a parameter ($4, always 'in_progress'), not a literal,
 // for the plan: with the literal, a generic plan built while few tasks are
 // in progress (a fresh or bursty queue, pages not yet all-visible) counts
 // through worker_tasks_status, reading every task in progress of every
@@ -101,11 +101,11 @@ SELECT id, true, set_config('` + claimWorkersSetting + `', (SELECT COALESCE(arra
 // status's share of the table, so the plan is always worker_tasks_holder
 // on (assigned_to, status): this worker's rows only.
 const claimTasks = `WITH req AS (
-    SELECT worker, data, meta, want, ord FROM unnest($1::uuid[], $3::text[], $4::text[], $6::int[]) WITH ORDINALITY AS r(worker, data, meta, want, ord)
+    SELECT worker, want, ord FROM unnest($1::uuid[], $5::int[]) WITH ORDINALITY AS r(worker, want, ord)
 ), elig AS MATERIALIZED (
     SELECT e.worker, e.ord, e.want FROM (
         SELECT r.worker, r.ord, least(r.want, u.max_concurrent_tasks
-               - (SELECT count(*) FROM worker_tasks h WHERE h.assigned_to = r.worker AND h.status = $5))::int AS want
+               - (SELECT count(*) FROM worker_tasks h WHERE h.assigned_to = r.worker AND h.status = $4))::int AS want
           FROM req r JOIN users u ON u.id = r.worker AND u.is_worker AND u.active
          WHERE r.worker = ANY(NULLIF(current_setting('` + claimWorkersSetting + `', true), '')::uuid[])) e
      WHERE e.want > 0
@@ -132,8 +132,6 @@ const claimTasks = `WITH req AS (
      CROSS JOIN LATERAL unnest(pool.ids[r.before + 1 : r.before + r.need]) WITH ORDINALITY AS s(id, i)
 ), pm AS MATERIALIZED (
     SELECT array_agg(id) AS ids, jsonb_object_agg(id, jsonb_build_array(worker, k)) AS m FROM picked
-), rm AS MATERIALIZED (
-    SELECT jsonb_object_agg(worker, jsonb_build_array(data::jsonb, meta::jsonb)) AS m FROM req
 ), t AS (
     UPDATE worker_tasks w
        SET status = 'in_progress', assigned_to = ((SELECT m FROM pm) -> w.id::text ->> 0)::uuid, started_at = $2, updated_at = $2, version = w.version + 1
@@ -141,7 +139,7 @@ const claimTasks = `WITH req AS (
     RETURNING w.*, ((SELECT m FROM pm) -> w.id::text ->> 1)::bigint AS k
 ), ev AS (
     INSERT INTO task_events (stream_type, stream_id, version, type, data, meta, occurred_at)
-    SELECT 'task', t.id, t.version, 'task.claimed', (SELECT m FROM rm) -> t.assigned_to::text -> 0, (SELECT m FROM rm) -> t.assigned_to::text -> 1, $2 FROM t
+    SELECT 'task', t.id, t.version, 'task.claimed', $3::jsonb -> t.assigned_to::text -> 0, $3::jsonb -> t.assigned_to::text -> 1, $2 FROM t
 ), asg AS (
     INSERT INTO task_assignments (task_id, version, worker_id, assigned_by, kind, reason, at)
     SELECT t.id, t.version, t.assigned_to, t.assigned_to, 'claimed', '', $2 FROM t
@@ -261,14 +259,16 @@ func (db *DB) claimAlone(ctx context.Context, req claimRequest) ([]outcome[[]*Ta
 // locking the workers' rows with lockSQL.
 func (db *DB) runClaims(ctx context.Context, reqs []claimRequest, lockSQL string) ([]outcome[[]*TaskWithType], error) {
 	n := len(reqs)
-	workers, data, metas, wants := make([]string, n), make([]string, n), make([]string, n), make([]int32, n)
+	workers, wants := make([]string, n), make([]int32, n)
+	m := jsonMap{}
 	for i, r := range reqs {
-		workers[i], data[i], metas[i], wants[i] = r.worker, r.data, r.meta, int32(r.want)
+		workers[i], wants[i] = r.worker, int32(r.want)
+		m.add(r.worker, r.data, r.meta)
 	}
 	b := &pgx.Batch{}
 	b.Queue(indexLookupsOnly)
 	b.Queue(lockSQL, workers)
-	b.Queue(claimTasks, workers, db.Now(), data, metas, string(events.StatusInProgress), wants)
+	b.Queue(claimTasks, workers, db.Now(), m.String(), string(events.StatusInProgress), wants)
 	br := db.pool.SendBatch(ctx, b)
 	defer br.Close()
 

@@ -36,8 +36,8 @@ func TestClaimPlanAtAMillionRows(t *testing.T) {
 	require.NoError(t, err)
 
 	workers := "ARRAY['" + w + "']::uuid[]"
-	claim := "EXECUTE claim(" + workers + ", now(), ARRAY['{}'], ARRAY['{}'], 'in_progress', ARRAY[1])"
-	complete := "EXECUTE complete(" + workers + ", " + workers + ", now(), ARRAY['{}'], ARRAY['{}'])"
+	claim := "EXECUTE claim(" + workers + ", now(), '{\"" + w + "\":[{},{}]}', 'in_progress', ARRAY[1])"
+	complete := "EXECUTE complete(" + workers + ", '{\"" + w + "\":[\"" + w + "\",{},{}]}', now())"
 	// The plans the batches run: each lookup through the index meant for it.
 	for name, run := range map[string]string{"claim": claim, "complete": complete} {
 		plan := explain(t, e, indexLookupsOnly, run)
@@ -69,8 +69,8 @@ func explain(t *testing.T, e *batchEnv, settings, execute string) string {
 		`DEALLOCATE ALL`,
 		`BEGIN`,
 		settings,
-		`PREPARE claim(uuid[], timestamptz, text[], text[], text, int[]) AS ` + claimTasks,
-		`PREPARE complete(uuid[], uuid[], timestamptz, text[], text[]) AS ` + completeTasks,
+		`PREPARE claim(uuid[], timestamptz, jsonb, text, int[]) AS ` + claimTasks,
+		`PREPARE complete(uuid[], jsonb, timestamptz) AS ` + completeTasks,
 	} {
 		_, err := conn.Exec(e.ctx, sql, pgx.QueryExecModeSimpleProtocol)
 		require.NoError(t, err)
