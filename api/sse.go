@@ -272,6 +272,10 @@ func (b *broadcaster) run(ctx context.Context) error {
 // a time, and publishes it. An error leaves the position where it was: the
 // next wake or tick reads again.
 func (b *broadcaster) poll(ctx context.Context) {
+	if b.streams.Load() == 0 {
+		b.skip(ctx)
+		return
+	}
 	for ctx.Err() == nil {
 		b.m.reads.Inc()
 		evs, err := b.s.db.ReadLog(ctx, b.s.db.Pool(), b.pos, b.cfg.PageSize, store.LogFilter{})
@@ -302,6 +306,26 @@ func (b *broadcaster) poll(ctx context.Context) {
 		case <-time.After(b.interval()):
 		}
 	}
+}
+
+// skip moves an idle broadcaster to the log's head without reading the
+// events: with no stream open, reading and encoding each one is wasted (a
+// quarter of the service's CPU on a busy queue; ADR 016). A stream that
+// opens later and wants earlier events catches up from the table.
+func (b *broadcaster) skip(ctx context.Context) {
+	head, err := b.s.db.LogHead(ctx, b.s.db.Pool())
+	if err != nil {
+		if ctx.Err() == nil {
+			b.s.log.Warn().Err(err).Msg("tail: cannot read the log head; retrying on the next wake")
+		}
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.live) > 0 || !b.pos.Less(head) {
+		return // a stream joined meanwhile: the next poll reads for it
+	}
+	b.pos, b.floor, b.window = head, head, nil
 }
 
 // publish appends frames to the window, drops the streams the window has

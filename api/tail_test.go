@@ -458,3 +458,36 @@ func TestTailClientReconnectsByItself(t *testing.T) {
 	}
 	require.Equal(t, want, got)
 }
+
+// TestTailIdleReadsNothing: with no stream open the broadcaster follows the
+// log's head without reading events; a stream opened afterwards from an
+// earlier position still gets every event after it, from the table.
+func TestTailIdleReadsNothing(t *testing.T) {
+	e := newHistEnv(t, api.TailConfig{Window: 64, PageSize: 50})
+	e.waitTailRunning()
+	workers := []*histWorker{e.worker("Numbers", 100)}
+	_, err := e.workload(e.ctx, workers, 1, 5, 0)
+	require.NoError(t, err)
+	p := e.allEvents()[2].Position()
+	before := e.metric("taskservice_tail_reads_total")
+	_, err = e.workload(e.ctx, workers, 2, 30, 0)
+	require.NoError(t, err)
+	time.Sleep(100 * time.Millisecond) // wakes spaced by MinInterval (20 ms) come and go
+	require.Equal(t, before, e.metric("taskservice_tail_reads_total"), "no stream open: no log read")
+
+	all := e.allEvents()
+	var want, got []string
+	for _, ev := range all {
+		if p.Less(ev.Position()) {
+			want = append(want, ev.Position().String())
+		}
+	}
+	_, err = e.admin.Stream(e.ctx, client.EventQuery{After: p.String()}, func(ev client.Event) error {
+		if got = append(got, ev.Position); len(got) == len(want) {
+			return errEnough
+		}
+		return nil
+	})
+	require.ErrorIs(t, err, errEnough)
+	require.Equal(t, want, got)
+}
