@@ -9,9 +9,12 @@ import (
 // Projector writes every read model; the store calls it inside Append.
 type Projector struct{}
 
-// Task queues the writes for events appended to one task stream.
-func (Projector) Task(b *pgx.Batch, t *events.Task, evs []events.Envelope) {
+// Task queues the writes for events appended to one task stream, given the
+// task before them (nil for a new task) and after. The counts' delta goes
+// right after the task's row: the order replay's swap locks them in.
+func (Projector) Task(b *pgx.Batch, before, t *events.Task, evs []events.Envelope) {
 	queueTask(b, t)
+	queueCounts(b, before, t)
 	for _, e := range evs {
 		queueTaskUpdate(b, e)
 		queueTaskAssignment(b, e)
@@ -20,11 +23,11 @@ func (Projector) Task(b *pgx.Batch, t *events.Task, evs []events.Envelope) {
 }
 
 // TaskType queues the write of a task type's row.
-func (Projector) TaskType(b *pgx.Batch, tt *events.TaskType, _ []events.Envelope) {
+func (Projector) TaskType(b *pgx.Batch, _, tt *events.TaskType, _ []events.Envelope) {
 	queueTaskType(b, tt)
 }
 
 // User queues the write of a user's row.
-func (Projector) User(b *pgx.Batch, u *events.User, _ []events.Envelope) {
+func (Projector) User(b *pgx.Batch, _, u *events.User, _ []events.Envelope) {
 	queueUser(b, u)
 }

@@ -51,7 +51,7 @@ var insertFiring = `INSERT INTO schedule_firings (schedule_id, version, kind, du
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`
 
 // Schedule queues the writes for events appended to one schedule stream.
-func (Projector) Schedule(b *pgx.Batch, s *events.Schedule, evs []events.Envelope) {
+func (Projector) Schedule(b *pgx.Batch, _, s *events.Schedule, evs []events.Envelope) {
 	b.Queue(upsertSchedule, ScheduleRow(s)...)
 	for _, e := range evs {
 		if row := FiringRow(e); row != nil {

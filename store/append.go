@@ -77,7 +77,7 @@ type aggregate[T any] interface {
 // batch. It returns the state after the events.
 func appendStream[T any, A aggregate[T]](ctx context.Context, db *DB, q Querier, streamType, id string,
 	before *T, ps []events.Payload, meta events.Meta,
-	project func(*pgx.Batch, *T, []events.Envelope), extra func(*pgx.Batch),
+	project func(b *pgx.Batch, before, after *T, evs []events.Envelope), extra func(*pgx.Batch),
 ) (*T, []events.Envelope, error) {
 	b := &pgx.Batch{}
 	after, evs, err := projectStream[T, A](b, db.Now(), streamType, id, before, ps, meta, project)
@@ -106,7 +106,7 @@ func appendStream[T any, A aggregate[T]](ctx context.Context, db *DB, q Querier,
 // the same task. A lost race still ends in the event's unique violation,
 // which rolls the overwritten row back with it.
 func projectStream[T any, A aggregate[T]](b *pgx.Batch, at time.Time, streamType, id string,
-	before *T, ps []events.Payload, meta events.Meta, project func(*pgx.Batch, *T, []events.Envelope),
+	before *T, ps []events.Payload, meta events.Meta, project func(b *pgx.Batch, before, after *T, evs []events.Envelope),
 ) (*T, []events.Envelope, error) {
 	var after T
 	version := 0
@@ -121,7 +121,7 @@ func projectStream[T any, A aggregate[T]](b *pgx.Batch, at time.Time, streamType
 	for _, e := range evs {
 		A(&after).Apply(e)
 	}
-	project(b, &after, evs)
+	project(b, before, &after, evs)
 	return &after, evs, nil
 }
 

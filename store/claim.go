@@ -92,6 +92,11 @@ SELECT id, true, set_config('` + claimWorkersSetting + `', (SELECT COALESCE(arra
 // copies its row, the whole object, for every row it meets: quadratic
 // again (ADR 016).
 //
+// cnt keeps task_counts (ADR 010): every picked task was pending, those of
+// the pool unassigned (queued), and all of them are updated (each is locked
+// by its pick), so the batch moves n from pending to in progress and the
+// pool's from the queue. Nothing is written when nothing was claimed.
+//
 // held's status is a parameter ($4, always 'in_progress'), not a literal,
 // for the plan: with the literal, a generic plan built while few tasks are
 // in progress (a fresh or bursty queue, pages not yet all-visible) counts
@@ -143,6 +148,11 @@ const claimTasks = `WITH req AS (
 ), asg AS (
     INSERT INTO task_assignments (task_id, version, worker_id, assigned_by, kind, reason, at)
     SELECT t.id, t.version, t.assigned_to, t.assigned_to, 'claimed', '', $2 FROM t
+), cnt AS (
+    INSERT INTO task_counts AS c (pid, pending, queued, in_progress)
+    SELECT pg_backend_pid(), -n, -(SELECT cardinality(ids) FROM pool), n FROM (SELECT count(*) AS n FROM t) x WHERE n > 0
+    ON CONFLICT (pid) DO UPDATE SET pending = c.pending + excluded.pending, queued = c.queued + excluded.queued,
+        in_progress = c.in_progress + excluded.in_progress
 )
 SELECT ` + taskColumns + `, ` + taskTypeColumns + `, t.k
   FROM t JOIN task_types tt ON tt.id = t.task_type_id`

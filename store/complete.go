@@ -32,6 +32,10 @@ import (
 // plan found each id by scanning every in-progress entry of
 // worker_tasks_status). The meaning is the same: status is never NULL, and
 // a NULL assignee fails either way.
+//
+// cnt keeps task_counts (ADR 010): the guard admits tasks in progress only,
+// so the batch moves n from in progress to completed; nothing is written
+// when nothing was completed.
 const completeTasks = `WITH t AS (
     UPDATE worker_tasks w
        SET status = 'completed', completed_at = $3, updated_at = $3, version = w.version + 1
@@ -41,6 +45,10 @@ const completeTasks = `WITH t AS (
 ), ev AS (
     INSERT INTO task_events (stream_type, stream_id, version, type, data, meta, occurred_at)
     SELECT 'task', t.id, t.version, 'task.completed', $2::jsonb -> t.id::text -> 1, $2::jsonb -> t.id::text -> 2, $3 FROM t
+), cnt AS (
+    INSERT INTO task_counts AS c (pid, in_progress, completed)
+    SELECT pg_backend_pid(), -n, n FROM (SELECT count(*) AS n FROM t) x WHERE n > 0
+    ON CONFLICT (pid) DO UPDATE SET in_progress = c.in_progress + excluded.in_progress, completed = c.completed + excluded.completed
 )
 SELECT ` + taskColumns + ` FROM t`
 

@@ -25,12 +25,14 @@ type Querier interface {
 }
 
 // Projector queues the read-model writes for events being appended, given
-// each stream's state after them. Package projections implements it.
+// each stream's state before them (nil for a new stream) and after. Package
+// projections implements it. Task also keeps task_counts from the change
+// between the two, so before must be the state the projection row holds.
 type Projector interface {
-	Task(b *pgx.Batch, t *events.Task, evs []events.Envelope)
-	TaskType(b *pgx.Batch, tt *events.TaskType, evs []events.Envelope)
-	User(b *pgx.Batch, u *events.User, evs []events.Envelope)
-	Schedule(b *pgx.Batch, s *events.Schedule, evs []events.Envelope)
+	Task(b *pgx.Batch, before, after *events.Task, evs []events.Envelope)
+	TaskType(b *pgx.Batch, before, after *events.TaskType, evs []events.Envelope)
+	User(b *pgx.Batch, before, after *events.User, evs []events.Envelope)
+	Schedule(b *pgx.Batch, before, after *events.Schedule, evs []events.Envelope)
 }
 
 // Config configures a DB.

@@ -124,8 +124,8 @@ func (db *DB) CreateRetryOf(ctx context.Context, q Querier, failed *events.Task,
 	}
 	// Rows before events, the order every writer locks in (see appendStream).
 	b := &pgx.Batch{}
-	db.projector.Task(b, retry, retryEvs)
-	db.projector.Task(b, &after, failedEvs)
+	db.projector.Task(b, nil, retry, retryEvs)
+	db.projector.Task(b, failed, &after, failedEvs)
 	if err := queueEvents(b, append(retryEvs, failedEvs...)); err != nil {
 		return nil, err
 	}

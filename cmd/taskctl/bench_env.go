@@ -294,7 +294,7 @@ func (env *benchEnv) close() {
 // rather than none. Pre-filled runs ANALYZE after the pre-fill.
 func (env *benchEnv) reset(ctx context.Context) error {
 	for _, q := range []string{
-		`TRUNCATE worker_tasks, task_assignments, worker_task_updates`,
+		`TRUNCATE worker_tasks, task_counts, task_assignments, worker_task_updates`,
 		`DELETE FROM task_events WHERE stream_type = 'task'`,
 		`VACUUM task_events, users`,
 	} {
@@ -394,7 +394,8 @@ func (env *benchEnv) prefillBare(ctx context.Context, n int) error {
 
 // verify checks what a run claims it did against the tables: every counted
 // task is completed exactly once, none is left in progress, and the event
-// modes appended exactly one claimed and one completed event per task.
+// modes appended exactly one claimed and one completed event per task and
+// kept task_counts exact.
 func (env *benchEnv) verify(ctx context.Context, mode string, done int) error {
 	var completed, inProgress int
 	if err := env.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 'completed'),
@@ -417,6 +418,20 @@ func (env *benchEnv) verify(ctx context.Context, mode string, done int) error {
 	if claimed != done || completedEvents != done || assignments != done {
 		return fmt.Errorf("verify: %d tasks completed but %d task.claimed, %d task.completed events and %d claim assignments",
 			done, claimed, completedEvents, assignments)
+	}
+	// The writers keep task_counts in their own statements (ADR 010); the
+	// bare loop writes none, so only the event modes are held to it.
+	var want, got [3]int64
+	if err := env.pool.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM worker_tasks WHERE status = 'pending'), $1::bigint, 0,
+		(SELECT coalesce(sum(pending), 0) FROM task_counts), (SELECT coalesce(sum(completed), 0) FROM task_counts),
+		(SELECT coalesce(sum(in_progress), 0) FROM task_counts)`, done).
+		Scan(&want[0], &want[1], &want[2], &got[0], &got[1], &got[2]); err != nil {
+		return fmt.Errorf("verify: %w", err)
+	}
+	if got != want {
+		return fmt.Errorf("verify: task_counts says %d pending, %d completed, %d in progress; the tasks say %d, %d, %d",
+			got[0], got[1], got[2], want[0], want[1], want[2])
 	}
 	return nil
 }

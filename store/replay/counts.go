@@ -7,45 +7,25 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/clawdbot/task-service/events"
+	"github.com/clawdbot/task-service/projections"
 )
 
-// countsTable is the task totals the write path keeps by trigger
-// (migration 005, ADR 010): a projection of worker_tasks, so replay
+// countsTable is the task totals the writers of worker_tasks keep in the
+// same statements (ADR 010): a projection of worker_tasks, so replay
 // computes it from the folded tasks, rebuilds it and verifies it.
 const countsTable = "task_counts"
 
 // countColumns are task_counts' counters, in counts order; the row's key
 // (pid, one row per server process) is not compared: only the sums are.
-var countColumns = []string{"pending", "queued", "in_progress", "completed", "failed", "cancelled",
-	"awaiting_retry", "retries_exhausted", "retries_skipped"}
+var countColumns = projections.CountColumns
 
-// counts are the totals of task_counts, as the trigger function
-// task_counts_apply defines them.
-type counts [9]int64
+// counts are the totals of task_counts, as the write path defines them.
+type counts = projections.Counts
 
-func (c *counts) add(t *events.Task, sign int64) {
-	failed := t.Status == events.StatusFailed
-	for i, ok := range [9]bool{
-		t.Status == events.StatusPending,
-		t.Status == events.StatusPending && t.AssignedTo == nil,
-		t.Status == events.StatusInProgress,
-		t.Status == events.StatusCompleted,
-		failed,
-		t.Status == events.StatusCancelled,
-		failed && t.RetryOutcome == nil,
-		failed && t.RetryOutcome != nil && *t.RetryOutcome == events.RetryOutcomeExhausted,
-		failed && t.RetryOutcome != nil && *t.RetryOutcome == events.RetryOutcomeSkipped,
-	} {
-		if ok {
-			c[i] += sign
-		}
-	}
-}
-
-func (c *counts) addFold(f *fold) {
+// addFold adds every task of f to c.
+func addFold(c *counts, f *fold) {
 	for _, t := range f.tasks {
-		c.add(t, 1)
+		c.Add(t, 1)
 	}
 }
 

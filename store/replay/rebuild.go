@@ -109,15 +109,14 @@ func Rebuild(ctx context.Context, pool *pgxpool.Pool, cfg RebuildConfig) (*Rebui
 }
 
 type rebuilder struct {
-	conn     *pgx.Conn
-	cfg      RebuildConfig
-	tables   []table
-	rep      *RebuildReport
-	live     string // the live tables' schema
-	seen     string // the pg_snapshot whose visible events the fresh tables hold
-	maxWait  time.Duration
-	triggers []string // the live tables' own triggers, recreated after the swap
-	mu       sync.Mutex
+	conn    *pgx.Conn
+	cfg     RebuildConfig
+	tables  []table
+	rep     *RebuildReport
+	live    string // the live tables' schema
+	seen    string // the pg_snapshot whose visible events the fresh tables hold
+	maxWait time.Duration
+	mu      sync.Mutex
 }
 
 func (r *rebuilder) run(ctx context.Context) error {
@@ -147,9 +146,8 @@ func (r *rebuilder) run(ctx context.Context) error {
 	return r.swap(ctx)
 }
 
-// preflight refuses what a swap cannot do (a foreign key or view would pin
-// the old table) and remembers the live tables' triggers, which the swap
-// recreates on the fresh ones (task_counts is kept by triggers).
+// preflight refuses what a swap cannot do: a foreign key or view would pin
+// the old table, and a trigger would be lost with it.
 func (r *rebuilder) preflight(ctx context.Context) error {
 	if err := r.conn.QueryRow(ctx, `SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 		WHERE c.oid = 'worker_tasks'::regclass`).Scan(&r.live); err != nil {
@@ -161,18 +159,6 @@ func (r *rebuilder) preflight(ctx context.Context) error {
 	}
 	r.maxWait = max(2*time.Duration(deadlock*float64(time.Second)), r.cfg.LockTimeout)
 	for _, name := range r.swapped() {
-		rows, err := r.conn.Query(ctx, `SELECT pg_get_triggerdef(oid) FROM pg_trigger
-			WHERE tgrelid = $1::regclass AND NOT tgisinternal ORDER BY tgname`, pgx.Identifier{r.live, name}.Sanitize())
-		if err != nil {
-			return fmt.Errorf("read the triggers of %s: %w", name, err)
-		}
-		defs, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return fmt.Errorf("read the triggers of %s: %w", name, err)
-		}
-		r.triggers = append(r.triggers, defs...)
-	}
-	for _, t := range r.tables {
 		var blockers []string
 		rows, err := r.conn.Query(ctx, `
 			SELECT 'foreign key ' || conname || ' on ' || conrelid::regclass::text FROM pg_constraint
@@ -180,16 +166,19 @@ func (r *rebuilder) preflight(ctx context.Context) error {
 			UNION ALL
 			SELECT DISTINCT 'view ' || v.oid::regclass::text FROM pg_depend d
 			  JOIN pg_rewrite w ON w.oid = d.objid JOIN pg_class v ON v.oid = w.ev_class
-			 WHERE d.refobjid = $1::regclass AND v.oid <> $1::regclass`, r.qualified(t))
+			 WHERE d.refobjid = $1::regclass AND v.oid <> $1::regclass
+			UNION ALL
+			SELECT 'trigger ' || tgname FROM pg_trigger WHERE tgrelid = $1::regclass AND NOT tgisinternal`,
+			pgx.Identifier{r.live, name}.Sanitize())
 		if err != nil {
-			return fmt.Errorf("check %s: %w", t.name, err)
+			return fmt.Errorf("check %s: %w", name, err)
 		}
 		if blockers, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
-			return fmt.Errorf("check %s: %w", t.name, err)
+			return fmt.Errorf("check %s: %w", name, err)
 		}
 		if len(blockers) > 0 {
 			return fmt.Errorf("%s has %s, which a swap cannot carry over: drop it, rebuild, then recreate it",
-				t.name, strings.Join(blockers, ", "))
+				name, strings.Join(blockers, ", "))
 		}
 	}
 	return nil
@@ -199,8 +188,8 @@ func (r *rebuilder) qualified(t table) string { return pgx.Identifier{r.live, t.
 func (r *rebuilder) fresh(t table) string     { return pgx.Identifier{rebuildSchema, t.name}.Sanitize() }
 
 // swapped names every table the swap replaces: the projections and
-// task_counts, in lock order (task_counts right after worker_tasks, whose
-// triggers write it).
+// task_counts, in lock order (task_counts right after worker_tasks: every
+// writer writes its counts right after the task rows).
 func (r *rebuilder) swapped() []string {
 	var out []string
 	for _, t := range r.tables {
@@ -288,7 +277,7 @@ func (r *rebuilder) load(ctx context.Context) error {
 		read.base += f.events
 		r.rep.Events += f.events
 		r.rep.Skipped += f.skipped
-		sum.addFold(f)
+		addFold(&sum, f)
 		folds <- f
 	}
 	close(folds)
@@ -504,7 +493,7 @@ func (r *rebuilder) applyDelta(ctx context.Context, tx pgx.Tx, p *phase) (int64,
 		return 0, nil, err
 	}
 	var delta counts
-	delta.addFold(f)
+	addFold(&delta, f)
 	changed := map[string]int64{}
 	for _, t := range r.tables {
 		del := `DELETE FROM ` + r.fresh(t) + ` WHERE ` + pgx.Identifier{t.stream}.Sanitize() + ` = ANY($1::uuid[])`
@@ -521,7 +510,7 @@ func (r *rebuilder) applyDelta(ctx context.Context, tx pgx.Tx, p *phase) (int64,
 				if !unassigned {
 					old.AssignedTo = &id
 				}
-				delta.add(&old, -1)
+				delta.Add(&old, -1)
 				deleted++
 				return nil
 			}); err != nil {
@@ -627,12 +616,6 @@ func (r *rebuilder) trySwap(ctx context.Context, wait time.Duration) (time.Durat
 	for _, name := range names {
 		if _, err := tx.Exec(ctx, `ALTER TABLE `+pgx.Identifier{rebuildSchema, name}.Sanitize()+` SET SCHEMA `+pgx.Identifier{r.live}.Sanitize()); err != nil {
 			return 0, fmt.Errorf("move %s in: %w", name, err)
-		}
-	}
-	// The fresh tables now have the live names, which the definitions use.
-	for _, def := range r.triggers {
-		if _, err := tx.Exec(ctx, def); err != nil {
-			return 0, fmt.Errorf("recreate trigger: %s: %w", def, err)
 		}
 	}
 	if _, err := tx.Exec(ctx, `DROP SCHEMA `+pgx.Identifier{rebuildSchema}.Sanitize()); err != nil {

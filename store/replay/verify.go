@@ -134,7 +134,7 @@ func Verify(ctx context.Context, pool *pgxpool.Pool, cfg VerifyConfig) (*Report,
 		read.base += f.events
 		rep.Events += f.events
 		rep.Skipped += f.skipped
-		want.addFold(f)
+		addFold(&want, f)
 		for i, t := range ts {
 			td, found, truncated, err := diffs[i].diff(ctx, tx, r, f, cfg.MaxDifferences-kept[t.name])
 			if err != nil {
