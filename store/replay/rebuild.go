@@ -99,6 +99,12 @@ func Rebuild(ctx context.Context, pool *pgxpool.Pool, cfg RebuildConfig) (*Rebui
 	if !locked {
 		return nil, ErrBusy
 	}
+	// Unlocked before the connection closes: the server releases a closed
+	// session's locks only after Close returns, so a rebuild right after
+	// this one could still find the lock held.
+	defer func() {
+		_, _ = conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, int64(lockKey))
+	}()
 	r := &rebuilder{conn: conn, cfg: cfg, tables: tables(), rep: &RebuildReport{Rows: map[string]int64{}}}
 	if err := r.run(ctx); err != nil {
 		r.cleanup(ctx)
