@@ -8,6 +8,7 @@
 #   make bench      taskctl bench: bare SQL vs store vs HTTP vs the batched lane at 1, 16, 64
 #                   workers, each round against River's burn-down (scripts/riverbench)
 #   make bench-go   Go benchmarks of the store hot paths (go test -bench)
+#   make bench-wake a new task's way to a long-polling worker (p50/p99): same instance and through NOTIFY
 #   make bench-worker  task-worker's own overhead per task with a no-op command
 #   make bench-schedules  the scheduler with 10,000 schedules: CPU idle and per firing, firing delay
 #   make bench-login   server CPU of 10,000 wrong passwords from one address, throttled vs not
@@ -92,6 +93,20 @@ bench:
 	(cd scripts/riverbench && $(GO) build -o ../../bin/riverbench .); \
 	echo "bin/taskctl bench --river bin/riverbench $(BENCHFLAGS)" >&2; \
 	bin/taskctl bench --river bin/riverbench $(BENCHFLAGS)
+
+# Issue 16's latency (README, "The batched lane against River"): how long a new task
+# takes to reach a long-polling worker, on the instance it was created on and through
+# NOTIFY from another, with the lane otherwise idle; in a scratch database
+# (taskservice_bench_wake). Extra flags in WAKEFLAGS, e.g. WAKEFLAGS='--workers 64 --json'.
+WAKEFLAGS ?=
+.PHONY: bench-wake
+bench-wake:
+	@set -e; \
+	if [ -z "$${DATABASE_URL:-}" ]; then DATABASE_URL="$$(scripts/devdb.sh)"; fi; \
+	export DATABASE_URL; \
+	$(GO) build -o bin/ ./cmd/taskctl; \
+	echo "bin/taskctl bench-wake $(WAKEFLAGS)" >&2; \
+	bin/taskctl bench-wake $(WAKEFLAGS)
 
 bench-go:
 	@set -e; $(TEST_DB_ENV); \

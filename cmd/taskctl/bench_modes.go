@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"runtime/pprof"
@@ -395,7 +396,12 @@ func (env *benchEnv) startProfile(mode string, batch, w int) (func(), error) {
 	if batch > 0 {
 		mode = fmt.Sprintf("%s%d", mode, batch)
 	}
-	name := fmt.Sprintf("%s-%s-%d.pprof", env.cfg.cpuProfile, mode, w)
+	return startCPUProfile(fmt.Sprintf("%s-%s-%d.pprof", env.cfg.cpuProfile, mode, w), env.progress)
+}
+
+// startCPUProfile profiles this process into name until the returned func
+// is called.
+func startCPUProfile(name string, progress io.Writer) (func(), error) {
 	f, err := os.Create(name)
 	if err != nil {
 		return nil, fmt.Errorf("cpu profile: %w", err)
@@ -407,7 +413,7 @@ func (env *benchEnv) startProfile(mode string, batch, w int) (func(), error) {
 	return func() {
 		pprof.StopCPUProfile()
 		f.Close()
-		fmt.Fprintf(env.progress, "bench: wrote %s\n", name)
+		fmt.Fprintf(progress, "bench: wrote %s\n", name)
 	}, nil
 }
 

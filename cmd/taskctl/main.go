@@ -24,6 +24,7 @@ type command struct {
 func commands() map[string]command {
 	return map[string]command{
 		"bench":       {summary: "measure claim/complete throughput: bare SQL, store and HTTP side by side", run: runBench},
+		"bench-wake":  {summary: "time a new task's way to a long-polling worker, in-process wake and NOTIFY", run: runBenchWake},
 		"bench-scale": {summary: "time every admin and worker read at 10k, 100k and 1M tasks of history", run: runBenchScale},
 
 		"login":   {summary: "log in to task-service and keep the token", run: entry((*app).login)},

@@ -1,0 +1,305 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+)
+
+// The wake paths bench-wake measures, in the order the table lists them.
+const (
+	wakeLocal  = "local"  // created on the instance the workers poll: the hub wakes them at commit
+	wakeNotify = "notify" // created on another instance: its NOTIFY wakes the workers' instance
+)
+
+var allWakePaths = []string{wakeLocal, wakeNotify}
+
+type wakeConfig struct {
+	databaseURL    string
+	benchDB        string
+	workers        int
+	tasks          int
+	every          time.Duration
+	max            int
+	paths          []string
+	notifyInterval time.Duration
+	jsonOut        bool
+	cpuProfile     string
+}
+
+// wakeStats are percentiles of one latency, in milliseconds.
+type wakeStats struct {
+	P50Ms float64 `json:"p50_ms"`
+	P90Ms float64 `json:"p90_ms"`
+	P99Ms float64 `json:"p99_ms"`
+	MaxMs float64 `json:"max_ms"`
+}
+
+// wakePathResult is one path's figures.
+type wakePathResult struct {
+	Path string `json:"path"`
+	// Tasks created on this path (warm-up excluded) and how many of them a
+	// worker received: always equal, or the bench fails.
+	Tasks    int `json:"tasks"`
+	Received int `json:"received"`
+	// Create is the admin's POST /admin/tasks round trip.
+	Create wakeStats `json:"create"`
+	// FromSent: the create request leaving the admin client → the claim
+	// answer carrying the task arriving at a worker.
+	FromSent wakeStats `json:"from_sent"`
+	// FromCreated: the create's answer arriving (its commit done) → the
+	// same moment; negative when the worker had the task first.
+	FromCreated wakeStats `json:"from_created"`
+	// The server's own timestamps split FromSent in three: the request
+	// reaching the create statement (the task's created_at), from there to
+	// the claim statement that took it (started_at: the commit, the wake,
+	// any batch it waited behind), and from there to the worker's hands
+	// (the claim's statement and commit, the answer's way back).
+	ToCreateStatement wakeStats `json:"to_create_statement"`
+	ToClaimStatement  wakeStats `json:"create_to_claim_statement"`
+	ToWorker          wakeStats `json:"claim_statement_to_worker"`
+}
+
+// wakeReport is the whole run, as --json prints it.
+type wakeReport struct {
+	Started          time.Time `json:"started"`
+	Command          string    `json:"command"`
+	Database         string    `json:"database"`
+	Postgres         string    `json:"postgres"`
+	GoVersion        string    `json:"go_version"`
+	NumCPU           int       `json:"num_cpu"`
+	GOMAXPROCS       int       `json:"gomaxprocs"`
+	LoadBefore       string    `json:"load_average_before"`
+	LoadAfter        string    `json:"load_average_after"`
+	Workers          int       `json:"workers"`
+	Max              int       `json:"max"`
+	EveryMs          float64   `json:"every_ms"`
+	NotifyIntervalMs float64   `json:"notify_interval_ms"`
+	Warmup           int       `json:"warmup_tasks"`
+	// ClaimsPerTask: claim statements the workers' instance ran per timed
+	// task (each wake of each waiting claim runs one, found or not).
+	ClaimsPerTask float64 `json:"claims_per_task"`
+	// WALBytesPerTask: WAL the server wrote per timed task, everything
+	// included (create, claim, completion, empty claims' row locks).
+	WALBytesPerTask float64 `json:"wal_bytes_per_task"`
+	// CPU time per timed task of this process (both instances, workers,
+	// admin client) and of the database's backends, as in taskctl bench.
+	BenchCPUUsPerTask *float64         `json:"bench_cpu_us_per_task,omitempty"`
+	PGCPUUsPerTask    *float64         `json:"pg_cpu_us_per_task,omitempty"`
+	Paths             []wakePathResult `json:"paths"`
+}
+
+const benchWakeHelp = `Usage: taskctl bench-wake [flags]
+
+Measures how long a new task takes to reach a long-polling worker through the
+real HTTP API while the batched lane is otherwise idle (issue 16: under 5 ms
+at p99).
+
+--workers workers (each its own worker user and HTTP client) long-poll
+POST /api/v1/worker/tasks/claims {max: --max, wait: 30} on one instance of the
+server and complete what they get in one POST .../tasks/completions. An admin
+client creates --tasks tasks one at a time, a gap of --every apart (drawn
+uniformly between half and one and a half times it, so that arrivals do not
+keep step with the NOTIFY interval), 25 on one path, then 25 on the next
+(never overlapping: a local create would wake the workers for a task that
+waits for its NOTIFY):
+
+  local   created through the instance the workers poll: its commit wakes
+          the waiting claims in-process (store.Hub, at once)
+  notify  created through a second instance on the same database: the
+          workers' instance hears of it through PostgreSQL NOTIFY/LISTEN,
+          which each instance sends at most once per --notify-interval
+
+Per task it records when the create request left, when its answer came back
+(the commit done) and when the claim answer carrying the task reached a
+worker, and prints p50/p90/p99/max per path of:
+
+  create             the create's own round trip
+  sent -> worker     the create request leaving -> the task in a worker's hands
+  created -> worker  the create's answer -> the task in a worker's hands
+                     (negative when the worker had it before the admin)
+
+and, from the server's own timestamps (created_at, started_at), where the
+time went: request -> create statement, create statement -> the claim
+statement that took it, claim statement -> the worker.
+
+Both instances run in this process, wired as task-service wires them: hub,
+NOTIFY sender and listener, the API's background work, the reactors (retry)
+and the scheduler, each on its own connection pool. The first
+tasks (a block of 25 per path, at least 2 x --workers) warm the
+connections up and are not counted. Every task
+must reach exactly one worker, once, or the bench fails.
+
+The benchmark never touches your data: it drops and recreates its own
+database (--bench-db) on the server of --database-url.
+
+Progress goes to stderr; the table (or --json) to stdout.
+
+Flags:
+`
+
+const benchWakeExample = `
+Example:
+  DATABASE_URL=postgres://postgres@127.0.0.1:55432/taskservice?sslmode=disable \
+    taskctl bench-wake --workers 8 --tasks 1000 --every 15ms
+  taskctl bench-wake --paths notify --notify-interval 5ms --json > wake.json
+`
+
+func runBenchWake(args []string, stdout, stderr io.Writer) int {
+	cfg, code := parseBenchWakeFlags(args, stdout, stderr)
+	if code >= 0 {
+		return code
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	rep, err := benchWake(ctx, cfg, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "taskctl bench-wake: %v\n", err)
+		return 1
+	}
+	rep.Command = "taskctl bench-wake " + strings.Join(args, " ")
+	if cfg.jsonOut {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			fmt.Fprintf(stderr, "taskctl bench-wake: %v\n", err)
+			return 1
+		}
+		return 0
+	}
+	printWakeTable(stdout, rep)
+	return 0
+}
+
+// parseBenchWakeFlags returns the config, or an exit code >= 0 when the
+// command should stop here (help or a usage error).
+func parseBenchWakeFlags(args []string, stdout, stderr io.Writer) (wakeConfig, int) {
+	fs := flag.NewFlagSet("taskctl bench-wake", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cfg wakeConfig
+	var paths string
+	fs.StringVar(&cfg.databaseURL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL server to bench on (env DATABASE_URL); only its scratch database --bench-db is written")
+	fs.StringVar(&cfg.benchDB, "bench-db", "taskservice_bench_wake", "scratch database to drop, create and migrate")
+	fs.IntVar(&cfg.workers, "workers", 8, "workers long-polling at once")
+	fs.IntVar(&cfg.tasks, "tasks", 1000, "timed tasks, shared out between the paths")
+	fs.DurationVar(&cfg.every, "every", 15*time.Millisecond, "mean gap between two creates")
+	fs.IntVar(&cfg.max, "max", 10, "max of each worker's claim-many (1 to 100)")
+	fs.StringVar(&paths, "paths", strings.Join(allWakePaths, ","), "comma-separated paths: "+strings.Join(allWakePaths, ", "))
+	fs.DurationVar(&cfg.notifyInterval, "notify-interval", 50*time.Millisecond, "least time between two NOTIFYs of an instance (task-service's NOTIFY_INTERVAL)")
+	fs.BoolVar(&cfg.jsonOut, "json", false, "print the results as JSON instead of a table")
+	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the timed tasks (both instances, workers and admin included) to this file")
+	usage := func(w io.Writer) {
+		fmt.Fprint(w, benchWakeHelp)
+		fs.SetOutput(w)
+		fs.PrintDefaults()
+		fmt.Fprint(w, benchWakeExample)
+	}
+	fs.Usage = func() {} // printed below: help on stdout, a usage error on stderr
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			usage(stdout)
+			return cfg, 0
+		}
+		usage(stderr)
+		return cfg, 2
+	}
+	usageErr := func(format string, a ...any) (wakeConfig, int) {
+		fmt.Fprintf(stderr, "taskctl bench-wake: "+format+"\n", a...)
+		return cfg, 2
+	}
+	switch {
+	case fs.NArg() > 0:
+		return usageErr("unexpected arguments %q", fs.Args())
+	case cfg.databaseURL == "":
+		return usageErr("set DATABASE_URL or --database-url (scripts/devdb.sh prints one for a private cluster)")
+	case !validDBName(cfg.benchDB):
+		return usageErr("--bench-db %q: use lower-case letters, digits and _", cfg.benchDB)
+	case cfg.workers < 1 || cfg.workers > 1000:
+		return usageErr("--workers must be from 1 to 1000")
+	case cfg.tasks < 1:
+		return usageErr("--tasks must be positive")
+	case cfg.every <= 0:
+		return usageErr("--every must be positive")
+	case cfg.max < 1 || cfg.max > 100:
+		return usageErr("--max must be from 1 to 100")
+	case cfg.notifyInterval <= 0:
+		return usageErr("--notify-interval must be positive")
+	}
+	for _, p := range strings.Split(paths, ",") {
+		p = strings.TrimSpace(p)
+		if !contains(allWakePaths, p) {
+			return usageErr("--paths: unknown path %q (know %s)", p, strings.Join(allWakePaths, ", "))
+		}
+		if !contains(cfg.paths, p) {
+			cfg.paths = append(cfg.paths, p)
+		}
+	}
+	return cfg, -1
+}
+
+func printWakeTable(w io.Writer, rep *wakeReport) {
+	fmt.Fprintf(w, "taskctl bench-wake — %s, %s, %d CPUs (GOMAXPROCS %d), load average %s → %s\n",
+		rep.Postgres, rep.GoVersion, rep.NumCPU, rep.GOMAXPROCS, rep.LoadBefore, rep.LoadAfter)
+	fmt.Fprintf(w, "%d workers long-polling claims {max: %d, wait: 30}; a task every %g ms on average; NOTIFY interval %g ms\n\n",
+		rep.Workers, rep.Max, rep.EveryMs, rep.NotifyIntervalMs)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "path\ttasks\tms:\tp50\tp90\tp99\tmax\t")
+	row := func(label string, s wakeStats) {
+		fmt.Fprintf(tw, "\t\t%s\t%.2f\t%.2f\t%.2f\t%.2f\t\n", label, s.P50Ms, s.P90Ms, s.P99Ms, s.MaxMs)
+	}
+	for _, p := range rep.Paths {
+		fmt.Fprintf(tw, "%s\t%d\t\t\t\t\t\t\n", p.Path, p.Tasks)
+		row("sent -> worker", p.FromSent)
+		row("created -> worker", p.FromCreated)
+		row("create", p.Create)
+		row("  request -> create stmt", p.ToCreateStatement)
+		row("  create stmt -> claim stmt", p.ToClaimStatement)
+		row("  claim stmt -> worker", p.ToWorker)
+	}
+	_ = tw.Flush()
+	fmt.Fprintf(w, "\nPer timed task: %.1f claim statements on the workers' instance, %.0f bytes of WAL, CPU %s µs in this process and %s µs in PostgreSQL.\n",
+		rep.ClaimsPerTask, rep.WALBytesPerTask, fmtOpt(rep.BenchCPUUsPerTask), fmtOpt(rep.PGCPUUsPerTask))
+	fmt.Fprintln(w, "\nsent -> worker: the create request leaving the admin client -> the claim answer carrying the task reaching a worker.")
+	fmt.Fprintln(w, "created -> worker: the create's answer (its commit done) -> the same moment; negative when the worker had the task first.")
+	fmt.Fprintln(w, "The indented lines split sent -> worker by the server's timestamps (the task's created_at and started_at).")
+}
+
+// loadAverage is the first three fields of /proc/loadavg, or "?".
+func loadAverage() string {
+	raw, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(raw))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// newWakeReport fills what describes the run before it starts.
+func newWakeReport(cfg wakeConfig, pgVersion string) *wakeReport {
+	return &wakeReport{Started: time.Now().UTC(), Database: cfg.benchDB, Postgres: pgVersion,
+		GoVersion: runtime.Version(), NumCPU: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0),
+		LoadBefore: loadAverage(), Workers: cfg.workers, Max: cfg.max,
+		EveryMs:          float64(cfg.every.Microseconds()) / 1000,
+		NotifyIntervalMs: float64(cfg.notifyInterval.Microseconds()) / 1000,
+		Warmup:           wakeWarmup(cfg)}
+}
+
+// wakeWarmup is how many untimed tasks open the connections first: whole
+// blocks of every path, at least two per worker.
+func wakeWarmup(cfg wakeConfig) int {
+	round := wakeBlock * len(cfg.paths)
+	return (2*cfg.workers + round - 1) / round * round
+}

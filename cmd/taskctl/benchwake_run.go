@@ -1,0 +1,501 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	mrand "math/rand/v2"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/clawdbot/task-service/api"
+	"github.com/clawdbot/task-service/api/client"
+	"github.com/clawdbot/task-service/events"
+	"github.com/clawdbot/task-service/projections"
+	"github.com/clawdbot/task-service/reactors"
+	"github.com/clawdbot/task-service/store"
+)
+
+// benchAdminEmail is the admin that creates bench-wake's tasks; it lives
+// only in the scratch database, with benchPassword.
+const benchAdminEmail = "bench-admin@bench.invalid"
+
+// wakeClaimWait is the workers' long-poll wait; it never runs out while
+// tasks keep coming.
+const wakeClaimWait = 30 * time.Second
+
+// benchWake prepares the scratch database and two instances, then times
+// the tasks from their creation to a worker's hands.
+func benchWake(ctx context.Context, cfg wakeConfig, progress io.Writer) (*wakeReport, error) {
+	env, err := openBenchEnv(ctx, benchConfig{databaseURL: cfg.databaseURL, benchDB: cfg.benchDB}, cfg.workers, progress)
+	if err != nil {
+		return nil, err
+	}
+	defer env.close()
+	dbURL, err := withDatabase(cfg.databaseURL, cfg.benchDB)
+	if err != nil {
+		return nil, err
+	}
+	hash, err := bcrypt.GenerateFromPassword([]byte(benchPassword), bcrypt.MinCost)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := env.db.CreateUser(ctx, events.UserRegistered{Email: benchAdminEmail, FullName: "Bench admin", IsAdmin: true},
+		benchPassword, string(hash), events.Meta{Actor: events.System("bench")}); err != nil {
+		return nil, fmt.Errorf("create the bench admin: %w", err)
+	}
+	secret := make([]byte, 32)
+	if _, err := rand.Read(secret); err != nil {
+		return nil, err
+	}
+	// Instances of one deployment share the JWT secret.
+	jwtSecret := []byte(hex.EncodeToString(secret))
+	log := zerolog.New(progress).Level(zerolog.WarnLevel).With().Timestamp().Logger()
+
+	// The workers' instance; the notify path creates through a second one.
+	instances := map[string]*wakeInstance{}
+	polled, err := startWakeInstance(ctx, "bench-wake-polled", dbURL, jwtSecret, cfg, cfg.workers+8, log)
+	if err != nil {
+		return nil, err
+	}
+	defer polled.stop()
+	instances[wakeLocal] = polled
+	if contains(cfg.paths, wakeNotify) {
+		other, err := startWakeInstance(ctx, "bench-wake-other", dbURL, jwtSecret, cfg, 8, log)
+		if err != nil {
+			return nil, err
+		}
+		defer other.stop()
+		instances[wakeNotify] = other
+	}
+	admins := map[string]*client.Client{}
+	for _, p := range cfg.paths {
+		c := client.New(instances[p].base, &http.Client{Timeout: time.Minute})
+		if _, err := c.Login(ctx, benchAdminEmail, benchPassword); err != nil {
+			return nil, fmt.Errorf("log in as the bench admin at %s: %w", instances[p].base, err)
+		}
+		admins[p] = c
+	}
+
+	rep := newWakeReport(cfg, env.pgVersion)
+	rec := &wakeRecorder{byID: map[string]*wakeSample{}}
+	workCtx, stopWork := context.WithCancelCause(ctx)
+	defer stopWork(nil)
+	var workers sync.WaitGroup
+	for _, w := range env.workers[:cfg.workers] {
+		// One client and connection pool per worker, as separate worker
+		// processes would have.
+		tr := &http.Transport{MaxIdleConnsPerHost: 2, IdleConnTimeout: 90 * time.Second}
+		defer tr.CloseIdleConnections()
+		c := client.New(polled.base, &http.Client{Transport: tr, Timeout: wakeClaimWait + 30*time.Second})
+		if _, err := c.Login(ctx, w.email, benchPassword); err != nil {
+			return nil, fmt.Errorf("log in as %s: %w", w.email, err)
+		}
+		workers.Go(func() {
+			if err := wakeWorker(workCtx, c, cfg.max, rec); err != nil {
+				stopWork(err)
+			}
+		})
+	}
+	fmt.Fprintf(progress, "bench-wake: %d workers long-polling %s; %d warm-up tasks, then %d timed, one every %s on average, through %v\n",
+		cfg.workers, polled.base, rep.Warmup, cfg.tasks, cfg.every, cfg.paths)
+
+	warm := wakeWarmup(cfg)
+	var before, after wakeCounters
+	err = createSpaced(workCtx, cfg, env.typeID, admins, rec, 0, warm, false, progress)
+	if err == nil {
+		fmt.Fprintf(progress, "bench-wake: warm-up done; timing %d tasks\n", cfg.tasks)
+		before, err = readWakeCounters(workCtx, env.pool, polled)
+	}
+	stopProfile := func() {}
+	if err == nil && cfg.cpuProfile != "" {
+		stopProfile, err = startCPUProfile(cfg.cpuProfile, progress)
+	}
+	if err == nil {
+		err = createSpaced(workCtx, cfg, env.typeID, admins, rec, warm, cfg.tasks, true, progress)
+	}
+	if err == nil {
+		after, err = readWakeCounters(workCtx, env.pool, polled)
+	}
+	stopProfile()
+	stopWork(nil)
+	workers.Wait()
+	if cause := context.Cause(workCtx); err == nil && cause != nil && !errors.Is(cause, context.Canceled) {
+		err = cause
+	}
+	if err != nil {
+		return nil, err
+	}
+	rep.LoadAfter = loadAverage()
+	if err := rec.check(); err != nil {
+		return nil, err
+	}
+	for _, p := range cfg.paths {
+		rep.Paths = append(rep.Paths, rec.result(p))
+	}
+	rep.ClaimsPerTask = float64(after.claims-before.claims) / float64(cfg.tasks)
+	rep.WALBytesPerTask = float64(after.walBytes-before.walBytes) / float64(cfg.tasks)
+	cpu := benchResult{Tasks: cfg.tasks}
+	cpuPerTask(&cpu, before.cpu, after.cpu)
+	rep.BenchCPUUsPerTask, rep.PGCPUUsPerTask = cpu.BenchCPUUsPerTask, cpu.PGCPUUsPerTask
+	return rep, nil
+}
+
+// wakeWorker long-polls claims and completes what it gets until ctx ends.
+func wakeWorker(ctx context.Context, c *client.Client, max int, rec *wakeRecorder) error {
+	for {
+		tasks, err := c.ClaimMany(ctx, max, wakeClaimWait)
+		at := time.Now()
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("claim: %w", err)
+		}
+		if len(tasks) == 0 {
+			continue // the wait ran out
+		}
+		items := make([]client.Finish, len(tasks))
+		for i, t := range tasks {
+			rec.received(t.ID, t.StartedAt, at)
+			items[i] = client.Finish{ID: t.ID, Status: events.StatusCompleted}
+		}
+		res, err := c.FinishMany(ctx, items)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("complete %d: %w", len(items), err)
+		}
+		for _, r := range res {
+			if err := r.Err(); err != nil {
+				return fmt.Errorf("complete %s: %w", r.ID, err)
+			}
+		}
+	}
+}
+
+// wakeBlock is how many tasks in a row take the same path. The paths take
+// turns so that both meet the same moments of a shared machine's load,
+// but never overlap: a local create wakes the polled instance, and its
+// workers would take a notify-path task waiting for its NOTIFY with it.
+const wakeBlock = 25
+
+// createSpaced creates tasks first to first+n-1, one at a time, with
+// random gaps around cfg.every, a block of wakeBlock on each path in turn;
+// before switching paths it waits until the workers have every task.
+func createSpaced(ctx context.Context, cfg wakeConfig, typeID string, admins map[string]*client.Client, rec *wakeRecorder,
+	first, n int, timed bool, progress io.Writer) error {
+	next := time.Now()
+	lastReport := next
+	for i := first; i < first+n; i++ {
+		path := cfg.paths[((i-first)/wakeBlock)%len(cfg.paths)]
+		if i > first && (i-first)%wakeBlock == 0 && len(cfg.paths) > 1 {
+			if err := rec.waitAll(ctx); err != nil {
+				return err
+			}
+		}
+		next = next.Add(cfg.every/2 + mrand.N(cfg.every))
+		if d := time.Until(next); d > 0 {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(d):
+			}
+		} else {
+			next = time.Now() // late (a slow create or a path switch): go now, keep the gaps after
+		}
+		sent := time.Now()
+		t, err := admins[path].CreateTask(ctx, client.NewTask{Title: fmt.Sprintf("wake %d", i), TaskTypeID: typeID})
+		answered := time.Now()
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("create task %d through %s: %w", i, path, err)
+		}
+		rec.created(t.ID, path, timed, sent, answered, t.CreatedAt)
+		if timed && time.Since(lastReport) >= 2*time.Second {
+			lastReport = time.Now()
+			fmt.Fprintf(progress, "bench-wake: %d/%d tasks created\n", i+1-first, n)
+		}
+	}
+	return rec.waitAll(ctx)
+}
+
+// wakeCounters are what the timed tasks cost, read before and after them.
+type wakeCounters struct {
+	claims   uint64 // claim statements run by the polled instance
+	walBytes int64  // WAL written by the whole server
+	cpu      cpuSample
+}
+
+func readWakeCounters(ctx context.Context, pool *pgxpool.Pool, polled *wakeInstance) (wakeCounters, error) {
+	var c wakeCounters
+	var err error
+	if c.claims, err = polled.claimAttempts(); err != nil {
+		return c, err
+	}
+	if err := pool.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint`).Scan(&c.walBytes); err != nil {
+		return c, fmt.Errorf("read the WAL position: %w", err)
+	}
+	c.cpu = sampleCPU(ctx, pool)
+	return c, nil
+}
+
+// wakeSample is one task's timestamps: the creator's, the server's and the
+// worker's.
+type wakeSample struct {
+	path      string
+	timed     bool
+	createdBy bool // the creator recorded it
+	sent      time.Time
+	answered  time.Time
+	createdAt time.Time // the server's, at the create statement
+	startedAt time.Time // the server's, at the claim statement
+	received  time.Time
+	receipts  int
+}
+
+// wakeRecorder collects the samples of creator and workers, by task id;
+// either may come first.
+type wakeRecorder struct {
+	mu       sync.Mutex
+	byID     map[string]*wakeSample
+	made     atomic.Int64
+	receipts atomic.Int64
+}
+
+func (r *wakeRecorder) sample(id string) *wakeSample {
+	s := r.byID[id]
+	if s == nil {
+		s = &wakeSample{}
+		r.byID[id] = s
+	}
+	return s
+}
+
+func (r *wakeRecorder) created(id, path string, timed bool, sent, answered, createdAt time.Time) {
+	r.mu.Lock()
+	s := r.sample(id)
+	s.path, s.timed, s.createdBy = path, timed, true
+	s.sent, s.answered, s.createdAt = sent, answered, createdAt
+	r.mu.Unlock()
+	r.made.Add(1)
+}
+
+func (r *wakeRecorder) received(id string, startedAt *time.Time, at time.Time) {
+	r.mu.Lock()
+	s := r.sample(id)
+	s.receipts++
+	if s.receipts == 1 {
+		s.received = at
+		if startedAt != nil {
+			s.startedAt = *startedAt
+		}
+	}
+	r.mu.Unlock()
+	r.receipts.Add(1)
+}
+
+// waitAll waits until every task created so far reached a worker; a task
+// that takes longer than a long-poll's safety re-check several times over
+// fails the bench.
+func (r *wakeRecorder) waitAll(ctx context.Context) error {
+	const giveUp = 30 * time.Second
+	deadline := time.Now().Add(giveUp)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for r.receipts.Load() < r.made.Load() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d tasks created but only %d reached a worker within %s", r.made.Load(), r.receipts.Load(), giveUp)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+	return nil
+}
+
+// check fails the run unless every task was created by the bench and
+// reached exactly one worker exactly once.
+func (r *wakeRecorder) check() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id, s := range r.byID {
+		switch {
+		case !s.createdBy:
+			return fmt.Errorf("a worker received task %s, which the bench did not create", id)
+		case s.receipts != 1:
+			return fmt.Errorf("task %s reached workers %d times (want exactly once)", id, s.receipts)
+		case s.startedAt.IsZero():
+			return fmt.Errorf("task %s reached a worker without started_at", id)
+		}
+	}
+	return nil
+}
+
+// result computes one path's percentiles over its timed tasks.
+func (r *wakeRecorder) result(path string) wakePathResult {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	res := wakePathResult{Path: path}
+	var create, fromSent, fromCreated, toCreate, toClaim, toWorker []time.Duration
+	for _, s := range r.byID {
+		if s.path != path || !s.timed {
+			continue
+		}
+		res.Tasks++
+		if s.receipts > 0 {
+			res.Received++
+		}
+		create = append(create, s.answered.Sub(s.sent))
+		fromSent = append(fromSent, s.received.Sub(s.sent))
+		fromCreated = append(fromCreated, s.received.Sub(s.answered))
+		toCreate = append(toCreate, s.createdAt.Sub(s.sent))
+		toClaim = append(toClaim, s.startedAt.Sub(s.createdAt))
+		toWorker = append(toWorker, s.received.Sub(s.startedAt))
+	}
+	res.Create, res.FromSent, res.FromCreated = wakePercentiles(create), wakePercentiles(fromSent), wakePercentiles(fromCreated)
+	res.ToCreateStatement, res.ToClaimStatement, res.ToWorker = wakePercentiles(toCreate), wakePercentiles(toClaim), wakePercentiles(toWorker)
+	return res
+}
+
+func wakePercentiles(ds []time.Duration) wakeStats {
+	slices.Sort(ds)
+	return wakeStats{P50Ms: percentileMs(ds, 0.50), P90Ms: percentileMs(ds, 0.90), P99Ms: percentileMs(ds, 0.99), MaxMs: percentileMs(ds, 1)}
+}
+
+// wakeInstance is one task-service instance in this process, wired as
+// cmd/task-service wires it: hub, NOTIFY sender (the store's AfterCommit)
+// and listener, the API and its background work, the reactors and the
+// scheduler.
+type wakeInstance struct {
+	base    string
+	stop    func()
+	metrics *prometheus.Registry
+}
+
+// claimAttempts is how many claim statements the instance's long-polls
+// and claims have run so far (a wake that finds nothing runs one too).
+func (inst *wakeInstance) claimAttempts() (uint64, error) {
+	mfs, err := inst.metrics.Gather()
+	if err != nil {
+		return 0, err
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "taskservice_claim_duration_seconds" {
+			var n uint64
+			for _, m := range mf.GetMetric() {
+				n += m.GetHistogram().GetSampleCount()
+			}
+			return n, nil
+		}
+	}
+	return 0, errors.New("no taskservice_claim_duration_seconds metric")
+}
+
+func startWakeInstance(ctx context.Context, id, dbURL string, jwtSecret []byte, cfg wakeConfig, conns int, log zerolog.Logger) (*wakeInstance, error) {
+	pool, err := store.Connect(ctx, dbURL, int32(conns))
+	if err != nil {
+		return nil, err
+	}
+	inst := &wakeInstance{stop: pool.Close, metrics: prometheus.NewRegistry()}
+	fail := func(err error) (*wakeInstance, error) {
+		inst.stop()
+		return nil, err
+	}
+	hub := store.NewHub()
+	notifier, err := store.NewNotifier(store.NotifierConfig{Querier: pool, Hub: hub, InstanceID: id, Interval: cfg.notifyInterval, Logger: log})
+	if err != nil {
+		return fail(err)
+	}
+	listener, err := store.NewListener(store.ListenerConfig{URL: dbURL, Hub: hub, InstanceID: id, Logger: log})
+	if err != nil {
+		return fail(err)
+	}
+	db, err := store.New(pool, store.Config{Projector: projections.Projector{}, AfterCommit: notifier.Committed})
+	if err != nil {
+		return fail(err)
+	}
+	srv, err := api.New(api.Config{DB: db, Logger: log, JWTSecret: jwtSecret, BcryptCost: bcrypt.MinCost, Hub: hub,
+		Registry: inst.metrics, Ready: func(context.Context) error { return listener.Ready() }})
+	if err != nil {
+		return fail(err)
+	}
+	retry, err := reactors.NewRetry(reactors.RetryConfig{DB: db, InstanceID: id, Logger: log})
+	if err != nil {
+		return fail(err)
+	}
+	runner, err := reactors.NewRunner(reactors.RunnerConfig{DB: db, Hub: hub, InstanceID: id, Reactors: retry.Reactors(), Logger: log})
+	if err != nil {
+		return fail(err)
+	}
+	sched, err := reactors.NewScheduler(reactors.SchedulerConfig{DB: db, Hub: hub, Check: api.NewParamsCheck(), Logger: log})
+	if err != nil {
+		return fail(err)
+	}
+
+	// As task-service stops them: the log's workers first, then the NOTIFY
+	// sender and the listener, then the pool.
+	var infraDone, workersDone sync.WaitGroup
+	infraCtx, stopInfra := context.WithCancel(context.WithoutCancel(ctx))
+	workersCtx, stopWorkers := context.WithCancel(context.WithoutCancel(ctx))
+	for _, run := range []func(context.Context) error{notifier.Run, listener.Run} {
+		infraDone.Go(func() { _ = run(infraCtx) })
+	}
+	for _, run := range []func(context.Context) error{srv.Run, runner.Run, sched.Run} {
+		workersDone.Go(func() { _ = run(workersCtx) })
+	}
+	inst.stop = func() {
+		stopWorkers()
+		workersDone.Wait()
+		stopInfra()
+		infraDone.Wait()
+		pool.Close()
+	}
+	// The notify path is only measured once the LISTEN connection is up.
+	for listener.Ready() != nil {
+		select {
+		case <-ctx.Done():
+			return fail(ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fail(fmt.Errorf("listen on loopback: %w", err))
+	}
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = hs.Serve(ln)
+	}()
+	inst.base = "http://" + ln.Addr().String()
+	stopRest := inst.stop
+	inst.stop = func() {
+		srv.Drain() // waiting claims answer at once
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_ = hs.Shutdown(shutdownCtx)
+		cancel()
+		<-served
+		stopRest()
+	}
+	return inst, nil
+}

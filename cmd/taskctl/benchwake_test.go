@@ -1,0 +1,100 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/clawdbot/task-service/store/storetest"
+)
+
+// TestBenchWake runs bench-wake small on its own scratch database: two
+// instances, both paths. The bench fails by itself unless every task
+// reached exactly one worker once; here the figures must be sane.
+func TestBenchWake(t *testing.T) {
+	base := storetest.DatabaseURL(t)
+	var suffix [4]byte
+	_, _ = rand.Read(suffix[:])
+	dbName := "taskservice_bench_wake_test_" + hex.EncodeToString(suffix[:])
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, base)
+		if err != nil {
+			t.Errorf("drop %s: %v", dbName, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{dbName}.Sanitize()+" WITH (FORCE)"); err != nil {
+			t.Errorf("drop %s: %v", dbName, err)
+		}
+	})
+
+	var stdout, stderr bytes.Buffer
+	code := runBenchWake([]string{"--database-url", base, "--bench-db", dbName, "--workers", "3", "--tasks", "60",
+		"--every", "2ms", "--max", "2", "--json"}, &stdout, &stderr)
+	require.Equal(t, 0, code, "stderr:\n%s", stderr.String())
+
+	var rep wakeReport
+	require.NoError(t, json.Unmarshal(stdout.Bytes(), &rep), stdout.String())
+	require.Equal(t, 3, rep.Workers)
+	require.Equal(t, 2, rep.Max)
+	require.Equal(t, 50, rep.Warmup, "a block of 25 per path")
+	require.Len(t, rep.Paths, 2)
+	for i, want := range map[int]struct {
+		path  string
+		tasks int
+	}{0: {wakeLocal, 35}, 1: {wakeNotify, 25}} {
+		p := rep.Paths[i]
+		require.Equal(t, want.path, p.Path)
+		require.Equal(t, want.tasks, p.Tasks, p.Path)
+		require.Equal(t, p.Tasks, p.Received, "%s: every task reached a worker", p.Path)
+		for name, s := range map[string]wakeStats{"create": p.Create, "from sent": p.FromSent, "claim statement to worker": p.ToWorker} {
+			require.Positive(t, s.P50Ms, "%s %s", p.Path, name)
+			require.LessOrEqual(t, s.P50Ms, s.P90Ms, "%s %s", p.Path, name)
+			require.LessOrEqual(t, s.P90Ms, s.P99Ms, "%s %s", p.Path, name)
+			require.LessOrEqual(t, s.P99Ms, s.MaxMs, "%s %s", p.Path, name)
+		}
+		require.GreaterOrEqual(t, p.FromSent.P50Ms, p.FromCreated.P50Ms, p.Path)
+	}
+	require.Positive(t, rep.ClaimsPerTask)
+	require.Positive(t, rep.WALBytesPerTask)
+	require.Contains(t, stderr.String(), "bench-wake: warm-up done", "progress goes to stderr")
+}
+
+func TestBenchWakeFlags(t *testing.T) {
+	t.Setenv("DATABASE_URL", "postgres://localhost/none")
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--workers", "0"}, 2, "--workers"},
+		{[]string{"--tasks", "0"}, 2, "--tasks"},
+		{[]string{"--every", "0s"}, 2, "--every"},
+		{[]string{"--max", "101"}, 2, "--max"},
+		{[]string{"--paths", "local,carrier-pigeon"}, 2, `unknown path "carrier-pigeon"`},
+		{[]string{"--notify-interval", "-1ms"}, 2, "--notify-interval"},
+		{[]string{"--bench-db", "Robert'); DROP"}, 2, "--bench-db"},
+		{[]string{"extra"}, 2, "unexpected arguments"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := runBenchWake(tc.args, &stdout, &stderr)
+		require.Equal(t, tc.code, code, "%v", tc.args)
+		require.Contains(t, stderr.String(), tc.want, "%v", tc.args)
+	}
+	var stdout bytes.Buffer
+	require.Equal(t, 0, runBenchWake([]string{"--help"}, &stdout, &bytes.Buffer{}))
+	require.Contains(t, stdout.String(), "local   created through the instance the workers poll", "help on stdout")
+	cfg, code := parseBenchWakeFlags([]string{"--paths", "notify,local,notify", "--workers", "30"}, &bytes.Buffer{}, &bytes.Buffer{})
+	require.Equal(t, -1, code)
+	require.Equal(t, []string{"notify", "local"}, cfg.paths)
+	require.Equal(t, 100, wakeWarmup(cfg), "whole blocks of both paths, at least two tasks per worker")
+}
