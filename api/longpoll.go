@@ -13,10 +13,11 @@ import (
 )
 
 // Long-poll claims: POST /worker/tasks/claim?wait=<seconds> claims at once
-// when it can, else holds the request until the hub says something was
-// committed (here, or elsewhere through NOTIFY) and claims again, until a
-// task comes or the wait ends. The database sees one claim per wake, never a
-// loop; a slow safety re-check covers a lost wake.
+// when it can, else holds the request until the claim gate, woken by every
+// commit (here, or elsewhere through NOTIFY), says a claim could find
+// something for it, and claims again, until a task comes or the wait ends.
+// The database sees one read per wake, and a claim only where a task may
+// wait; a slow safety re-check covers a lost wake.
 
 // MaxClaimWait is the longest a claim may wait.
 const MaxClaimWait = 60 * time.Second
@@ -58,20 +59,22 @@ func waitParam(c echo.Context) (time.Duration, error) {
 }
 
 // claimWaiting claims up to max tasks for the request's worker, waiting up
-// to wait for at least one to become claimable; empty when none came.
+// to wait for at least one to become claimable; empty when none came. While
+// it waits, the claim gate says when to claim again (claimgate.go).
 func (s *Server) claimWaiting(c echo.Context, wait time.Duration, max int) ([]*store.TaskWithType, error) {
 	ctx := c.Request().Context()
 	worker, meta := claimsOf(c).Subject, actor(c, events.ActorWorker)
 	if wait == 0 {
 		return s.claimOnce(ctx, worker, max, meta)
 	}
-	// Subscribe before the first attempt: a task created between an empty
-	// attempt and the subscription would otherwise wake nobody.
-	var wake <-chan struct{}
-	if s.cfg.Hub != nil {
-		ch, unsubscribe := s.cfg.Hub.Subscribe()
-		defer unsubscribe()
-		wake = ch
+	// Join before the first attempt: a task created between an empty
+	// attempt and joining would otherwise wake nobody.
+	var turn <-chan struct{}
+	var waiter *claimWaiter
+	if s.gate != nil {
+		waiter = s.gate.join(worker, max)
+		defer s.gate.leave(waiter)
+		turn = waiter.turn
 	}
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
@@ -79,14 +82,20 @@ func (s *Server) claimWaiting(c echo.Context, wait time.Duration, max int) ([]*s
 	defer recheck.Stop()
 	s.metrics.claimWaiters.Inc()
 	defer s.metrics.claimWaiters.Dec()
+	given := false // this attempt is a turn the gate gave
 	for {
 		tasks, err := s.claimOnce(ctx, worker, max, meta)
 		if err != nil || len(tasks) > 0 {
 			return tasks, err
 		}
+		if given {
+			s.gate.missed(waiter)
+		}
 		select {
-		case <-wake:
+		case <-turn:
+			given = true
 		case <-recheck.C:
+			given = false
 		case <-deadline.C:
 			return nil, nil
 		case <-s.drain.ctx.Done():

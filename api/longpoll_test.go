@@ -173,3 +173,63 @@ func TestManualRetryRoute(t *testing.T) {
 	_, err = w.RetryTask(b.ctx, task.ID, "")
 	require.True(t, client.IsStatus(err, http.StatusForbidden), "workers may not: %v", err)
 }
+
+// claimCount reads how many claim statements the server ran (its metric).
+func claimCount(t *testing.T, b *bundle) int {
+	t.Helper()
+	resp, err := b.http.Get(b.url + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, "taskservice_claim_duration_seconds_count "); ok {
+			var n int
+			_, err := fmt.Sscan(v, &n)
+			require.NoError(t, err)
+			return n
+		}
+	}
+	t.Fatal("no taskservice_claim_duration_seconds_count in /metrics")
+	return 0
+}
+
+// A new task is claimed by the waiter it is for, not raced for by every
+// waiting claim (the claim gate, ADR 016): a task assigned to the last of
+// three waiters goes to it, a pool task to the longest waiting, and each
+// costs one claim statement.
+func TestLongPollWakesOnlyWhomATaskIsFor(t *testing.T) {
+	t.Parallel()
+	b := setupHub(t)
+	tt := b.newType(t, "report")
+	w1, w2, w3 := b.newWorker(t, "GateOne", 1), b.newWorker(t, "GateTwo", 1), b.newWorker(t, "GateThree", 1)
+	base := claimCount(t, b)
+	first := claimAsync(b.ctx, w1, 30*time.Second)
+	waiters(t, b, 1)
+	second := claimAsync(b.ctx, w2, 5*time.Second)
+	waiters(t, b, 2)
+	third := claimAsync(b.ctx, w3, 30*time.Second)
+	waiters(t, b, 3)
+	require.Eventually(t, func() bool { return claimCount(t, b) == base+3 }, 10*time.Second, 5*time.Millisecond,
+		"each waiter's first attempt")
+	start := time.Now()
+
+	mine := b.newTask(t, tt, "For the third", events.PriorityMedium, w3.ID)
+	r := <-third
+	require.NoError(t, r.err)
+	require.Equal(t, mine.ID, r.task.ID)
+	pool := b.newTask(t, tt, "For whoever waited longest", events.PriorityMedium, "")
+	r = <-first
+	require.NoError(t, r.err)
+	require.Equal(t, pool.ID, r.task.ID)
+	claims := claimCount(t, b) - base - 3
+	if time.Since(start) < 1200*time.Millisecond { // no safety re-check (every 1.5 s) has run yet
+		require.Equal(t, 2, claims, "one claim per task; before the gate, every waiter claimed on every commit")
+	} else {
+		t.Logf("slow machine: %d claims, not compared (safety re-checks ran)", claims)
+	}
+
+	r = <-second
+	require.NoError(t, r.err)
+	require.Nil(t, r.task, "nothing was for the second: its wait ran out")
+}

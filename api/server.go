@@ -67,6 +67,7 @@ type Server struct {
 	tail      *broadcaster
 	auth      *authUsers
 	guard     *loginGuard
+	gate      *claimGate // nil without a hub: long-polls re-check on a timer only
 }
 
 // route is one endpoint: the table registers handlers and documents them
@@ -125,6 +126,9 @@ func New(cfg Config) (*Server, error) {
 	s.tail = newBroadcaster(s, cfg.Hub, cfg.Tail)
 	s.auth = newAuthUsers(cfg.DB, cfg.Hub, cfg.Registry)
 	s.guard = newLoginGuard(cfg.Login, cfg.Registry)
+	if cfg.Hub != nil {
+		s.gate = newClaimGate(cfg.Hub, cfg.DB.Claimable, cfg.Logger)
+	}
 	s.echo = s.newEcho()
 	return s, nil
 }

@@ -1,0 +1,160 @@
+package api
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/rs/zerolog"
+
+	"github.com/clawdbot/task-service/store"
+)
+
+// claimGate stands between the hub and the instance's waiting long-poll
+// claims. Every commit wakes the hub, and most commits (claims,
+// completions) make nothing claimable. Instead of every waiter claiming on
+// every wake (a claim that finds nothing still locks its worker's row and
+// commits), the gate reads once what a claim could find and hands turns to
+// as many waiters as that can serve: those with tasks assigned to them,
+// then the longest waiting until their max covers the pool's tasks
+// (ADR 016). A waiter given a turn that finds nothing (at capacity, or
+// another instance was quicker) tells the gate, which looks again without
+// it until the next wake.
+type claimGate struct {
+	hub   *store.Hub
+	probe func(ctx context.Context, workers []string, limit int) (store.Claimable, error)
+	log   zerolog.Logger
+
+	mu      sync.Mutex
+	waiters []*claimWaiter // the longest waiting first
+	stop    chan struct{}  // ends the running loop; nil when none runs
+	kick    chan struct{}  // look again: a waiter given a turn found nothing
+}
+
+// claimWaiter is one waiting long-poll.
+type claimWaiter struct {
+	worker string // canonical UUID; "" when the subject is none (never given a turn)
+	max    int
+	turn   chan struct{} // 1-buffered: claim now
+	missed bool          // given a turn since the last wake and found nothing
+}
+
+// probeTimeout bounds one look; on error every waiter gets a turn.
+const probeTimeout = 5 * time.Second
+
+func newClaimGate(hub *store.Hub, probe func(context.Context, []string, int) (store.Claimable, error), log zerolog.Logger) *claimGate {
+	return &claimGate{hub: hub, probe: probe, log: log, kick: make(chan struct{}, 1)}
+}
+
+// join registers a waiter. Call it before the waiter's first claim: a
+// commit after that claim's snapshot then reaches the gate with the waiter
+// in it. The gate's loop runs while it has waiters.
+func (g *claimGate) join(worker string, max int) *claimWaiter {
+	w := &claimWaiter{max: max, turn: make(chan struct{}, 1)}
+	if id, err := uuid.Parse(worker); err == nil {
+		w.worker = id.String()
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.waiters = append(g.waiters, w)
+	if g.stop == nil {
+		wake, unsubscribe := g.hub.Subscribe()
+		g.stop = make(chan struct{})
+		go g.loop(wake, unsubscribe, g.stop)
+	}
+	return w
+}
+
+// leave unregisters a waiter; the last one out ends the loop.
+func (g *claimGate) leave(w *claimWaiter) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if i := slices.Index(g.waiters, w); i >= 0 {
+		g.waiters = slices.Delete(g.waiters, i, i+1)
+	}
+	if len(g.waiters) == 0 && g.stop != nil {
+		close(g.stop)
+		g.stop = nil
+	}
+}
+
+// missed says w's turn found nothing: look again without it.
+func (g *claimGate) missed(w *claimWaiter) {
+	g.mu.Lock()
+	w.missed = true
+	g.mu.Unlock()
+	select {
+	case g.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (g *claimGate) loop(wake <-chan struct{}, unsubscribe func(), stop <-chan struct{}) {
+	defer unsubscribe()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-wake:
+			g.dispatch(true)
+		case <-g.kick:
+			g.dispatch(false)
+		}
+	}
+}
+
+// dispatch looks at what is claimable and hands out turns. After a wake
+// every waiter may be chosen again; after a miss, only those that have not
+// missed since.
+func (g *claimGate) dispatch(woken bool) {
+	g.mu.Lock()
+	var workers []string
+	limit := 0
+	for _, w := range g.waiters {
+		if woken {
+			w.missed = false
+		}
+		if !w.missed && w.worker != "" {
+			if !slices.Contains(workers, w.worker) {
+				workers = append(workers, w.worker)
+			}
+			limit += w.max
+		}
+	}
+	g.mu.Unlock()
+	if len(workers) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+	found, err := g.probe(ctx, workers, limit)
+	cancel()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if err != nil {
+		// Without the look, do what the look saves: everyone claims.
+		g.log.Warn().Err(err).Msg("long-poll: reading what is claimable failed; every waiter claims")
+		for _, w := range g.waiters {
+			w.give()
+		}
+		return
+	}
+	pool := found.Pool
+	for _, w := range g.waiters {
+		if w.missed || w.worker == "" {
+			continue
+		}
+		if pool > 0 || slices.Contains(found.Assigned, w.worker) {
+			w.give()
+			pool -= w.max
+		}
+	}
+}
+
+func (w *claimWaiter) give() {
+	select {
+	case w.turn <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,153 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/clawdbot/task-service/store"
+)
+
+// fakeProbe answers the gate's looks with what the test sets, and records
+// what it was asked.
+type fakeProbe struct {
+	mu     sync.Mutex
+	answer store.Claimable
+	err    error
+	asked  chan []string
+}
+
+func (p *fakeProbe) set(c store.Claimable, err error) {
+	p.mu.Lock()
+	p.answer, p.err = c, err
+	p.mu.Unlock()
+}
+
+func (p *fakeProbe) probe(_ context.Context, workers []string, _ int) (store.Claimable, error) {
+	p.mu.Lock()
+	c, err := p.answer, p.err
+	p.mu.Unlock()
+	p.asked <- workers
+	return c, err
+}
+
+// turned says which waiters have a turn waiting, consuming them.
+func turned(ws ...*claimWaiter) []bool {
+	out := make([]bool, len(ws))
+	for i, w := range ws {
+		select {
+		case <-w.turn:
+			out[i] = true
+		default:
+		}
+	}
+	return out
+}
+
+// The gate's decisions, one look at a time.
+func TestClaimGateHandsOutTurns(t *testing.T) {
+	p := &fakeProbe{asked: make(chan []string, 16)}
+	g := newClaimGate(store.NewHub(), p.probe, zerolog.Nop())
+	ids := []string{uuid.NewString(), uuid.NewString(), uuid.NewString()}
+	waiter := func(id string, max int) *claimWaiter { // joined without starting the loop
+		w := &claimWaiter{worker: id, max: max, turn: make(chan struct{}, 1)}
+		g.waiters = append(g.waiters, w)
+		return w
+	}
+	a, b, c := waiter(ids[0], 1), waiter(ids[1], 1), waiter(ids[2], 1)
+
+	// Nothing claimable: nobody claims.
+	g.dispatch(true)
+	require.Equal(t, ids, <-p.asked)
+	require.Equal(t, []bool{false, false, false}, turned(a, b, c))
+
+	// One pool task: the longest waiting claims it, alone.
+	p.set(store.Claimable{Pool: 1}, nil)
+	g.dispatch(true)
+	<-p.asked
+	require.Equal(t, []bool{true, false, false}, turned(a, b, c))
+
+	// It found nothing (at capacity, say): the gate looks again without
+	// it, and the next one claims.
+	g.missed(a)
+	g.dispatch(false)
+	require.Equal(t, ids[1:], <-p.asked)
+	require.Equal(t, []bool{false, true, false}, turned(a, b, c))
+
+	// A task assigned to the last: it claims, and the pool's task goes to
+	// the first in line again, since a wake forgets the misses.
+	p.set(store.Claimable{Pool: 1, Assigned: []string{ids[2]}}, nil)
+	g.dispatch(true)
+	require.Equal(t, ids, <-p.asked)
+	require.Equal(t, []bool{true, false, true}, turned(a, b, c))
+
+	// More pool tasks than one waiter takes: as many waiters as cover them.
+	big := waiter(uuid.NewString(), 3)
+	p.set(store.Claimable{Pool: 2}, nil)
+	g.dispatch(true)
+	<-p.asked
+	require.Equal(t, []bool{true, true, false, false}, turned(a, b, c, big))
+
+	// A second long-poll of the same worker is asked about once.
+	twin := waiter(ids[0], 1)
+	p.set(store.Claimable{}, nil)
+	g.dispatch(true)
+	require.Equal(t, append(ids, big.worker), <-p.asked)
+	require.Equal(t, []bool{false, false, false, false, false}, turned(a, b, c, big, twin))
+
+	// The look failed: everyone claims, as without the gate.
+	p.set(store.Claimable{}, errors.New("connection refused"))
+	g.dispatch(true)
+	<-p.asked
+	require.Equal(t, []bool{true, true, true, true, true}, turned(a, b, c, big, twin))
+
+	// Everyone missed since the last wake: no look at all.
+	for _, w := range g.waiters {
+		w.missed = true
+	}
+	g.dispatch(false)
+	require.Empty(t, p.asked)
+}
+
+// The loop: it looks on every wake and after a miss, while waiters wait.
+func TestClaimGateLoop(t *testing.T) {
+	hub := store.NewHub()
+	p := &fakeProbe{asked: make(chan []string, 16), answer: store.Claimable{Pool: 1}}
+	g := newClaimGate(hub, p.probe, zerolog.Nop())
+	gotTurn := func(w *claimWaiter) {
+		t.Helper()
+		select {
+		case <-w.turn:
+		case <-time.After(10 * time.Second):
+			t.Fatal("no turn came")
+		}
+	}
+	a, b := g.join(uuid.NewString(), 1), g.join(uuid.NewString(), 1)
+	hub.Wake()
+	gotTurn(a)
+	<-p.asked
+	g.missed(a)
+	gotTurn(b)
+	<-p.asked
+
+	// The last waiter out ends the loop: wakes are not looked at.
+	g.leave(a)
+	g.leave(b)
+	hub.Wake()
+	select {
+	case ws := <-p.asked:
+		t.Fatalf("looked for %v with no waiters", ws)
+	case <-time.After(50 * time.Millisecond):
+	}
+	// The next waiter starts it again.
+	c := g.join(uuid.NewString(), 1)
+	defer g.leave(c)
+	hub.Wake()
+	gotTurn(c)
+}

@@ -1,0 +1,43 @@
+package store
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/clawdbot/task-service/events"
+)
+
+// Claimable counts what claims could take now, as the claim sees it: the
+// pool's pending tasks available now, up to the limit, and which of the
+// workers asked about have pending tasks of their own.
+func TestClaimable(t *testing.T) {
+	e := newBatchEnv(t)
+	a, b, c := e.user(t, "a", true, 5), e.user(t, "b", true, 5), e.user(t, "c", true, 5)
+	claimable := func(workers []string, limit int) Claimable {
+		t.Helper()
+		got, err := e.db.Claimable(e.ctx, workers, limit)
+		require.NoError(t, err)
+		return got
+	}
+	require.Equal(t, Claimable{Pool: 0, Assigned: []string{}}, claimable([]string{a, b}, 10))
+
+	for range 3 {
+		e.task(t, "pool", events.PriorityMedium, "")
+	}
+	e.task(t, "a's", events.PriorityMedium, a)
+	e.task(t, "c's", events.PriorityMedium, c)
+	later := e.task(t, "later", events.PriorityMedium, "")
+	_, err := e.db.pool.Exec(e.ctx, `UPDATE worker_tasks SET available_at = now() + interval '1 hour' WHERE id = $1`, later)
+	require.NoError(t, err)
+
+	require.Equal(t, Claimable{Pool: 3, Assigned: []string{a}}, claimable([]string{a, b}, 10),
+		"the task not yet available is not counted, nor c's (not asked about)")
+	require.Equal(t, 2, claimable([]string{a, b}, 2).Pool, "counted up to the limit")
+
+	// Claimed tasks are no longer claimable.
+	got, err := e.db.ClaimMany(e.ctx, a, 5, events.Meta{Actor: events.Actor{Kind: events.ActorWorker, ID: a}})
+	require.NoError(t, err)
+	require.Len(t, got, 4, "a's own task and the pool's three")
+	require.Equal(t, Claimable{Pool: 0, Assigned: []string{c}}, claimable([]string{a, b, c}, 10))
+}
