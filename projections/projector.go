@@ -15,6 +15,7 @@ type Projector struct{}
 func (Projector) Task(b *pgx.Batch, before, t *events.Task, evs []events.Envelope) {
 	queueTask(b, t)
 	queueCounts(b, before, t)
+	queueTaskTitle(b, before, t)
 	for _, e := range evs {
 		queueTaskUpdate(b, e)
 		queueTaskAssignment(b, e)

@@ -23,8 +23,8 @@ type TaskFilter struct {
 	// Stuck keeps tasks in progress whose holder is offline or silent past
 	// the offline threshold (as the stats count them).
 	Stuck bool
-	// Search keeps tasks whose title contains it, case-insensitively (a
-	// trigram index, migration 011).
+	// Search keeps tasks whose title contains it, case-insensitively (the
+	// trigram index of task_titles, migration 014).
 	Search string
 	After  string
 	Limit  int
@@ -86,7 +86,7 @@ func (db *DB) ListTasks(ctx context.Context, f TaskFilter) (*TaskPage, error) {
 			AND (NOT u.online OR coalesce(u.last_activity_at, t.started_at) < `+arg(db.Now().Add(-db.offlineAfter))+`))`)
 	}
 	if f.Search != "" {
-		where = append(where, "t.title ILIKE "+arg("%"+escapeLike(f.Search)+"%"))
+		where = append(where, "t.id IN (SELECT id FROM task_titles WHERE title ILIKE "+arg("%"+escapeLike(f.Search)+"%")+")")
 	}
 	if f.After != "" {
 		at, id, err := parseCursor(f.After)

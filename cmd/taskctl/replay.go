@@ -18,8 +18,9 @@ const replayMemoryLimit = 640 << 20
 
 var replaySpec = cmdSpec{
 	name: "replay", args: "[--verify] [--database-url URL] [flags]",
-	summary: "Rebuild every projection (users, task_types, worker_tasks, worker_task_updates,\n" +
-		"task_assignments, task_counts) from the event log, talking to the database directly.\n" +
+	summary: "Rebuild every projection (users, task_types, worker_tasks, task_titles, worker_task_updates,\n" +
+		"task_assignments, task_data, schedules, schedule_firings, task_counts) from the event log,\n" +
+		"talking to the database directly.\n" +
 		"The log is folded one range of streams at a time, so memory does not grow with it.\n\n" +
 		"  --verify  fold the log inside one REPEATABLE READ READ ONLY transaction and diff the rows\n" +
 		"            both ways against the live tables; print each difference; exit 1 if any.\n" +
@@ -185,7 +186,7 @@ func columnIndex(xs []string, x string) int {
 // tableOrder lists the tables in the order replay writes them.
 func tableOrder[V any](m map[string]V) []string {
 	var out []string
-	for _, t := range []string{"users", "task_types", "worker_tasks", "worker_task_updates", "task_assignments"} {
+	for _, t := range []string{"users", "task_types", "worker_tasks", "task_titles", "worker_task_updates", "task_assignments"} {
 		if _, ok := m[t]; ok {
 			out = append(out, t)
 		}

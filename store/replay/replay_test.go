@@ -57,14 +57,18 @@ func TestVerifyRebuildAfterRandomWorkload(t *testing.T) {
 	rep := verify(t, pool)
 	requireClean(t, rep)
 	require.Equal(t, count(t, pool, `SELECT count(*) FROM task_events`), rep.Events)
-	for _, table := range []string{"users", "task_types", "worker_tasks", "worker_task_updates", "task_assignments"} {
+	for _, table := range []string{"users", "task_types", "worker_tasks", "task_titles", "worker_task_updates", "task_assignments"} {
 		require.Equal(t, count(t, pool, `SELECT count(*) FROM `+table), rep.Tables[table].Rows, table)
 	}
+	require.Positive(t, count(t, pool, `SELECT count(*) FROM task_titles l JOIN worker_tasks t USING (id)
+		WHERE l.title = t.title AND l.title LIKE 'edited %'`), "edited titles are projected")
 
 	// Tamper: one changed column, one missing row, one bogus row, one
-	// changed user; the heartbeat columns are not events and not compared.
-	var taskID, updateID, workerID string
+	// changed user, one changed title; the heartbeat columns are not events
+	// and not compared.
+	var taskID, titleID, updateID, workerID string
 	require.NoError(t, pool.QueryRow(ctx, `SELECT id FROM worker_tasks ORDER BY id LIMIT 1 OFFSET 17`).Scan(&taskID))
+	require.NoError(t, pool.QueryRow(ctx, `SELECT id FROM task_titles ORDER BY id LIMIT 1 OFFSET 23`).Scan(&titleID))
 	require.NoError(t, pool.QueryRow(ctx, `SELECT id FROM worker_task_updates ORDER BY id LIMIT 1 OFFSET 5`).Scan(&updateID))
 	workerID = w.workers[3]
 	for _, sql := range []string{
@@ -72,6 +76,7 @@ func TestVerifyRebuildAfterRandomWorkload(t *testing.T) {
 		`DELETE FROM worker_task_updates WHERE id = '` + updateID + `'`,
 		`INSERT INTO task_assignments (task_id, version, worker_id, kind, at) VALUES ('` + taskID + `', 999, '` + workerID + `', 'claimed', now())`,
 		`UPDATE users SET full_name = 'Mallory', last_activity_at = '2001-02-03T04:05:06Z' WHERE id = '` + workerID + `'`,
+		`UPDATE task_titles SET title = 'y' WHERE id = '` + titleID + `'`,
 	} {
 		_, err := pool.Exec(ctx, sql)
 		require.NoError(t, err, sql)
@@ -82,7 +87,7 @@ func TestVerifyRebuildAfterRandomWorkload(t *testing.T) {
 	for _, d := range rep.Differences {
 		got[d.Table+" "+d.Key] = d
 	}
-	require.Len(t, got, 4, "differences: %+v", rep.Differences)
+	require.Len(t, got, 5, "differences: %+v", rep.Differences)
 	d := got["worker_tasks id="+taskID]
 	require.Equal(t, replay.Changed, d.Side)
 	require.Equal(t, []string{"title"}, d.Changed)
@@ -93,6 +98,10 @@ func TestVerifyRebuildAfterRandomWorkload(t *testing.T) {
 	d = got["users id="+workerID]
 	require.Equal(t, replay.Changed, d.Side)
 	require.Equal(t, []string{"full_name"}, d.Changed)
+	d = got["task_titles id="+titleID]
+	require.Equal(t, replay.Changed, d.Side)
+	require.Equal(t, []string{"title"}, d.Changed)
+	require.Equal(t, "y", *d.Live[1])
 	require.Equal(t, replay.TableDiff{Rows: rep.Tables["worker_tasks"].Rows, LiveRows: 1, FoldRows: 1}, rep.Tables["worker_tasks"])
 
 	indexesBefore := indexNames(t, pool)
@@ -118,7 +127,7 @@ func TestVerifyRebuildAfterRandomWorkload(t *testing.T) {
 func indexNames(t *testing.T, pool *pgxpool.Pool) []string {
 	t.Helper()
 	rows, err := pool.Query(context.Background(), `SELECT tablename || '.' || indexname FROM pg_indexes
-		WHERE schemaname = current_schema() AND tablename IN ('users', 'task_types', 'worker_tasks', 'worker_task_updates', 'task_assignments')`)
+		WHERE schemaname = current_schema() AND tablename IN ('users', 'task_types', 'worker_tasks', 'task_titles', 'worker_task_updates', 'task_assignments')`)
 	require.NoError(t, err)
 	var out []string
 	for rows.Next() {
@@ -129,6 +138,7 @@ func indexNames(t *testing.T, pool *pgxpool.Pool) []string {
 	require.NoError(t, rows.Err())
 	sort.Strings(out)
 	require.Contains(t, out, "worker_tasks.worker_tasks_one_retry")
+	require.Contains(t, out, "task_titles.task_titles_title_trgm")
 	return out
 }
 

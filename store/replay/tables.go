@@ -58,6 +58,12 @@ func tables() []table {
 			},
 		},
 		{
+			name: "task_titles", columns: projections.TitleColumns, key: []string{"id"}, stream: "id",
+			rows: func(f *fold) (int, pgx.CopyFromSource) {
+				return aggregateRows(f.tasks, func(t *events.Task) []any { return projections.TitleRow(t) })
+			},
+		},
+		{
 			name: "worker_task_updates", columns: projections.UpdateColumns, key: []string{"id"}, stream: "task_id",
 			rows: func(f *fold) (int, pgx.CopyFromSource) { return len(f.updates), pgx.CopyFromRows(f.updates) },
 		},
