@@ -37,10 +37,13 @@ func TestFlatReadPlans(t *testing.T) {
 		       now() - (g * 17 || ' s')::interval, now(), now(), now() - (g * 17 || ' s')::interval, 5
 		  FROM generate_series(1, 150000) g`, e.typeID, workers)
 	require.NoError(t, err)
-	// Rows written behind the store's back: their counts too (ADR 010).
+	// Rows written behind the store's back: their counts too (ADR 010), and
+	// their titles.
 	_, err = e.db.pool.Exec(e.ctx, `UPDATE task_counts SET completed = completed + 150000 WHERE pid = 0`)
 	require.NoError(t, err)
-	for _, sql := range []string{`VACUUM ANALYZE task_events`, `VACUUM ANALYZE worker_tasks`, `ANALYZE users`} {
+	_, err = e.db.pool.Exec(e.ctx, `INSERT INTO task_titles (id, title) SELECT id, title FROM worker_tasks`)
+	require.NoError(t, err)
+	for _, sql := range []string{`VACUUM ANALYZE task_events`, `VACUUM ANALYZE worker_tasks`, `VACUUM ANALYZE task_titles`, `ANALYZE users`} {
 		_, err = e.db.pool.Exec(e.ctx, sql)
 		require.NoError(t, err)
 	}
@@ -96,4 +99,31 @@ func TestFlatReadPlans(t *testing.T) {
 	s, err := e.db.Stats(e.ctx)
 	require.NoError(t, err)
 	require.Equal(t, 150_000, s.ByStatus["completed"])
+
+	// Title search, as ListTasks sends it (serialPlan first): a rare term
+	// through the trigram index of task_titles, then worker_tasks by key; a
+	// common one walks worker_tasks_listing and stops at the page's end.
+	searchPlan := func(term string) string {
+		t.Helper()
+		sql, args, err := e.db.listTasksSQL(TaskFilter{Search: term, Limit: 50})
+		require.NoError(t, err)
+		tx, err := e.db.pool.Begin(e.ctx)
+		require.NoError(t, err)
+		defer tx.Rollback(e.ctx)
+		_, err = tx.Exec(e.ctx, serialPlan)
+		require.NoError(t, err)
+		rows, err := tx.Query(e.ctx, `EXPLAIN `+sql, args...)
+		require.NoError(t, err)
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		return strings.Join(lines, "\n")
+	}
+	p = searchPlan("task 12345")
+	require.Contains(t, p, "task_titles_title_trgm", p)
+	require.Contains(t, p, "worker_tasks_pkey", p)
+	require.NotContains(t, p, "Seq Scan", p)
+	p = searchPlan("task 1")
+	require.Contains(t, p, "worker_tasks_listing", p)
+	require.NotContains(t, p, "Sort", p)
+	require.NotContains(t, p, "Seq Scan", p)
 }

@@ -57,6 +57,35 @@ func parseCursor(s string) (time.Time, string, error) {
 
 // ListTasks pages through tasks, newest first, by keyset.
 func (db *DB) ListTasks(ctx context.Context, f TaskFilter) (*TaskPage, error) {
+	if f.Limit <= 0 || f.Limit > 200 {
+		f.Limit = 50
+	}
+	sql, args, err := db.listTasksSQL(f)
+	if err != nil {
+		return nil, err
+	}
+	var tasks []events.Task
+	if f.Search != "" {
+		tasks, err = db.searchTasks(ctx, sql, args)
+	} else {
+		tasks, err = db.queryTasks(ctx, db.pool, sql, args...)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list tasks: %w", err)
+	}
+	page := &TaskPage{Tasks: tasks}
+	if len(tasks) > f.Limit {
+		page.Tasks = tasks[:f.Limit]
+		page.NextCursor = Cursor(&page.Tasks[f.Limit-1])
+	}
+	if page.QueueDepth, err = db.QueueDepth(ctx); err != nil {
+		return nil, err
+	}
+	return page, nil
+}
+
+// listTasksSQL is the query of one page of f, one row more than f.Limit.
+func (db *DB) listTasksSQL(f TaskFilter) (string, []any, error) {
 	where := []string{"true"}
 	args := []any{}
 	arg := func(v any) string {
@@ -91,28 +120,34 @@ func (db *DB) ListTasks(ctx context.Context, f TaskFilter) (*TaskPage, error) {
 	if f.After != "" {
 		at, id, err := parseCursor(f.After)
 		if err != nil {
-			return nil, err
+			return "", nil, err
 		}
 		where = append(where, fmt.Sprintf("(t.created_at, t.id) < (%s, %s)", arg(at), arg(id)))
 	}
-	if f.Limit <= 0 || f.Limit > 200 {
-		f.Limit = 50
-	}
 	sql := `SELECT ` + taskColumns + ` FROM worker_tasks t WHERE ` + strings.Join(where, " AND ") +
 		` ORDER BY t.created_at DESC, t.id DESC LIMIT ` + arg(f.Limit+1)
-	tasks, err := db.queryTasks(ctx, db.pool, sql, args...)
-	if err != nil {
-		return nil, fmt.Errorf("list tasks: %w", err)
+	return sql, args, nil
+}
+
+// serialPlan keeps a title search on one process. For a common term the
+// plan walks worker_tasks_listing and looks each row's title up in
+// task_titles; PostgreSQL may split that walk over parallel workers, whose
+// start-up costs more than the walk (EXPLAIN ANALYZE on 100k tasks, a term
+// in 3 % of titles: 19-25 ms in parallel, 4-12 ms on one process).
+// set_config(..., true) lasts until the batch's implicit transaction ends.
+const serialPlan = `SELECT set_config('max_parallel_workers_per_gather', '0', true)`
+
+// searchTasks runs a task list query that searches titles, in one round trip.
+func (db *DB) searchTasks(ctx context.Context, sql string, args []any) ([]events.Task, error) {
+	b := &pgx.Batch{}
+	b.Queue(serialPlan)
+	b.Queue(sql, args...)
+	br := db.pool.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return nil, mapErr(err)
 	}
-	page := &TaskPage{Tasks: tasks}
-	if len(tasks) > f.Limit {
-		page.Tasks = tasks[:f.Limit]
-		page.NextCursor = Cursor(&page.Tasks[f.Limit-1])
-	}
-	if page.QueueDepth, err = db.QueueDepth(ctx); err != nil {
-		return nil, err
-	}
-	return page, nil
+	return collectTasks(br.Query())
 }
 
 // escapeLike makes a search term match literally in LIKE.
@@ -127,7 +162,10 @@ func (db *DB) QueueDepth(ctx context.Context) (int, error) {
 }
 
 func (db *DB) queryTasks(ctx context.Context, q Querier, sql string, args ...any) ([]events.Task, error) {
-	rows, err := q.Query(ctx, sql, args...)
+	return collectTasks(q.Query(ctx, sql, args...))
+}
+
+func collectTasks(rows pgx.Rows, err error) ([]events.Task, error) {
 	if err != nil {
 		return nil, mapErr(err)
 	}
