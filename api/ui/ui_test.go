@@ -270,7 +270,7 @@ func TestStateChangesNeedTheCSRFTokenAndOrigin(t *testing.T) {
 
 func TestTaskSearchAndFilters(t *testing.T) {
 	s := newSite(t)
-	s.seed()
+	_, crawl := s.seed()
 	s.login()
 	_, body := s.get("/tasks?q=REPORT")
 	require.Contains(t, body, "Weekly report")
@@ -278,6 +278,14 @@ func TestTaskSearchAndFilters(t *testing.T) {
 	require.NotContains(t, body, "Crawl NVDA")
 	require.Contains(t, body, "Queue: 3 tasks waiting")
 	_, body = s.get("/tasks?q=100%25")
+	require.Contains(t, body, "No tasks match")
+
+	// The search finds a task by its edited title, no longer by the old one.
+	resp, body := s.post("/tasks/"+crawl.ID+"/edit", url.Values{"_csrf": {s.csrf()}, "title": {"Quarterly report"}})
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode, body)
+	_, body = s.get("/tasks?q=REPORT")
+	require.Contains(t, body, "Quarterly report")
+	_, body = s.get("/tasks?q=nvda")
 	require.Contains(t, body, "No tasks match")
 }
 
