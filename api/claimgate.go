@@ -44,6 +44,12 @@ type claimWaiter struct {
 // probeTimeout bounds one look; on error every waiter gets a turn.
 const probeTimeout = 5 * time.Second
 
+// maxProbeCount bounds the pool tasks one look counts. Past it, the first
+// waiters whose max covers it claim; their commits wake the gate for the
+// next ones. Waiters are rare while the pool is that deep: a claim with a
+// free slot finds a task at once.
+const maxProbeCount = 10 * store.MaxClaimMany
+
 func newClaimGate(hub *store.Hub, probe func(context.Context, []string, int) (store.Claimable, error), log zerolog.Logger) *claimGate {
 	return &claimGate{hub: hub, probe: probe, log: log, kick: make(chan struct{}, 1)}
 }
@@ -127,6 +133,7 @@ func (g *claimGate) dispatch(woken bool) {
 	if len(workers) == 0 {
 		return
 	}
+	limit = min(limit, maxProbeCount)
 	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
 	found, err := g.probe(ctx, workers, limit)
 	cancel()

@@ -21,6 +21,7 @@ type fakeProbe struct {
 	answer store.Claimable
 	err    error
 	asked  chan []string
+	limit  int // the last look's
 }
 
 func (p *fakeProbe) set(c store.Claimable, err error) {
@@ -29,9 +30,10 @@ func (p *fakeProbe) set(c store.Claimable, err error) {
 	p.mu.Unlock()
 }
 
-func (p *fakeProbe) probe(_ context.Context, workers []string, _ int) (store.Claimable, error) {
+func (p *fakeProbe) probe(_ context.Context, workers []string, limit int) (store.Claimable, error) {
 	p.mu.Lock()
 	c, err := p.answer, p.err
+	p.limit = limit
 	p.mu.Unlock()
 	p.asked <- workers
 	return c, err
@@ -65,6 +67,7 @@ func TestClaimGateHandsOutTurns(t *testing.T) {
 	// Nothing claimable: nobody claims.
 	g.dispatch(true)
 	require.Equal(t, ids, <-p.asked)
+	require.Equal(t, 3, p.limit, "the pool is counted up to what the waiters would take")
 	require.Equal(t, []bool{false, false, false}, turned(a, b, c))
 
 	// One pool task: the longest waiting claims it, alone.
@@ -106,6 +109,14 @@ func TestClaimGateHandsOutTurns(t *testing.T) {
 	g.dispatch(true)
 	<-p.asked
 	require.Equal(t, []bool{true, true, true, true, true}, turned(a, b, c, big, twin))
+
+	// The count is bounded, however many waiters would take.
+	for range 11 {
+		waiter(uuid.NewString(), 100)
+	}
+	g.dispatch(true)
+	<-p.asked
+	require.Equal(t, maxProbeCount, p.limit)
 
 	// Everyone missed since the last wake: no look at all.
 	for _, w := range g.waiters {
