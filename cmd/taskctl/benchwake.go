@@ -94,9 +94,14 @@ type wakeReport struct {
 	WALBytesPerTask float64 `json:"wal_bytes_per_task"`
 	// CPU time per timed task of this process (both instances, workers,
 	// admin client) and of the database's backends, as in taskctl bench.
-	BenchCPUUsPerTask *float64         `json:"bench_cpu_us_per_task,omitempty"`
-	PGCPUUsPerTask    *float64         `json:"pg_cpu_us_per_task,omitempty"`
-	Paths             []wakePathResult `json:"paths"`
+	BenchCPUUsPerTask *float64 `json:"bench_cpu_us_per_task,omitempty"`
+	PGCPUUsPerTask    *float64 `json:"pg_cpu_us_per_task,omitempty"`
+	// Time per timed task that this process's threads and the database's
+	// backends spent ready to run but waiting for a CPU (the machine's
+	// other load shows here), summed over all of them.
+	BenchRunWaitUsPerTask *float64         `json:"bench_run_wait_us_per_task,omitempty"`
+	PGRunWaitUsPerTask    *float64         `json:"pg_run_wait_us_per_task,omitempty"`
+	Paths                 []wakePathResult `json:"paths"`
 }
 
 const benchWakeHelp = `Usage: taskctl bench-wake [flags]
@@ -269,6 +274,8 @@ func printWakeTable(w io.Writer, rep *wakeReport) {
 	_ = tw.Flush()
 	fmt.Fprintf(w, "\nPer timed task: %.1f claim statements on the workers' instance, %.0f bytes of WAL, CPU %s µs in this process and %s µs in PostgreSQL.\n",
 		rep.ClaimsPerTask, rep.WALBytesPerTask, fmtOpt(rep.BenchCPUUsPerTask), fmtOpt(rep.PGCPUUsPerTask))
+	fmt.Fprintf(w, "Waiting for a CPU while ready to run, per timed task: %s µs in this process, %s µs in PostgreSQL (all threads and backends summed).\n",
+		fmtOpt(rep.BenchRunWaitUsPerTask), fmtOpt(rep.PGRunWaitUsPerTask))
 	fmt.Fprintln(w, "\nsent -> worker: the create request leaving the admin client -> the claim answer carrying the task reaching a worker.")
 	fmt.Fprintln(w, "created -> worker: the create's answer (its commit done) -> the same moment; negative when the worker had the task first.")
 	fmt.Fprintln(w, "The indented lines split sent -> worker by the server's timestamps (the task's created_at and started_at).")

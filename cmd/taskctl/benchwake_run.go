@@ -10,7 +10,10 @@ import (
 	mrand "math/rand/v2"
 	"net"
 	"net/http"
+	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -150,6 +153,9 @@ func benchWake(ctx context.Context, cfg wakeConfig, progress io.Writer) (*wakeRe
 	cpu := benchResult{Tasks: cfg.tasks}
 	cpuPerTask(&cpu, before.cpu, after.cpu)
 	rep.BenchCPUUsPerTask, rep.PGCPUUsPerTask = cpu.BenchCPUUsPerTask, cpu.PGCPUUsPerTask
+	wait := benchResult{Tasks: cfg.tasks}
+	cpuPerTask(&wait, before.runWait, after.runWait)
+	rep.BenchRunWaitUsPerTask, rep.PGRunWaitUsPerTask = wait.BenchCPUUsPerTask, wait.PGCPUUsPerTask
 	return rep, nil
 }
 
@@ -240,6 +246,9 @@ type wakeCounters struct {
 	claims   uint64 // claim statements run by the polled instance
 	walBytes int64  // WAL written by the whole server
 	cpu      cpuSample
+	// runWait is how long this process's threads and the database's
+	// backends were ready to run but waited for a CPU.
+	runWait cpuSample
 }
 
 func readWakeCounters(ctx context.Context, pool *pgxpool.Pool, polled *wakeInstance) (wakeCounters, error) {
@@ -252,7 +261,55 @@ func readWakeCounters(ctx context.Context, pool *pgxpool.Pool, polled *wakeInsta
 		return c, fmt.Errorf("read the WAL position: %w", err)
 	}
 	c.cpu = sampleCPU(ctx, pool)
+	c.runWait = sampleRunWait(ctx, pool)
 	return c, nil
+}
+
+// sampleRunWait reads, from /proc/PID/schedstat, how long this process's
+// threads and the bench database's backends have waited for a CPU while
+// ready to run; no backends when they are not visible (a remote server).
+func sampleRunWait(ctx context.Context, pool *pgxpool.Pool) cpuSample {
+	var s cpuSample
+	threads, _ := os.ReadDir("/proc/self/task")
+	for _, t := range threads {
+		if d, ok := runWaitOf("/proc/self/task/" + t.Name() + "/schedstat"); ok {
+			s.self += d
+		}
+	}
+	rows, err := pool.Query(ctx, `SELECT pid FROM pg_stat_activity
+		WHERE datname = current_database() AND backend_type = 'client backend'`)
+	if err != nil {
+		return s
+	}
+	defer rows.Close()
+	s.backends = map[int]time.Duration{}
+	for rows.Next() {
+		var pid int
+		if rows.Scan(&pid) != nil {
+			return cpuSample{self: s.self}
+		}
+		d, ok := runWaitOf(fmt.Sprintf("/proc/%d/schedstat", pid))
+		if !ok {
+			return cpuSample{self: s.self}
+		}
+		s.backends[pid] = d
+	}
+	return s
+}
+
+// runWaitOf is the second field of a schedstat file: nanoseconds spent
+// runnable on a run queue.
+func runWaitOf(path string) (time.Duration, bool) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return 0, false
+	}
+	f := strings.Fields(string(raw))
+	if len(f) < 2 {
+		return 0, false
+	}
+	ns, err := strconv.ParseInt(f[1], 10, 64)
+	return time.Duration(ns), err == nil
 }
 
 // wakeSample is one task's timestamps: the creator's, the server's and the
