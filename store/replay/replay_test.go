@@ -212,3 +212,20 @@ func TestVerifyRefusesABrokenLog(t *testing.T) {
 	require.Contains(t, err.Error(), "has version 2")
 	require.Contains(t, err.Error(), "the log has a gap")
 }
+
+// A swap cannot carry a trigger over to the fresh tables, so a rebuild
+// refuses a live table with one, naming it, before any work.
+func TestRebuildRefusesATrigger(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := storetest.NewPool(t)
+	_, err := pool.Exec(ctx, `CREATE FUNCTION noop() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NULL; END';
+		CREATE TRIGGER audit AFTER UPDATE ON task_counts FOR EACH STATEMENT EXECUTE FUNCTION noop()`)
+	require.NoError(t, err)
+	_, err = replay.Rebuild(ctx, pool, replay.RebuildConfig{})
+	require.ErrorContains(t, err, "task_counts has trigger audit")
+	var triggers int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_trigger WHERE tgname = 'audit'
+		AND tgrelid = 'task_counts'::regclass`).Scan(&triggers))
+	require.Equal(t, 1, triggers, "nothing swapped")
+}
