@@ -196,40 +196,52 @@ func claimCount(t *testing.T, b *bundle) int {
 
 // A new task is claimed by the waiter it is for, not raced for by every
 // waiting claim (the claim gate, ADR 016): a task assigned to the last of
-// three waiters goes to it, a pool task to the longest waiting, and each
-// costs one claim statement.
+// five waiters goes to it, a pool task to the longest waiting, and each
+// costs one claim.
 func TestLongPollWakesOnlyWhomATaskIsFor(t *testing.T) {
 	t.Parallel()
 	b := setupHub(t)
 	tt := b.newType(t, "report")
-	w1, w2, w3 := b.newWorker(t, "GateOne", 1), b.newWorker(t, "GateTwo", 1), b.newWorker(t, "GateThree", 1)
+	var ws []*worker
+	for i := range 5 {
+		ws = append(ws, b.newWorker(t, fmt.Sprintf("Gate%d", i), 1))
+	}
 	base := claimCount(t, b)
-	first := claimAsync(b.ctx, w1, 30*time.Second)
-	waiters(t, b, 1)
-	second := claimAsync(b.ctx, w2, 5*time.Second)
-	waiters(t, b, 2)
-	third := claimAsync(b.ctx, w3, 30*time.Second)
-	waiters(t, b, 3)
-	require.Eventually(t, func() bool { return claimCount(t, b) == base+3 }, 10*time.Second, 5*time.Millisecond,
+	var polls []<-chan claimResult
+	for i, w := range ws {
+		wait := 30 * time.Second
+		if i > 0 && i < 4 {
+			wait = 5 * time.Second // nothing is for them
+		}
+		polls = append(polls, claimAsync(b.ctx, w, wait))
+		waiters(t, b, i+1)
+	}
+	require.Eventually(t, func() bool { return claimCount(t, b) == base+5 }, 10*time.Second, 5*time.Millisecond,
 		"each waiter's first attempt")
 	start := time.Now()
 
-	mine := b.newTask(t, tt, "For the third", events.PriorityMedium, w3.ID)
-	r := <-third
+	mine := b.newTask(t, tt, "For the last", events.PriorityMedium, ws[4].ID)
+	r := <-polls[4]
 	require.NoError(t, r.err)
 	require.Equal(t, mine.ID, r.task.ID)
 	pool := b.newTask(t, tt, "For whoever waited longest", events.PriorityMedium, "")
-	r = <-first
+	r = <-polls[0]
 	require.NoError(t, r.err)
 	require.Equal(t, pool.ID, r.task.ID)
-	claims := claimCount(t, b) - base - 3
+	// Four commits woke the waiters: two creates, two claims. Before the
+	// gate each wake made every waiter claim: 10 claims here (some wakes
+	// coalesced); now only the one a task is for.
+	claims := claimCount(t, b) - base - 5
+	t.Logf("%d claims after the first attempts", claims)
 	if time.Since(start) < 1200*time.Millisecond { // no safety re-check (every 1.5 s) has run yet
-		require.Equal(t, 2, claims, "one claim per task; before the gate, every waiter claimed on every commit")
+		require.LessOrEqual(t, claims, 3, "one claim a task (and rarely a turn that comes too late)")
 	} else {
 		t.Logf("slow machine: %d claims, not compared (safety re-checks ran)", claims)
 	}
 
-	r = <-second
-	require.NoError(t, r.err)
-	require.Nil(t, r.task, "nothing was for the second: its wait ran out")
+	for _, p := range polls[1:4] {
+		r = <-p
+		require.NoError(t, r.err)
+		require.Nil(t, r.task, "nothing was for them: their wait ran out")
+	}
 }
