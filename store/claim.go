@@ -97,23 +97,22 @@ SELECT id, true, set_config('` + claimWorkersSetting + `', (SELECT COALESCE(arra
 // by its pick), so the batch moves n from pending to in progress and the
 // pool's from the queue. Nothing is written when nothing was claimed.
 //
-// held's status is a parameter ($4, always 'in_progress'), not a literal,
-// for the plan: with the literal, a generic plan built while few tasks are
-// in progress (a fresh or bursty queue, pages not yet all-visible) counts
-// through worker_tasks_status, reading every task in progress of every
-// worker and its dead index entries on each claim (seen in taskctl bench:
-// 40-80 buffers instead of 4). A parameter's generic estimate is a whole
-// status's share of the table, so the plan is always worker_tasks_holder
-// on (assigned_to, status): this worker's rows only.
+// held counts the worker's tasks in progress through worker_tasks_held
+// (migration 015), the one index whose predicate is exactly that: no other
+// index can answer it without a filter, so the generic plan picks it even
+// when the statistics say no task was ever assigned (a fresh queue). With
+// worker_tasks_holder it tied with worker_tasks_assignee and took the
+// latter, which reads the worker's whole history on every claim (ADR 016).
+// A LATERAL join, so that it runs once per worker: as a scalar subquery in
+// a flattened select list it ran again for the WHERE.
 const claimTasks = `WITH req AS (
-    SELECT worker, want, ord FROM unnest($1::uuid[], $5::int[]) WITH ORDINALITY AS r(worker, want, ord)
+    SELECT worker, want, ord FROM unnest($1::uuid[], $4::int[]) WITH ORDINALITY AS r(worker, want, ord)
 ), elig AS MATERIALIZED (
-    SELECT e.worker, e.ord, e.want FROM (
-        SELECT r.worker, r.ord, least(r.want, u.max_concurrent_tasks
-               - (SELECT count(*) FROM worker_tasks h WHERE h.assigned_to = r.worker AND h.status = $4))::int AS want
-          FROM req r JOIN users u ON u.id = r.worker AND u.is_worker AND u.active
-         WHERE r.worker = ANY(NULLIF(current_setting('` + claimWorkersSetting + `', true), '')::uuid[])) e
-     WHERE e.want > 0
+    SELECT r.worker, r.ord, least(r.want, u.max_concurrent_tasks - held.n)::int AS want
+      FROM req r JOIN users u ON u.id = r.worker AND u.is_worker AND u.active
+     CROSS JOIN LATERAL (SELECT count(*) AS n FROM worker_tasks h WHERE h.assigned_to = r.worker AND h.status = 'in_progress') held
+     WHERE r.worker = ANY(NULLIF(current_setting('` + claimWorkersSetting + `', true), '')::uuid[])
+       AND held.n < u.max_concurrent_tasks
 ), mine AS MATERIALIZED (
     SELECT e.worker, m.id, row_number() OVER (PARTITION BY e.worker ORDER BY m.priority_rank, m.created_at, m.id) AS k
       FROM elig e CROSS JOIN LATERAL (
@@ -278,7 +277,7 @@ func (db *DB) runClaims(ctx context.Context, reqs []claimRequest, lockSQL string
 	b := &pgx.Batch{}
 	b.Queue(indexLookupsOnly)
 	b.Queue(lockSQL, workers)
-	b.Queue(claimTasks, workers, db.Now(), m.String(), string(events.StatusInProgress), wants)
+	b.Queue(claimTasks, workers, db.Now(), m.String(), wants)
 	br := db.pool.SendBatch(ctx, b)
 	defer br.Close()
 

@@ -36,7 +36,7 @@ func TestClaimPlanAtAMillionRows(t *testing.T) {
 	require.NoError(t, err)
 
 	workers := "ARRAY['" + w + "']::uuid[]"
-	claim := "EXECUTE claim(" + workers + ", now(), '{\"" + w + "\":[{},{}]}', 'in_progress', ARRAY[1])"
+	claim := "EXECUTE claim(" + workers + ", now(), '{\"" + w + "\":[{},{}]}', ARRAY[1])"
 	complete := "EXECUTE complete(" + workers + ", '{\"" + w + "\":[\"" + w + "\",{},{}]}', now())"
 	// The plans the batches run: each lookup through the index meant for it.
 	for name, run := range map[string]string{"claim": claim, "complete": complete} {
@@ -44,7 +44,7 @@ func TestClaimPlanAtAMillionRows(t *testing.T) {
 		require.NotContains(t, plan, "Seq Scan on worker_tasks", "%s:\n%s", name, plan)
 		require.NotContains(t, plan, "Bitmap", "%s:\n%s", name, plan)
 		want := map[string][]string{
-			"claim":    {"worker_tasks_holder", "worker_tasks_preassigned", "worker_tasks_queue", "worker_tasks_pkey"},
+			"claim":    {"worker_tasks_held", "worker_tasks_preassigned", "worker_tasks_queue", "worker_tasks_pkey"},
 			"complete": {"Index Scan using worker_tasks_pkey"},
 		}
 		for _, index := range want[name] {
@@ -58,6 +58,27 @@ func TestClaimPlanAtAMillionRows(t *testing.T) {
 	}
 }
 
+// On a fresh queue (statistics taken while no task was ever assigned) the
+// claim still counts the worker's tasks in progress through
+// worker_tasks_held, never through worker_tasks_assignee, which would read
+// the worker's whole history on every claim once it has one.
+func TestClaimPlanOnAFreshQueue(t *testing.T) {
+	e := newBatchEnv(t)
+	w := e.user(t, "w", true, 2)
+	_, err := e.db.pool.Exec(e.ctx, `INSERT INTO worker_tasks (id, title, task_type_id, priority, status,
+		created_at, updated_at, available_at, version)
+		SELECT gen_random_uuid(), 'task ' || g, $1, 'medium', 'pending', now(), now(), now(), 1
+		  FROM generate_series(1, 5000) g`, e.typeID)
+	require.NoError(t, err)
+	_, err = e.db.pool.Exec(e.ctx, `ANALYZE worker_tasks; ANALYZE users`)
+	require.NoError(t, err)
+	workers := "ARRAY['" + w + "']::uuid[]"
+	plan := explain(t, e, indexLookupsOnly, "EXECUTE claim("+workers+", now(), '{\""+w+"\":[{},{}]}', ARRAY[100])")
+	require.Contains(t, plan, "worker_tasks_held", plan)
+	require.NotContains(t, plan, "worker_tasks_assignee", plan)
+	require.NotContains(t, plan, "worker_tasks_status", plan)
+}
+
 // explain is the plan of a prepared claim or completion after settings ran
 // in the same transaction (plain EXPLAIN: nothing runs).
 func explain(t *testing.T, e *batchEnv, settings, execute string) string {
@@ -69,7 +90,7 @@ func explain(t *testing.T, e *batchEnv, settings, execute string) string {
 		`DEALLOCATE ALL`,
 		`BEGIN`,
 		settings,
-		`PREPARE claim(uuid[], timestamptz, jsonb, text, int[]) AS ` + claimTasks,
+		`PREPARE claim(uuid[], timestamptz, jsonb, int[]) AS ` + claimTasks,
 		`PREPARE complete(uuid[], jsonb, timestamptz) AS ` + completeTasks,
 	} {
 		_, err := conn.Exec(e.ctx, sql, pgx.QueryExecModeSimpleProtocol)

@@ -80,11 +80,19 @@ func TestFlatReadPlans(t *testing.T) {
 	require.NotContains(t, p, "Seq Scan on worker_tasks", p)
 	require.NotContains(t, p, "worker_tasks_status", p)
 
-	// A worker's tasks newest first: the top of worker_tasks_assignee; its
-	// active ones through an index of the active statuses only.
+	// A worker's tasks newest first: the top of worker_tasks_assignee, read
+	// in order, merged with its few tasks in progress; its active ones
+	// through an index of the active statuses only.
 	p = plan(workerAllTasks, workers[0])
-	require.Contains(t, p, "worker_tasks_assignee", p)
-	require.NotContains(t, p, "Sort", p)
+	require.Regexp(t, `Limit [^\n]*\n *->  Index Scan using worker_tasks_assignee`, p)
+	require.Contains(t, p, "worker_tasks_held", p)
+	require.NotContains(t, p, "Seq Scan", p)
+	// The admin list filtered by worker: the same, a page at a time.
+	sql, args, err := e.db.listTasksSQL(TaskFilter{AssignedTo: workers[0], Limit: 50})
+	require.NoError(t, err)
+	p = plan(sql, args...)
+	require.Regexp(t, `Limit [^\n]*\n *->  Index Scan using worker_tasks_assignee`, p)
+	require.NotContains(t, p, "Seq Scan", p)
 	p = plan(workerActiveTasks, workers[0])
 	require.True(t, strings.Contains(p, "worker_tasks_holder") || strings.Contains(p, "worker_tasks_status"), p)
 	require.NotContains(t, p, "Seq Scan", p)

@@ -93,7 +93,13 @@ func (db *DB) listTasksSQL(f TaskFilter) (string, []any, error) {
 		return fmt.Sprintf("$%d", len(args))
 	}
 	if f.Status != "" {
-		where = append(where, "t.status = "+arg(string(f.Status)))
+		// A literal, not a parameter: worker_tasks_status and the indexes
+		// of one status are partial, and only a literal proves a
+		// predicate, whatever plan caching does (migration 015).
+		if !f.Status.Valid() {
+			return "", nil, events.Invalid("status", "unknown status %q", f.Status)
+		}
+		where = append(where, "t.status = '"+string(f.Status)+"'")
 	}
 	if f.TaskTypeID != "" {
 		where = append(where, "t.task_type_id = "+arg(f.TaskTypeID))
@@ -124,9 +130,26 @@ func (db *DB) listTasksSQL(f TaskFilter) (string, []any, error) {
 		}
 		where = append(where, fmt.Sprintf("(t.created_at, t.id) < (%s, %s)", arg(at), arg(id)))
 	}
+	limit := arg(f.Limit + 1)
+	if f.AssignedTo != "" && f.Status == "" {
+		return newestOfBoth(strings.Join(where, " AND "), limit), args, nil
+	}
 	sql := `SELECT ` + taskColumns + ` FROM worker_tasks t WHERE ` + strings.Join(where, " AND ") +
-		` ORDER BY t.created_at DESC, t.id DESC LIMIT ` + arg(f.Limit+1)
+		` ORDER BY t.created_at DESC, t.id DESC LIMIT ` + limit
 	return sql, args, nil
+}
+
+// newestOfBoth is the newest tasks of one worker that match where: those
+// in progress (worker_tasks_held) and the others (the top of
+// worker_tasks_assignee), each index read in its order, merged. No one
+// index has both (migration 015).
+func newestOfBoth(where, limit string) string {
+	part := func(status string) string {
+		return `(SELECT t.* FROM worker_tasks t WHERE ` + where + ` AND t.status ` + status +
+			` ORDER BY t.created_at DESC, t.id DESC LIMIT ` + limit + `)`
+	}
+	return `SELECT ` + taskColumns + ` FROM (` + part("<> 'in_progress'") + ` UNION ALL ` + part("= 'in_progress'") +
+		`) t ORDER BY t.created_at DESC, t.id DESC LIMIT ` + limit
 }
 
 // serialPlan keeps a title search on one process. For a common term the
@@ -189,12 +212,12 @@ func (db *DB) WorkerTasks(ctx context.Context, workerID string, all bool) ([]eve
 
 // Two statements, not one with a flag: each gets its own plan, whatever
 // plan caching does. All: the newest 200 from the top of
-// worker_tasks_assignee. Active: the worker's few pending and in-progress
-// tasks through worker_tasks_holder. Neither reads the worker's history
-// (ADR 010).
+// worker_tasks_assignee and the tasks in progress. Active: the worker's few
+// pending and in-progress tasks through worker_tasks_holder. Neither reads
+// the worker's history (ADR 010).
+var workerAllTasks = newestOfBoth(`t.assigned_to = $1`, `200`)
+
 const (
-	workerAllTasks = `SELECT ` + taskColumns + ` FROM worker_tasks t
-		WHERE t.assigned_to = $1 ORDER BY t.created_at DESC, t.id DESC LIMIT 200`
 	workerActiveTasks = `SELECT ` + taskColumns + ` FROM worker_tasks t
 		WHERE t.assigned_to = $1 AND t.status IN ('pending', 'in_progress') ORDER BY t.created_at DESC, t.id DESC LIMIT 200`
 )
