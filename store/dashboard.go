@@ -90,7 +90,7 @@ func (db *DB) RecentActivity(ctx context.Context) (*Activity, error) {
 }
 
 // InProgress lists the tasks in progress, oldest start first: what the
-// fleet holds now (bounded by its slots; worker_tasks_in_progress).
+// fleet holds now (bounded by its slots; worker_tasks_held).
 func (db *DB) InProgress(ctx context.Context) ([]events.Task, error) {
 	return db.queryTasks(ctx, db.pool, `SELECT `+taskColumns+` FROM worker_tasks t
 		WHERE t.status = 'in_progress' ORDER BY t.started_at LIMIT 10000`)
