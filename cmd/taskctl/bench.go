@@ -150,16 +150,22 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	report.Command = "taskctl bench " + strings.Join(args, " ")
-	if cfg.jsonOut {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(report); err != nil {
-			fmt.Fprintf(stderr, "taskctl bench: %v\n", err)
-			return 1
-		}
+	return writeReport(stdout, stderr, "taskctl bench", cfg.jsonOut, report, printBenchTable)
+}
+
+// writeReport writes a measurement's report to stdout: indented JSON, or
+// the command's table.
+func writeReport[R any](stdout, stderr io.Writer, name string, jsonOut bool, rep R, table func(io.Writer, R)) int {
+	if !jsonOut {
+		table(stdout, rep)
 		return 0
 	}
-	printBenchTable(stdout, report)
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(rep); err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return 1
+	}
 	return 0
 }
 

@@ -36,28 +36,36 @@ func sampleCPU(ctx context.Context, pools ...*pgxpool.Pool) cpuSample {
 	if len(pools) == 0 || pools[0] == nil {
 		return s
 	}
-	rows, err := pools[0].Query(ctx, `SELECT pid FROM pg_stat_activity
+	s.backends = sampleBackends(ctx, pools[0], procCPU)
+	return s
+}
+
+// sampleBackends reads one figure of each backend of the pool's database
+// from /proc; nil when any is not visible (a remote server: no figure
+// rather than a wrong one).
+func sampleBackends(ctx context.Context, pool *pgxpool.Pool, read func(pid int) (time.Duration, bool)) map[int]time.Duration {
+	rows, err := pool.Query(ctx, `SELECT pid FROM pg_stat_activity
 		WHERE datname = current_database() AND backend_type = 'client backend'`)
 	if err != nil {
-		return s
+		return nil
 	}
 	defer rows.Close()
-	s.backends = map[int]time.Duration{}
+	out := map[int]time.Duration{}
 	for rows.Next() {
 		var pid int
 		if rows.Scan(&pid) != nil {
-			return cpuSample{self: s.self}
+			return nil
 		}
-		d, ok := procCPU(pid)
+		d, ok := read(pid)
 		if !ok {
-			return cpuSample{self: s.self} // a remote server: no figure rather than a wrong one
+			return nil
 		}
-		s.backends[pid] = d
+		out[pid] = d
 	}
 	if rows.Err() != nil {
-		return cpuSample{self: s.self}
+		return nil
 	}
-	return s
+	return out
 }
 
 // procCPU reads utime + stime of a process from /proc.

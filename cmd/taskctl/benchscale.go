@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -138,17 +137,7 @@ func runBenchScale(args []string, stdout, stderr io.Writer) int {
 	if cfg.buildOnly {
 		return 0
 	}
-	if cfg.jsonOut {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
-			fmt.Fprintf(stderr, "taskctl bench-scale: %v\n", err)
-			return 1
-		}
-		return 0
-	}
-	printScaleTable(stdout, rep)
-	return 0
+	return writeReport(stdout, stderr, "taskctl bench-scale", cfg.jsonOut, rep, printScaleTable)
 }
 
 func parseSize(s string) (int, error) {

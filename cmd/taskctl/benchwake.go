@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -173,17 +172,7 @@ func runBenchWake(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	rep.Command = "taskctl bench-wake " + strings.Join(args, " ")
-	if cfg.jsonOut {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
-			fmt.Fprintf(stderr, "taskctl bench-wake: %v\n", err)
-			return 1
-		}
-		return 0
-	}
-	printWakeTable(stdout, rep)
-	return 0
+	return writeReport(stdout, stderr, "taskctl bench-wake", cfg.jsonOut, rep, printWakeTable)
 }
 
 // parseBenchWakeFlags returns the config, or an exit code >= 0 when the

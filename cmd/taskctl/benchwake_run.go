@@ -276,24 +276,9 @@ func sampleRunWait(ctx context.Context, pool *pgxpool.Pool) cpuSample {
 			s.self += d
 		}
 	}
-	rows, err := pool.Query(ctx, `SELECT pid FROM pg_stat_activity
-		WHERE datname = current_database() AND backend_type = 'client backend'`)
-	if err != nil {
-		return s
-	}
-	defer rows.Close()
-	s.backends = map[int]time.Duration{}
-	for rows.Next() {
-		var pid int
-		if rows.Scan(&pid) != nil {
-			return cpuSample{self: s.self}
-		}
-		d, ok := runWaitOf(fmt.Sprintf("/proc/%d/schedstat", pid))
-		if !ok {
-			return cpuSample{self: s.self}
-		}
-		s.backends[pid] = d
-	}
+	s.backends = sampleBackends(ctx, pool, func(pid int) (time.Duration, bool) {
+		return runWaitOf(fmt.Sprintf("/proc/%d/schedstat", pid))
+	})
 	return s
 }
 
