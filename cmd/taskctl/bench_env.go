@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"sync"
 	"time"
@@ -63,16 +62,6 @@ func openBenchEnv(ctx context.Context, cfg benchConfig, maxWorkers int, progress
 	}
 	if err := migrations.Up(ctx, benchURL); err != nil {
 		return nil, fmt.Errorf("migrate %s: %w", cfg.benchDB, err)
-	}
-	if x := os.Getenv("BENCH_EXTRA_SQL"); x != "" {
-		c, err := pgx.Connect(ctx, benchURL)
-		if err != nil {
-			return nil, err
-		}
-		if _, err := c.Exec(ctx, x); err != nil {
-			return nil, fmt.Errorf("extra sql: %w", err)
-		}
-		c.Close(ctx)
 	}
 	// Enough connections that no worker waits for one: the pool must not be
 	// what is measured.
