@@ -57,6 +57,31 @@ type bundle struct {
 	admin    *client.Client // an admin without the worker role
 	adminID  string
 	http     *http.Client
+	reg      *prometheus.Registry
+}
+
+// handled counts the requests the server has finished (its handler and
+// what it deferred returned) for a method and route pattern.
+func (b *bundle) handled(t *testing.T, method, route string) float64 {
+	t.Helper()
+	mfs, err := b.reg.Gather()
+	require.NoError(t, err)
+	n := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != "taskservice_http_requests_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["method"] == method && labels["route"] == route {
+				n += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return n
 }
 
 // worker is a logged-in worker.
@@ -125,7 +150,7 @@ func setupWith(t *testing.T, hub *store.Hub, opts ...func(*api.Config)) *bundle 
 	_, err = admin.Login(ctx, adminEmail, adminPassword)
 	require.NoError(t, err)
 	return &bundle{t: t, ctx: ctx, srv: srv, contract: contract, db: db, pool: pool, url: ts.URL, secret: secret, clock: clk,
-		admin: admin, adminID: u.ID, http: hc}
+		admin: admin, adminID: u.ID, http: hc, reg: reg}
 }
 
 // newWorker creates a worker through the admin API and logs it in.
