@@ -14,8 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// River is the peer the batched lane is measured against (issue 16, ADR
-// 016): its tuned burn-down, run by scripts/riverbench, a Go module of its
+// River is the peer the batched lane is measured against (ADR 016): its tuned burn-down, run by scripts/riverbench, a Go module of its
 // own so that task-service never depends on River. The bench runs it as a
 // child process on its own database of the same server, in the same run,
 // and samples the child's CPU and its backends' exactly as its own.

@@ -106,8 +106,8 @@ type wakeReport struct {
 const benchWakeHelp = `Usage: taskctl bench-wake [flags]
 
 Measures how long a new task takes to reach a long-polling worker through the
-real HTTP API while the batched lane is otherwise idle (issue 16: under 5 ms
-at p99).
+real HTTP API while the batched lane is otherwise idle (the goal: under 5 ms
+at p99, docs/adr/016-batched-rest-lane.md).
 
 --workers workers (each its own worker user and HTTP client) long-poll
 POST /api/v1/worker/tasks/claims {max: --max, wait: 30} on one instance of the
