@@ -21,23 +21,7 @@ import (
 // the tables after each run itself (every counted task completed once, one
 // claimed and one completed event each), so exit 0 means those held.
 func TestBenchRunsEveryModeAndVerifies(t *testing.T) {
-	base := storetest.DatabaseURL(t)
-	var suffix [4]byte
-	_, _ = rand.Read(suffix[:])
-	dbName := "taskservice_bench_test_" + hex.EncodeToString(suffix[:])
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, base)
-		if err != nil {
-			t.Errorf("drop %s: %v", dbName, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{dbName}.Sanitize()+" WITH (FORCE)"); err != nil {
-			t.Errorf("drop %s: %v", dbName, err)
-		}
-	})
+	base, dbName := scratchBenchDB(t, "taskservice_bench_test_")
 
 	var stdout, stderr bytes.Buffer
 	code := runBench([]string{"--database-url", base, "--bench-db", dbName, "--workers", "1,3", "--tasks", "40",
@@ -130,4 +114,28 @@ func TestWithDatabase(t *testing.T) {
 		require.Equal(t, want, got, in)
 		require.False(t, strings.Contains(got, "/app"), got)
 	}
+}
+
+// scratchBenchDB names a database for a bench test on the test server (the
+// bench creates it) and drops it when the test ends.
+func scratchBenchDB(t *testing.T, prefix string) (serverURL, name string) {
+	t.Helper()
+	serverURL = storetest.DatabaseURL(t)
+	var suffix [4]byte
+	_, _ = rand.Read(suffix[:])
+	name = prefix + hex.EncodeToString(suffix[:])
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, serverURL)
+		if err != nil {
+			t.Errorf("drop %s: %v", name, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+			t.Errorf("drop %s: %v", name, err)
+		}
+	})
+	return serverURL, name
 }

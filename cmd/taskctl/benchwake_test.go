@@ -2,40 +2,17 @@ package main
 
 import (
 	"bytes"
-	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"testing"
-	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
-
-	"github.com/clawdbot/task-service/store/storetest"
 )
 
 // TestBenchWake runs bench-wake small on its own scratch database: two
 // instances, both paths. The bench fails by itself unless every task
 // reached exactly one worker once; here the figures must be sane.
 func TestBenchWake(t *testing.T) {
-	base := storetest.DatabaseURL(t)
-	var suffix [4]byte
-	_, _ = rand.Read(suffix[:])
-	dbName := "taskservice_bench_wake_test_" + hex.EncodeToString(suffix[:])
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, base)
-		if err != nil {
-			t.Errorf("drop %s: %v", dbName, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{dbName}.Sanitize()+" WITH (FORCE)"); err != nil {
-			t.Errorf("drop %s: %v", dbName, err)
-		}
-	})
+	base, dbName := scratchBenchDB(t, "taskservice_bench_wake_test_")
 
 	var stdout, stderr bytes.Buffer
 	code := runBenchWake([]string{"--database-url", base, "--bench-db", dbName, "--workers", "3", "--tasks", "60",
