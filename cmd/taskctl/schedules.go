@@ -257,6 +257,22 @@ func (a *app) schedulesList(args []string) int {
 	return exitOK
 }
 
+// startOnSchedule starts a command whose one argument names a schedule (by
+// name or id) and finds it. call is nil when the command ends here, with
+// code; otherwise the caller cancels call.
+func (a *app) startOnSchedule(fs *flag.FlagSet, spec cmdSpec, args []string, api *string) (*apiCall, *events.Schedule, int) {
+	call, code := a.start(fs, spec, args, api, 1, "SCHEDULE (a name or id)")
+	if call == nil {
+		return nil, nil, code
+	}
+	s, err := resolveSchedule(call.ctx, call.c, call.pos[0])
+	if err != nil {
+		call.cancel()
+		return nil, nil, a.fail(spec.name, err)
+	}
+	return call, s, 0
+}
+
 // resolveSchedule finds a schedule by id or by exact name.
 func resolveSchedule(ctx context.Context, c *client.Client, ref string) (*events.Schedule, error) {
 	if isUUID(ref) {
@@ -292,15 +308,11 @@ func (a *app) schedulesShow(args []string) int {
 	fs := flagSet(spec)
 	api := apiFlag(fs)
 	asJSON := fs.Bool("json", false, "print the schedule and its stats as JSON")
-	call, code := a.start(fs, spec, args, api, 1, "SCHEDULE (a name or id)")
+	call, s, code := a.startOnSchedule(fs, spec, args, api)
 	if call == nil {
 		return code
 	}
 	defer call.cancel()
-	s, err := resolveSchedule(call.ctx, call.c, call.pos[0])
-	if err != nil {
-		return a.fail(spec.name, err)
-	}
 	st, err := call.c.ScheduleStats(call.ctx, s.ID)
 	if err != nil {
 		return a.fail(spec.name, err)
@@ -357,15 +369,11 @@ func (a *app) schedulesUpdate(args []string) int {
 	api := apiFlag(fs)
 	f := addScheduleFlags(fs)
 	asJSON := fs.Bool("json", false, "print the schedule as JSON")
-	call, code := a.start(fs, spec, args, api, 1, "SCHEDULE (a name or id)")
+	call, s, code := a.startOnSchedule(fs, spec, args, api)
 	if call == nil {
 		return code
 	}
 	defer call.cancel()
-	s, err := resolveSchedule(call.ctx, call.c, call.pos[0])
-	if err != nil {
-		return a.fail(spec.name, err)
-	}
 	set := setFlags(fs)
 	delete(set, "api")
 	delete(set, "json")
@@ -399,15 +407,11 @@ func (a *app) scheduleAction(action string, args []string) int {
 	api := apiFlag(fs)
 	reason := fs.String("reason", "", "why (pause and cancel)")
 	asJSON := fs.Bool("json", false, "print the schedule as JSON")
-	call, code := a.start(fs, spec, args, api, 1, "SCHEDULE (a name or id)")
+	call, s, code := a.startOnSchedule(fs, spec, args, api)
 	if call == nil {
 		return code
 	}
 	defer call.cancel()
-	s, err := resolveSchedule(call.ctx, call.c, call.pos[0])
-	if err != nil {
-		return a.fail(spec.name, err)
-	}
 	r := *reason
 	if action == "resume" {
 		r = ""
@@ -434,15 +438,11 @@ func (a *app) schedulesRun(args []string) int {
 	fs := flagSet(spec)
 	api := apiFlag(fs)
 	asJSON := fs.Bool("json", false, "print the schedule and the task as JSON")
-	call, code := a.start(fs, spec, args, api, 1, "SCHEDULE (a name or id)")
+	call, s, code := a.startOnSchedule(fs, spec, args, api)
 	if call == nil {
 		return code
 	}
 	defer call.cancel()
-	s, err := resolveSchedule(call.ctx, call.c, call.pos[0])
-	if err != nil {
-		return a.fail(spec.name, err)
-	}
 	run, err := call.c.RunSchedule(call.ctx, s.ID)
 	if err != nil {
 		return a.fail(spec.name, err)
@@ -467,15 +467,11 @@ func (a *app) schedulesExecutions(args []string) int {
 	before := fs.Int("before", 0, "start below this run number (the next page)")
 	limit := fs.Int("limit", 50, "at most this many (1-500)")
 	asJSON := fs.Bool("json", false, "print the page as JSON")
-	call, code := a.start(fs, spec, args, api, 1, "SCHEDULE (a name or id)")
+	call, s, code := a.startOnSchedule(fs, spec, args, api)
 	if call == nil {
 		return code
 	}
 	defer call.cancel()
-	s, err := resolveSchedule(call.ctx, call.c, call.pos[0])
-	if err != nil {
-		return a.fail(spec.name, err)
-	}
 	page, err := call.c.ScheduleExecutions(call.ctx, s.ID, *before, *limit)
 	if err != nil {
 		return a.fail(spec.name, err)
