@@ -46,10 +46,12 @@ func TestSchedulerFiresAtTheDueTime(t *testing.T) {
 	got, err := e.db.GetSchedule(e.ctx, e.pool, sc.ID)
 	require.NoError(t, err)
 	require.Equal(t, events.ScheduleStateFinished, got.State)
-	require.Equal(t, 1.0, firings(t, e, "fired"))
+	// Counted after the firing's commit: the row can be seen first.
+	e.eventually("the firing counted", func() bool { return firings(t, e, "fired") == 1 })
 }
 
-// firings reads the scheduler's firings counter for outcome.
+// firings reads the scheduler's firings counter for outcome; 0 before the
+// first.
 func firings(t *testing.T, e *env, outcome string) float64 {
 	t.Helper()
 	mfs, err := e.reg.Gather()
@@ -66,7 +68,6 @@ func firings(t *testing.T, e *env, outcome string) float64 {
 			}
 		}
 	}
-	t.Fatalf("no firings counter for %s", outcome)
 	return 0
 }
 
