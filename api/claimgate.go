@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/clawdbot/task-service/store"
@@ -26,6 +27,9 @@ type claimGate struct {
 	hub   *store.Hub
 	probe func(ctx context.Context, workers []string, limit int) (store.Claimable, error)
 	log   zerolog.Logger
+	// looks (by outcome) and turns count for operators; nil counts nothing.
+	looks *prometheus.CounterVec
+	turns prometheus.Counter
 
 	mu      sync.Mutex
 	waiters []*claimWaiter // the longest waiting first
@@ -142,20 +146,34 @@ func (g *claimGate) dispatch(woken bool) {
 	if err != nil {
 		// Without the look, do what the look saves: everyone claims.
 		g.log.Warn().Err(err).Msg("long-poll: reading what is claimable failed; every waiter claims")
+		g.count("error", len(g.waiters))
 		for _, w := range g.waiters {
 			w.give()
 		}
 		return
 	}
-	pool := found.Pool
+	pool, given := found.Pool, 0
 	for _, w := range g.waiters {
 		if w.missed || w.worker == "" {
 			continue
 		}
 		if pool > 0 || slices.Contains(found.Assigned, w.worker) {
 			w.give()
+			given++
 			pool -= w.max
 		}
+	}
+	outcome := "none"
+	if found.Pool > 0 || len(found.Assigned) > 0 {
+		outcome = "some"
+	}
+	g.count(outcome, given)
+}
+
+func (g *claimGate) count(outcome string, turns int) {
+	if g.looks != nil {
+		g.looks.WithLabelValues(outcome).Inc()
+		g.turns.Add(float64(turns))
 	}
 }
 

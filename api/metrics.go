@@ -16,6 +16,8 @@ type metrics struct {
 	claims       *prometheus.CounterVec
 	claimLatency prometheus.Histogram
 	claimWaiters prometheus.Gauge
+	gateLooks    *prometheus.CounterVec
+	gateTurns    prometheus.Counter
 }
 
 func newMetrics(reg *prometheus.Registry) *metrics {
@@ -39,7 +41,14 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	m.claimWaiters = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "taskservice_claim_waiters", Help: "Long-poll claims waiting for a task on this instance.",
 	})
-	reg.MustRegister(m.requests, m.duration, m.claims, m.claimLatency, m.claimWaiters)
+	m.gateLooks = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "taskservice_claim_gate_looks_total",
+		Help: "The claim gate's reads of what waiting long-polls could claim, by outcome: some, none, error (then every waiter claims).",
+	}, []string{"outcome"})
+	m.gateTurns = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "taskservice_claim_gate_turns_total", Help: "Waiting long-polls the claim gate let claim.",
+	})
+	reg.MustRegister(m.requests, m.duration, m.claims, m.claimLatency, m.claimWaiters, m.gateLooks, m.gateTurns)
 	_ = reg.Register(collectors.NewGoCollector())
 	_ = reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

@@ -128,6 +128,7 @@ func New(cfg Config) (*Server, error) {
 	s.guard = newLoginGuard(cfg.Login, cfg.Registry)
 	if cfg.Hub != nil {
 		s.gate = newClaimGate(cfg.Hub, cfg.DB.Claimable, cfg.Logger)
+		s.gate.looks, s.gate.turns = s.metrics.gateLooks, s.metrics.gateTurns
 	}
 	s.echo = s.newEcho()
 	return s, nil
