@@ -189,39 +189,3 @@ func BenchmarkLatencyCreateToLongPoll(b *testing.B) {
 	b.StopTimer()
 	reportPercentiles(b, samples)
 }
-
-// The same through the batched lane (ADR 016): a worker long-polling with
-// POST /worker/tasks/claims {max: 10, wait: 30}, the lane otherwise idle.
-func BenchmarkLatencyCreateToLongPollMany(b *testing.B) {
-	bb, worker := benchSetup(b)
-	taker, _ := worker("taker")
-	samples := make([]time.Duration, 0, b.N)
-	b.ResetTimer()
-	for i := range b.N {
-		b.StopTimer()
-		poll := make(chan claimed, 1)
-		go func() {
-			ts, err := taker.ClaimMany(bb.ctx, 10, 30*time.Second)
-			c := claimed{err: err, at: time.Now()}
-			if len(ts) > 0 {
-				c.task = ts[0]
-			}
-			poll <- c
-		}()
-		time.Sleep(time.Millisecond) // let the long-poll start waiting
-		b.StartTimer()
-		start := time.Now()
-		_, err := bb.admin.CreateTask(bb.ctx, client.NewTask{Title: fmt.Sprint("bench ", i), TaskTypeID: bb.tt.ID})
-		require.NoError(b, err)
-		c := <-poll
-		require.NoError(b, c.err)
-		require.NotNil(b, c.task)
-		samples = append(samples, c.at.Sub(start))
-		b.StopTimer()
-		_, err = taker.Complete(bb.ctx, c.task.ID)
-		require.NoError(b, err)
-		b.StartTimer()
-	}
-	b.StopTimer()
-	reportPercentiles(b, samples)
-}
