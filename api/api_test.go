@@ -60,28 +60,38 @@ type bundle struct {
 	reg      *prometheus.Registry
 }
 
-// handled counts the requests the server has finished (its handler and
-// what it deferred returned) for a method and route pattern.
-func (b *bundle) handled(t *testing.T, method, route string) float64 {
+// metricSum reads a counter or gauge from the server's registry: the sum of
+// its series whose labels include every name/value pair given (0 when none).
+func metricSum(t *testing.T, reg *prometheus.Registry, name string, labelPairs ...string) float64 {
 	t.Helper()
-	mfs, err := b.reg.Gather()
+	mfs, err := reg.Gather()
 	require.NoError(t, err)
-	n := 0.0
+	sum := 0.0
 	for _, mf := range mfs {
-		if mf.GetName() != "taskservice_http_requests_total" {
+		if mf.GetName() != name {
 			continue
 		}
+	series:
 		for _, m := range mf.GetMetric() {
 			labels := map[string]string{}
 			for _, l := range m.GetLabel() {
 				labels[l.GetName()] = l.GetValue()
 			}
-			if labels["method"] == method && labels["route"] == route {
-				n += m.GetCounter().GetValue()
+			for k := 0; k+1 < len(labelPairs); k += 2 {
+				if labels[labelPairs[k]] != labelPairs[k+1] {
+					continue series
+				}
 			}
+			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
 		}
 	}
-	return n
+	return sum
+}
+
+// handled counts the requests the server has finished (its handler and
+// what it deferred returned) for a method and route pattern.
+func (b *bundle) handled(t *testing.T, method, route string) float64 {
+	return metricSum(t, b.reg, "taskservice_http_requests_total", "method", method, "route", route)
 }
 
 // worker is a logged-in worker.

@@ -282,21 +282,10 @@ func (e *histEnv) workload(stop context.Context, workers []*histWorker, seed uin
 	return appended, nil
 }
 
-// scrape reads one counter or gauge from /metrics.
+// metric reads one counter or gauge of the server.
 func (e *histEnv) metric(name string) float64 {
 	e.t.Helper()
-	mfs, err := e.reg.Gather()
-	require.NoError(e.t, err)
-	for _, mf := range mfs {
-		if mf.GetName() == name && len(mf.GetMetric()) > 0 {
-			m := mf.GetMetric()[0]
-			if m.GetCounter() != nil {
-				return m.GetCounter().GetValue()
-			}
-			return m.GetGauge().GetValue()
-		}
-	}
-	return 0
+	return metricSum(e.t, e.reg, name)
 }
 
 // rawStream opens the stream with a plain request, for tests that look at
