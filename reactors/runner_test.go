@@ -191,6 +191,16 @@ func TestRunnerLag(t *testing.T) {
 
 // gauge reads the reactor's series of a gauge vector; -1 when absent.
 func gauge(t *testing.T, e *env, name, reactor string) float64 {
+	if v, ok := series(t, e, name, "reactor", reactor); ok {
+		return v
+	}
+	return -1
+}
+
+// series reads the series of a counter or gauge vector whose label has
+// value; ok is false when there is none.
+func series(t *testing.T, e *env, name, label, value string) (v float64, ok bool) {
+	t.Helper()
 	mfs, err := e.reg.Gather()
 	require.NoError(t, err)
 	for _, mf := range mfs {
@@ -199,13 +209,13 @@ func gauge(t *testing.T, e *env, name, reactor string) float64 {
 		}
 		for _, m := range mf.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "reactor" && l.GetValue() == reactor {
-					return m.GetGauge().GetValue()
+				if l.GetName() == label && l.GetValue() == value {
+					return m.GetCounter().GetValue() + m.GetGauge().GetValue(), true
 				}
 			}
 		}
 	}
-	return -1
+	return 0, false
 }
 
 // Events of a transaction that is still older than a running one are

@@ -53,22 +53,8 @@ func TestSchedulerFiresAtTheDueTime(t *testing.T) {
 // firings reads the scheduler's firings counter for outcome; 0 before the
 // first.
 func firings(t *testing.T, e *env, outcome string) float64 {
-	t.Helper()
-	mfs, err := e.reg.Gather()
-	require.NoError(t, err)
-	for _, mf := range mfs {
-		if mf.GetName() != "taskservice_schedule_firings_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "outcome" && l.GetValue() == outcome {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
+	v, _ := series(t, e, "taskservice_schedule_firings_total", "outcome", outcome)
+	return v
 }
 
 // The reactor pauses a schedule after max_failures executions in a row
