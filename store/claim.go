@@ -82,9 +82,9 @@ SELECT id, true, set_config('` + claimWorkersSetting + `', (SELECT COALESCE(arra
 // the thousands of tasks a batch of claim-many calls can take.
 //
 // The UPDATE and the event insert join nothing: each reads what it needs
-// for a row from a jsonb object: keyed by task id (pm, a one-row CTE)
-// or by worker ($3, built by jsonMap), and the UPDATE reaches its rows by primary key through
-// "id = ANY(ids)". Joined to the picked rows instead, the generic plan put
+// for a row from a jsonb object, keyed by task id (pm, a one-row CTE) or
+// by worker ($3, built by jsonMap), and the UPDATE reaches its rows by
+// primary key through "id = ANY(ids)". Joined to the picked rows instead, the generic plan put
 // the ids' index scan under a Materialize node and filtered the join: 20
 // million rows compared for a batch of 64 claims of 100 tasks, 4.5 s.
 // The object is read as a scalar subquery, "(SELECT m FROM pm)": computed
@@ -98,11 +98,12 @@ SELECT id, true, set_config('` + claimWorkersSetting + `', (SELECT COALESCE(arra
 // pool's from the queue. Nothing is written when nothing was claimed.
 //
 // held counts the worker's tasks in progress through worker_tasks_held
-// (migration 015), the one index whose predicate is exactly that: no other
-// index can answer it without a filter, so the generic plan picks it even
-// when the statistics say no task was ever assigned (a fresh queue). With
-// worker_tasks_holder it tied with worker_tasks_assignee and took the
-// latter, which reads the worker's whole history on every claim (ADR 016).
+// (migration 015), whose predicate is exactly that. The status and
+// assignee indexes leave tasks in progress out, so the generic plan cannot
+// take them even when the statistics say no task was ever assigned (a
+// fresh queue): it took worker_tasks_assignee before, reading the worker's
+// whole history on every claim, or worker_tasks_status, reading every
+// worker's tasks in progress (ADR 016).
 // A LATERAL join, so that it runs once per worker: as a scalar subquery in
 // a flattened select list it ran again for the WHERE.
 const claimTasks = `WITH req AS (

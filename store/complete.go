@@ -29,8 +29,8 @@ import (
 // run; and quadratic in the batch's size, which matters since a request of
 // the batched lane brings up to 100 completions). The guard is written with
 // IS NOT DISTINCT FROM, which no index serves (with plain equalities the
-// plan found each id by scanning every in-progress entry of
-// worker_tasks_status). The meaning is the same: status is never NULL, and
+// plan found each id by scanning every in-progress entry of an index of
+// statuses). The meaning is the same: status is never NULL, and
 // a NULL assignee fails either way.
 //
 // cnt keeps task_counts (ADR 010): the guard admits tasks in progress only,
