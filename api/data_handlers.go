@@ -101,7 +101,7 @@ func (s *Server) upload(c echo.Context) error {
 		return err
 	}
 	if cl := c.Request().ContentLength; cl > limit {
-		return tooLargeUpload(limit, s.cfg.Data.MaxFileBytes)
+		return s.tooLargeUpload(limit)
 	}
 	ct := c.Request().Header.Get(echo.HeaderContentType)
 	d, err := s.storeUpload(c, upload{taskID: id, worker: worker, dataType: dataType, filename: filename,
@@ -177,11 +177,14 @@ func (s *Server) uploadLimit(ctx context.Context, taskID, dataType, filename str
 	return min(s.cfg.Data.MaxFileBytes, s.cfg.Data.MaxTaskBytes-others), nil
 }
 
-func tooLargeUpload(limit, perFile int64) error {
-	if limit < perFile {
-		return events.TooLarge("body", "the task has room for %d more bytes of data (at most %d per task)", max(limit, 0), perFile)
+// tooLargeUpload names the bound that a file of more than limit bytes (as
+// uploadLimit gave it) breaks: the task's, when that was the smaller one.
+func (s *Server) tooLargeUpload(limit int64) error {
+	if limit < s.cfg.Data.MaxFileBytes {
+		return events.TooLarge("body", "the task has room for %d more bytes of data (at most %d per task, DATA_MAX_TASK_BYTES)",
+			max(limit, 0), s.cfg.Data.MaxTaskBytes)
 	}
-	return events.TooLarge("body", "a file may have at most %d bytes (DATA_MAX_BYTES)", perFile)
+	return events.TooLarge("body", "a file may have at most %d bytes (DATA_MAX_BYTES)", s.cfg.Data.MaxFileBytes)
 }
 
 type upload struct {
@@ -219,7 +222,7 @@ func (s *Server) storeUpload(c echo.Context, u upload) (*events.TaskData, error)
 	}
 	if n > u.limit {
 		_ = w.Abort(ctx)
-		return nil, tooLargeUpload(u.limit, s.cfg.Data.MaxFileBytes)
+		return nil, s.tooLargeUpload(u.limit)
 	}
 	committed := false
 	d, err := s.db.RecordDataUpload(ctx, store.DataUpload{

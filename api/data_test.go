@@ -498,3 +498,32 @@ func pendingCount(t *testing.T, bs blob.Store) int {
 	t.Fatalf("unknown store %T", bs)
 	return 0
 }
+
+// TestTaskDataBoundMessages: a 413 quotes the bound the upload broke, and
+// the room left under it, whether the size was declared or streamed.
+func TestTaskDataBoundMessages(t *testing.T) {
+	t.Parallel()
+	bs, err := blob.NewFS(t.TempDir())
+	require.NoError(t, err)
+	b := setupWith(t, nil, withData(bs, 1_000_000, 1_500_000))
+	ctx := b.ctx
+	tt := b.newType(t, "crawl")
+	w := b.newWorker(t, "Bounded", 1)
+	task := b.newTask(t, tt, "bounded", events.PriorityHigh, w.ID)
+	_, err = w.Claim(ctx)
+	require.NoError(t, err)
+	_, err = w.UploadData(ctx, task.ID, "raw", "a.bin", "", bytes.NewReader(make([]byte, 900_000)), -1)
+	require.NoError(t, err)
+
+	for _, size := range []int64{800_000, -1} {
+		_, err = w.UploadData(ctx, task.ID, "raw", "b.bin", "", bytes.NewReader(make([]byte, 800_000)), size)
+		var apiErr *client.Error
+		require.True(t, asAPIError(err, &apiErr), "%v", err)
+		require.Equal(t, http.StatusRequestEntityTooLarge, apiErr.Status)
+		require.Equal(t, "the task has room for 600000 more bytes of data (at most 1500000 per task, DATA_MAX_TASK_BYTES)", apiErr.Message)
+	}
+	_, err = w.UploadData(ctx, task.ID, "raw", "a.bin", "", bytes.NewReader(make([]byte, 1_000_001)), -1)
+	var apiErr *client.Error
+	require.True(t, asAPIError(err, &apiErr), "%v", err)
+	require.Equal(t, "a file may have at most 1000000 bytes (DATA_MAX_BYTES)", apiErr.Message)
+}
