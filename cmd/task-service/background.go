@@ -47,7 +47,7 @@ type backgroundConfig struct {
 }
 
 func (c *backgroundConfig) register(fs *flag.FlagSet) {
-	fs.BoolVar(&c.reactors, "reactors", envBool("REACTORS", true), "run the reactors (retry, telegram) on this instance (env REACTORS)")
+	fs.BoolVar(&c.reactors, "reactors", envBool("REACTORS", true), "run the reactors (retry, telegram, schedule failures) on this instance (env REACTORS)")
 	fs.BoolVar(&c.stuckDetector, "stuck-detector", envBool("STUCK_DETECTOR", true), "run the stuck detector on this instance (env STUCK_DETECTOR)")
 	fs.DurationVar(&c.catchUp, "reactor-catch-up", envDuration("REACTOR_CATCH_UP", 5*time.Second), "reactors re-read the log this often even without a wake (env REACTOR_CATCH_UP)")
 	fs.DurationVar(&c.notifyEvery, "notify-interval", envDuration("NOTIFY_INTERVAL", 50*time.Millisecond), "least time between two NOTIFYs to other instances (env NOTIFY_INTERVAL)")
@@ -125,6 +125,8 @@ func (b *background) addWorkers(cfg config, db *store.DB, reg prometheus.Registe
 			return err
 		}
 		rs := retry.Reactors()
+		// Schedules whose executions keep failing pause themselves (ADR 013).
+		rs = append(rs, reactors.ScheduleFailures(db, log))
 
 		// Telegram: the reactor records notifications in the runner's
 		// transactions; the sender delivers them (and stops with the reactors).

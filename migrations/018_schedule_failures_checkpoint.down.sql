@@ -1,0 +1,1 @@
+DELETE FROM reactor_checkpoints WHERE name = 'schedule_failures';
