@@ -3,6 +3,7 @@ package events
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -51,19 +52,28 @@ type Interval struct {
 	Unit  string `json:"unit"`
 }
 
-// Nominal is the interval's length, a day counted as 24 hours.
+// Nominal is the interval's length, a day counted as 24 hours. It stops at
+// the longest time.Duration (about 292 years) rather than overflow: a million
+// days is a valid interval that a Duration cannot hold.
 func (i Interval) Nominal() time.Duration {
+	var unit time.Duration
 	switch i.Unit {
 	case UnitSeconds:
-		return time.Duration(i.Every) * time.Second
+		unit = time.Second
 	case UnitMinutes:
-		return time.Duration(i.Every) * time.Minute
+		unit = time.Minute
 	case UnitHours:
-		return time.Duration(i.Every) * time.Hour
+		unit = time.Hour
 	case UnitDays:
-		return time.Duration(i.Every) * 24 * time.Hour
+		unit = 24 * time.Hour
 	}
-	return 0
+	if unit == 0 || i.Every <= 0 {
+		return 0
+	}
+	if time.Duration(i.Every) > math.MaxInt64/unit {
+		return math.MaxInt64
+	}
+	return time.Duration(i.Every) * unit
 }
 
 // ScheduleTemplate is the task every firing creates.
@@ -185,6 +195,9 @@ func (t *ScheduleTiming) validate(minInterval time.Duration) error {
 		}
 	}
 	t.Cron = strings.TrimSpace(t.Cron)
+	if err := checkCronFloor(t.Cron, minInterval); err != nil {
+		return err
+	}
 	if t.TimeZone == "" {
 		t.TimeZone = "UTC"
 	}
@@ -197,16 +210,41 @@ func (t *ScheduleTiming) validate(minInterval time.Duration) error {
 	if t.StartAt != nil {
 		u := t.StartAt.UTC().Truncate(time.Microsecond)
 		t.StartAt = &u
+		if err := CheckDate("start_at", u); err != nil {
+			return err
+		}
 	}
 	if t.EndAt != nil {
 		u := t.EndAt.UTC().Truncate(time.Microsecond)
 		t.EndAt = &u
+		if err := CheckDate("end_at", u); err != nil {
+			return err
+		}
 		if t.StartAt != nil && !u.After(*t.StartAt) {
 			return Invalid("end_at", "must be after start_at")
 		}
 	}
 	if t.MaxRuns < 0 || t.MaxRuns > maxScheduleRunsLimit {
 		return Invalid("max_runs", "must be between 0 (no limit) and %d", maxScheduleRunsLimit)
+	}
+	return nil
+}
+
+// checkCronFloor applies the interval's floor to the one cron form that
+// can go under it: "@every <duration>" (five-field expressions step by whole
+// minutes). The parser would take "@every 1s", and turn "@every 0s" or
+// "@every -5m" into every second.
+func checkCronFloor(expr string, minInterval time.Duration) error {
+	every, ok := strings.CutPrefix(expr, "@every ")
+	if !ok {
+		return nil
+	}
+	d, err := time.ParseDuration(every)
+	if err != nil {
+		return Invalid("cron", "@every takes a duration such as 30m or 2h: %v", err)
+	}
+	if d < minInterval {
+		return Invalid("cron", "@every must be at least %s", minInterval)
 	}
 	return nil
 }
@@ -560,6 +598,23 @@ func (s *Schedule) FailFiring(plan Plan, slot Slot, now time.Time, reason string
 				s.ConsecutiveFireFailures+1, reason)})
 	}
 	return out, nil
+}
+
+// FailAlone records a due slot that could not be handled for a fault of
+// this schedule's own (a timing stored before today's checks, a date no
+// event can hold): the slot as failed, and an automatic pause, so that it
+// stops failing while the other schedules fire on. An update fixes it; a
+// resume fires it again.
+func (s *Schedule) FailAlone(reason string) ([]Payload, error) {
+	if err := s.allowed("fire"); err != nil {
+		return nil, err
+	}
+	if s.NextDueAt == nil {
+		return nil, &ScheduleTransitionError{Command: "fire", State: "not due"}
+	}
+	reason = cut(reason, MaxReasonLen)
+	return []Payload{ScheduleFireFailed{DueAt: *s.NextDueAt, Reason: reason},
+		SchedulePaused{Auto: true, Reason: reason}}, nil
 }
 
 // TaskParams is the task a firing creates (run is its execution number).

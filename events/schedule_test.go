@@ -116,3 +116,57 @@ func TestScheduleFoldAndRunNow(t *testing.T) {
 		t.Fatalf("max_runs reached: %+v", s)
 	}
 }
+
+// Bad timing is refused at the field at fault: dates outside the years 1970
+// to 9999 (a typo such as 0026 for 2026), and an "@every" cron descriptor
+// under the interval's floor.
+func TestScheduleTimingRefusals(t *testing.T) {
+	at := func(y int) *time.Time {
+		v := time.Date(y, 5, 1, 6, 0, 0, 0, time.UTC)
+		return &v
+	}
+	every := &events.Interval{Every: 1, Unit: events.UnitHours}
+	for _, c := range []struct {
+		name   string
+		timing events.ScheduleTiming
+		field  string // "" when valid
+	}{
+		{"start in 0026", events.ScheduleTiming{Interval: every, StartAt: at(26)}, "start_at"},
+		{"start in 0001", events.ScheduleTiming{StartAt: at(1)}, "start_at"},
+		{"start in 1700", events.ScheduleTiming{Cron: "0 6 * * *", StartAt: at(1700)}, "start_at"},
+		{"start in 1969", events.ScheduleTiming{Interval: every, StartAt: at(1969)}, "start_at"},
+		{"start in 1970", events.ScheduleTiming{Interval: every, StartAt: at(1970)}, ""},
+		{"start in 9999", events.ScheduleTiming{StartAt: at(9999)}, ""},
+		{"end in 0027", events.ScheduleTiming{Interval: every, EndAt: at(27)}, "end_at"},
+		{"@every 1s", events.ScheduleTiming{Cron: "@every 1s"}, "cron"},
+		{"@every 0s", events.ScheduleTiming{Cron: "@every 0s"}, "cron"},
+		{"@every -5m", events.ScheduleTiming{Cron: "@every -5m"}, "cron"},
+		{"@every 59.9s", events.ScheduleTiming{Cron: " @every 59.9s "}, "cron"},
+		{"@every soon", events.ScheduleTiming{Cron: "@every soon"}, "cron"},
+		{"@every 1m", events.ScheduleTiming{Cron: "@every 1m"}, ""},
+		{"@every 2h", events.ScheduleTiming{Cron: "@every 2h"}, ""},
+		{"@hourly", events.ScheduleTiming{Cron: "@hourly"}, ""},
+	} {
+		spec := events.ScheduleSpec{Task: events.ScheduleTemplate{Title: "x", TaskTypeID: "t"}, ScheduleTiming: c.timing}
+		err := spec.Validate(0)
+		if c.field == "" {
+			if err != nil {
+				t.Errorf("%s: %v", c.name, err)
+			}
+			continue
+		}
+		var ve *events.ValidationError
+		if !errors.As(err, &ve) || ve.Field != c.field {
+			t.Errorf("%s: want a validation error on %s, got %v", c.name, c.field, err)
+		}
+	}
+	// Tests that lower the floor may use "@every" under a minute, never zero or less.
+	spec := events.ScheduleSpec{Task: events.ScheduleTemplate{Title: "x", TaskTypeID: "t"}, ScheduleTiming: events.ScheduleTiming{Cron: "@every 1s"}}
+	if err := spec.Validate(time.Second); err != nil {
+		t.Errorf("@every 1s with a floor of 1s: %v", err)
+	}
+	spec.Cron = "@every -1s"
+	if err := spec.Validate(time.Second); err == nil {
+		t.Error("@every -1s accepted")
+	}
+}

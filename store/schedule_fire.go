@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/clawdbot/task-service/events"
 )
@@ -47,84 +48,194 @@ func (db *DB) NextDue(ctx context.Context) (*time.Time, error) {
 // recorded as fire_failed, and everything commits together. The unique
 // index on schedule_firings (schedule_id, due_at) is the backstop: a second
 // firing of one due time fails and rolls back.
+//
+// One schedule never stops the others (DESIGN §15): a schedule whose firing
+// cannot be decided or written is recorded as failed and paused, alone. When
+// the database refuses the batch's writes for what they hold, the same
+// schedules are fired one per transaction, and the one refused is paused.
 func (db *DB) FireDue(ctx context.Context, limit int, check ParamsCheck) ([]Firing, error) {
-	var out []Firing
-	err := db.WithTx(ctx, func(tx pgx.Tx) error {
-		var err error
-		out, err = db.fireDue(ctx, tx, limit, check)
-		return err
-	})
-	if err != nil {
-		return nil, err
+	out, due, err := db.fireBatch(ctx, limit, check, nil)
+	if !errors.Is(err, errFiringRefused) {
+		return out, err
+	}
+	out = nil
+	for _, id := range due {
+		fired, _, err := db.fireBatch(ctx, 1, check, []string{id})
+		if errors.Is(err, errFiringRefused) {
+			var f Firing
+			f, err = db.pauseRefused(ctx, id, err)
+			fired = []Firing{f}
+		}
+		if err != nil {
+			return out, err
+		}
+		out = append(out, fired...)
 	}
 	return out, nil
 }
 
-func (db *DB) fireDue(ctx context.Context, tx pgx.Tx, limit int, check ParamsCheck) ([]Firing, error) {
-	now := db.Now()
-	rows, err := tx.Query(ctx, `SELECT `+scheduleColumns+` FROM schedules s
-		WHERE s.state = 'active' AND s.next_due_at <= $1
-		ORDER BY s.next_due_at LIMIT $2 FOR UPDATE SKIP LOCKED`, now, limit)
+// errFiringRefused marks a firing batch whose writes the database refused
+// for what they hold (a constraint, a value out of range), as opposed to
+// being unavailable or contended: some schedule's stored state is at fault.
+var errFiringRefused = errors.New("the database refused the firing")
+
+// fireBatch runs fireDue in a transaction of its own; it returns the ids of
+// the schedules it locked even when it fails.
+func (db *DB) fireBatch(ctx context.Context, limit int, check ParamsCheck, only []string) ([]Firing, []string, error) {
+	var out []Firing
+	var due []string
+	err := db.WithTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		out, due, err = db.fireDue(ctx, tx, limit, check, only)
+		return err
+	})
 	if err != nil {
-		return nil, mapErr(fmt.Errorf("fire: lock due schedules: %w", err))
+		return nil, due, err
+	}
+	return out, due, nil
+}
+
+// pauseRefused pauses schedule id, whose firing the database refused
+// (cause), with the reason; it writes no firing row, which may be what was
+// refused.
+func (db *DB) pauseRefused(ctx context.Context, id string, cause error) (Firing, error) {
+	f := Firing{ScheduleID: id, Kind: "failed", Reason: "the database refused its firing: " + cause.Error()}
+	err := db.WithTx(ctx, func(tx pgx.Tx) error {
+		s, err := db.lockSchedule(ctx, tx, id)
+		if err != nil || s.State != events.ScheduleStateActive {
+			return err
+		}
+		if s.NextDueAt != nil {
+			f.DueAt = *s.NextDueAt
+		}
+		ps, err := s.AutoPause(f.Reason, nil)
+		if err != nil {
+			return err
+		}
+		meta := events.Meta{Actor: events.System(SchedulerActor), CorrelationID: id}
+		_, _, err = appendStream(ctx, db, tx, events.StreamSchedule, id, s, ps, meta, db.projector.Schedule, nil)
+		f.AutoPaused = err == nil
+		return err
+	})
+	if err != nil {
+		return f, fmt.Errorf("pause schedule %s after %w: %w", id, cause, err)
+	}
+	return f, nil
+}
+
+const lockDueSQL = `SELECT ` + scheduleColumns + ` FROM schedules s
+	WHERE s.state = 'active' AND s.next_due_at <= $1 %s
+	ORDER BY s.next_due_at LIMIT $2 FOR UPDATE SKIP LOCKED`
+
+// fireDue fires the due schedules (only those in only, when given) in tx;
+// it returns the firings and the ids of the schedules it locked.
+func (db *DB) fireDue(ctx context.Context, tx pgx.Tx, limit int, check ParamsCheck, only []string) ([]Firing, []string, error) {
+	now := db.Now()
+	filter, args := "", []any{now, limit}
+	if only != nil {
+		filter, args = "AND s.id = ANY($3::uuid[])", append(args, only)
+	}
+	rows, err := tx.Query(ctx, fmt.Sprintf(lockDueSQL, filter), args...)
+	if err != nil {
+		return nil, nil, mapErr(fmt.Errorf("fire: lock due schedules: %w", err))
 	}
 	due, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*events.Schedule, error) { return scanSchedule(r) })
 	if err != nil {
-		return nil, mapErr(fmt.Errorf("fire: read due schedules: %w", err))
+		return nil, nil, mapErr(fmt.Errorf("fire: read due schedules: %w", err))
 	}
 	if len(due) == 0 {
-		return nil, nil
+		return nil, nil, nil
+	}
+	ids := make([]string, len(due))
+	for i, s := range due {
+		ids[i] = s.ID
 	}
 	types, blocking, err := db.firingFacts(ctx, tx, due)
 	if err != nil {
-		return nil, err
+		return nil, ids, err
 	}
 	meta := events.Meta{Actor: events.System(SchedulerActor)}
 	b := &pgx.Batch{}
 	var evs []events.Envelope
 	out := make([]Firing, 0, len(due))
 	for _, s := range due {
-		f, sevs, err := db.fireOne(b, s, now, meta, types, blocking[s.ID], check)
+		// Each schedule's writes are queued on a batch of its own first, so
+		// a schedule that fails half-way leaves nothing behind in b.
+		one := &pgx.Batch{}
+		f, sevs, err := db.fireOne(one, s, now, meta, types, blocking[s.ID], check)
 		if err != nil {
-			return nil, fmt.Errorf("fire schedule %s: %w", s.ID, err)
+			one = &pgx.Batch{}
+			f, sevs, err = db.failAlone(one, s, now, meta, err)
+		}
+		if err != nil {
+			// Not even its failure can be recorded: leave it, fire the others.
+			out = append(out, f)
+			continue
 		}
 		if sevs == nil {
 			continue
 		}
+		b.QueuedQueries = append(b.QueuedQueries, one.QueuedQueries...)
 		evs = append(evs, sevs...)
 		out = append(out, f)
 	}
 	if len(evs) == 0 {
-		return nil, nil
+		return out, ids, nil
 	}
 	if err := queueEvents(b, evs); err != nil {
-		return nil, err
+		return nil, ids, err
 	}
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return nil, mapErr(fmt.Errorf("fire: write: %w", err))
+		if refusedData(err) {
+			return nil, ids, fmt.Errorf("fire: write: %w: %w", errFiringRefused, mapErr(err))
+		}
+		return nil, ids, mapErr(fmt.Errorf("fire: write: %w", err))
 	}
 	db.onCommit(tx, func() { db.metrics.observe(evs, nil) })
-	return out, nil
+	return out, ids, nil
+}
+
+// refusedData reports whether PostgreSQL refused a statement for the data
+// it carries: an integrity constraint (class 23) or a value it cannot hold
+// (class 22), not a conflict between transactions or an outage.
+func refusedData(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "22") || strings.HasPrefix(pgErr.Code, "23"))
+}
+
+// failAlone records, on b, that schedule s could not be fired (cause) and
+// pauses it (events.Schedule.FailAlone).
+func (db *DB) failAlone(b *pgx.Batch, s *events.Schedule, now time.Time, meta events.Meta, cause error) (Firing, []events.Envelope, error) {
+	f := Firing{ScheduleID: s.ID, Kind: "failed", Reason: "its firing failed: " + cause.Error(), AutoPaused: true}
+	if s.NextDueAt != nil {
+		f.DueAt = *s.NextDueAt
+	}
+	var ve *events.ValidationError
+	if errors.As(cause, &ve) {
+		f.Reason = "its timing is no longer valid: " + ve.Error()
+	}
+	ps, err := s.FailAlone(f.Reason)
+	if err != nil {
+		return f, nil, err
+	}
+	meta.CorrelationID = s.ID
+	_, sevs, err := projectStream(b, now, events.StreamSchedule, s.ID, s, ps, meta, db.projector.Schedule)
+	if err != nil {
+		return f, nil, fmt.Errorf("schedule %s: %w", s.ID, err)
+	}
+	return f, sevs, nil
 }
 
 // fireOne decides one due schedule and queues its writes on b; it returns
-// the events to append (nil when it turned out not to be due).
+// the events to append (nil when it turned out not to be due). An error is
+// this schedule's alone.
 func (db *DB) fireOne(b *pgx.Batch, s *events.Schedule, now time.Time, meta events.Meta,
 	types map[string]*events.TaskType, blockedBy string, check ParamsCheck,
 ) (Firing, []events.Envelope, error) {
 	f := Firing{ScheduleID: s.ID}
 	plan, err := PlanOf(s)
 	if err != nil {
-		// Its timing no longer parses (cannot happen with what Validate
-		// accepted): pause it with the reason rather than fail the batch
-		// and stop every other schedule.
-		f.Kind, f.Reason, f.AutoPaused, f.DueAt = "failed", "its timing no longer parses: "+err.Error(), true, *s.NextDueAt
-		ps, err := s.AutoPause(f.Reason, nil)
-		if err != nil {
-			return f, nil, err
-		}
-		_, sevs, err := projectStream(b, now, events.StreamSchedule, s.ID, s, ps, meta, db.projector.Schedule)
-		return f, sevs, err
+		return f, nil, err
 	}
 	slot, ok := s.DueSlot(plan, now)
 	if !ok {

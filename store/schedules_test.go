@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -413,5 +415,102 @@ func TestBrokenTimingPausesOnlyThatSchedule(t *testing.T) {
 	require.True(t, byID[broken.ID].AutoPaused)
 	s := e.get(t, broken.ID)
 	require.Equal(t, events.ScheduleStatePaused, s.State)
-	require.Contains(t, s.PausedReason, "timing no longer parses")
+	require.Contains(t, s.PausedReason, "timing is no longer valid: cron:")
+}
+
+// storeLikeOldReleases stores a schedule the way releases before the date
+// checks did for a start_at they accepted: created with its anchor and first
+// slot at start_at, whatever its year.
+func (e *schedEnv) storeLikeOldReleases(t *testing.T, start time.Time) string {
+	t.Helper()
+	spec := events.ScheduleSpec{Name: "typo " + start.Format("2006"), Overlap: events.OverlapAllow, MaxFailures: 3,
+		Task: events.ScheduleTemplate{TaskTypeID: e.typeID, Title: "crawl", Params: json.RawMessage(`{"ticker":"X"}`),
+			Priority: events.PriorityMedium},
+		ScheduleTiming: events.ScheduleTiming{Interval: &events.Interval{Every: 1, Unit: events.UnitMinutes},
+			TimeZone: "UTC", StartAt: &start}}
+	id, err := uuid.NewV7()
+	require.NoError(t, err)
+	_, _, err = appendStream(e.ctx, e.db, e.db.pool, events.StreamSchedule, id.String(), nil,
+		[]events.Payload{events.ScheduleCreated{ScheduleSpec: spec, Anchor: start, NextDueAt: &start}},
+		e.admin, e.db.projector.Schedule, nil)
+	require.NoError(t, err)
+	return id.String()
+}
+
+// Schedules stored with a start_at in year 0026, 0001 or 1700 (accepted
+// before dates were checked), and one whose due time was handled already
+// (what the old interval maths left behind), each fail alone: recorded
+// against that schedule and paused, while the others fire on, now and at
+// their next slots.
+func TestBadSchedulesFailAlone(t *testing.T) {
+	t.Parallel()
+	e := newSchedEnv(t)
+	start := time.Now().Add(time.Hour).Truncate(time.Minute)
+	healthy := []string{e.create(t, func(sp *events.ScheduleSpec) { sp.StartAt = &start; sp.Overlap = events.OverlapAllow }).ID}
+	bad := map[string]string{} // id: what its pause says
+	for _, year := range []int{26, 1, 1700} {
+		bad[e.storeLikeOldReleases(t, time.Date(year, 5, 1, 6, 0, 0, 0, time.UTC))] = "start_at: must be a date in the years 1970 to 9999"
+	}
+	refused := e.create(t, func(sp *events.ScheduleSpec) { sp.StartAt = &start; sp.Overlap = events.OverlapAllow })
+	healthy = append(healthy, e.create(t, func(sp *events.ScheduleSpec) { sp.StartAt = &start; sp.Overlap = events.OverlapAllow }).ID)
+
+	// The refused one fires once, then its row is set back to that due time.
+	e.at(start.Add(-time.Minute))
+	_, _, err := e.db.RunScheduleNow(e.ctx, refused.ID, requireTicker, e.admin)
+	require.NoError(t, err)
+	_, err = e.db.pool.Exec(e.ctx, `INSERT INTO schedule_firings (schedule_id, version, kind, due_at, at) VALUES ($1, 99, 'fired', $2, now())`, refused.ID, start)
+	require.NoError(t, err)
+	bad[refused.ID] = "this schedule's due time was fired already"
+
+	for minute := range 3 {
+		e.at(start.Add(time.Duration(minute) * time.Minute))
+		byID := map[string]Firing{}
+		for _, f := range e.fire(t) {
+			byID[f.ScheduleID] = f
+		}
+		for _, id := range healthy {
+			require.Equal(t, "fired", byID[id].Kind, "minute %d: a healthy schedule fires", minute)
+		}
+		for id, reason := range bad {
+			if minute > 0 {
+				require.NotContains(t, byID, id, "a paused schedule stays out of the way")
+				continue
+			}
+			require.Equal(t, "failed", byID[id].Kind, reason)
+			require.True(t, byID[id].AutoPaused, reason)
+			s := e.get(t, id)
+			require.Equal(t, events.ScheduleStatePaused, s.State)
+			require.True(t, s.AutoPaused)
+			require.Contains(t, s.PausedReason, reason)
+		}
+	}
+	for id := range bad {
+		if id != refused.ID {
+			e.requireFold(t, id)
+			var failed int
+			require.NoError(t, e.db.pool.QueryRow(e.ctx, `SELECT count(*) FROM schedule_firings WHERE schedule_id = $1 AND kind = 'failed'`, id).Scan(&failed))
+			require.Equal(t, 1, failed, "the failed slot is recorded")
+		}
+	}
+
+	// Given a start_at in range, a failed one is resumed and fires.
+	var typo string
+	for id, reason := range bad {
+		if id != refused.ID && strings.Contains(reason, "start_at") {
+			typo = id
+		}
+	}
+	fixed := start.Add(10 * time.Minute).UTC()
+	_, err = e.db.UpdateSchedule(e.ctx, typo, func(sp *events.ScheduleSpec) error { sp.StartAt = &fixed; return nil }, requireTicker, e.admin)
+	require.NoError(t, err)
+	resumed, err := e.db.ResumeSchedule(e.ctx, typo, e.admin)
+	require.NoError(t, err)
+	require.Equal(t, fixed, *resumed.NextDueAt)
+	e.at(fixed)
+	fired := map[string]string{}
+	for _, f := range e.fire(t) {
+		fired[f.ScheduleID] = f.Kind
+	}
+	require.Equal(t, "fired", fired[typo])
+	e.requireFold(t, typo)
 }

@@ -19,9 +19,15 @@ import (
 )
 
 // Plan is the slots of one schedule's timing.
+//
+// The maths counts in whole seconds of Unix time, never in time.Duration
+// across slots: a Duration spans only 292 years, and the difference between
+// two dates a plan accepts (years events.MinYear to events.MaxYear) does not
+// fit in one. A slot after events.MaxYear is no slot (the schedule is
+// finished): such a date could not be written to an event.
 type Plan struct {
-	step   time.Duration // fixed intervals (seconds, minutes, hours)
-	days   int           // calendar-day intervals, in loc
+	step   int64 // fixed intervals (seconds, minutes, hours), in seconds
+	days   int   // calendar-day intervals, in loc
 	cron   cron.Schedule
 	loc    *time.Location
 	anchor time.Time // the first slot of an interval; the lower bound of cron slots
@@ -37,11 +43,21 @@ const maxCronSteps = 600_000
 
 // New builds the plan of a validated timing whose slots count from anchor
 // (events.ScheduleTiming.Anchor). A malformed cron expression is a
-// validation error on "cron".
+// validation error on "cron"; an anchor or end_at outside the years
+// events.MinYear to events.MaxYear (stored before they were checked) one on
+// "start_at" or "end_at".
 func New(t events.ScheduleTiming, anchor time.Time) (*Plan, error) {
 	loc, err := t.Location()
 	if err != nil {
 		return nil, events.Invalid("time_zone", "unknown time zone %q (use an IANA name such as Europe/Berlin)", t.TimeZone)
+	}
+	if err := events.CheckDate("start_at", anchor); err != nil {
+		return nil, err
+	}
+	if t.EndAt != nil {
+		if err := events.CheckDate("end_at", *t.EndAt); err != nil {
+			return nil, err
+		}
 	}
 	p := &Plan{loc: loc, anchor: anchor.UTC(), end: t.EndAt}
 	switch {
@@ -57,9 +73,9 @@ func New(t events.ScheduleTiming, anchor time.Time) (*Plan, error) {
 	case t.Interval != nil && t.Interval.Unit == events.UnitDays:
 		p.days = t.Interval.Every
 	case t.Interval != nil:
-		p.step = t.Interval.Nominal()
+		p.step = int64(t.Interval.Nominal() / time.Second)
 		if p.step <= 0 {
-			return nil, events.Invalid("interval", "must be positive")
+			return nil, events.Invalid("interval", "must be at least a second")
 		}
 	default:
 		p.once = true
@@ -67,7 +83,9 @@ func New(t events.ScheduleTiming, anchor time.Time) (*Plan, error) {
 	return p, nil
 }
 
-func (p *Plan) inBounds(t time.Time) bool { return p.end == nil || !t.After(*p.end) }
+func (p *Plan) inBounds(t time.Time) bool {
+	return t.Year() <= events.MaxYear && (p.end == nil || !t.After(*p.end))
+}
 
 // NextAfter is the first slot strictly after t.
 func (p *Plan) NextAfter(t time.Time) (time.Time, bool) {
@@ -151,7 +169,7 @@ func (p *Plan) Last(from, t time.Time) (time.Time, int) {
 // later at the same wall-clock time in loc.
 func (p *Plan) slot(k int64) time.Time {
 	if p.days == 0 {
-		return p.anchor.Add(time.Duration(k) * p.step)
+		return time.Unix(p.anchor.Unix()+k*p.step, int64(p.anchor.Nanosecond())).UTC()
 	}
 	a := p.anchor.In(p.loc)
 	return time.Date(a.Year(), a.Month(), a.Day()+int(k)*p.days, a.Hour(), a.Minute(), a.Second(), a.Nanosecond(), p.loc).UTC()
@@ -162,12 +180,13 @@ func (p *Plan) indexAtOrBefore(t time.Time) int64 {
 	if t.Before(p.anchor) {
 		return -1
 	}
+	elapsed := wholeSeconds(p.anchor, t)
 	if p.days == 0 {
-		return int64(t.Sub(p.anchor) / p.step)
+		return elapsed / p.step
 	}
-	// Estimate from elapsed hours, then step to the exact index: a DST
+	// Estimate from elapsed days, then step to the exact index: a DST
 	// change moves a slot by an hour, never by a day.
-	k := int64(t.Sub(p.anchor)/(24*time.Hour)) / int64(p.days)
+	k := elapsed / (24 * 60 * 60) / int64(p.days)
 	for k > 0 && p.slot(k).After(t) {
 		k--
 	}
@@ -175,6 +194,16 @@ func (p *Plan) indexAtOrBefore(t time.Time) int64 {
 		k++
 	}
 	return k
+}
+
+// wholeSeconds is the whole seconds from `from` to t (t not before from),
+// rounded down, however far apart they are.
+func wholeSeconds(from, t time.Time) int64 {
+	s := t.Unix() - from.Unix()
+	if t.Nanosecond() < from.Nanosecond() {
+		s--
+	}
+	return s
 }
 
 // Describe says the timing in words, for lists and messages.

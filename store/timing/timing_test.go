@@ -166,3 +166,74 @@ func TestBoundsAndOneTime(t *testing.T) {
 	c := plan(t, events.ScheduleTiming{Cron: "0 * * * *", StartAt: &start, EndAt: &end}, start)
 	assert.Equal(t, []time.Time{start, start.Add(time.Hour), end}, slots(c, time.Time{}, 10))
 }
+
+// Slots far from the anchor are exact: the maths never holds the distance
+// in a time.Duration, which ends at 292 years.
+func TestSlotsCenturiesFromTheAnchor(t *testing.T) {
+	anchor := time.Date(1970, 1, 1, 0, 0, 0, 500, time.UTC)
+	minutes := plan(t, events.ScheduleTiming{Interval: &events.Interval{Every: 7, Unit: events.UnitMinutes}}, anchor)
+	late := time.Date(9000, 6, 1, 12, 0, 0, 0, time.UTC)
+	next, ok := minutes.NextAfter(late)
+	require.True(t, ok)
+	assert.True(t, next.After(late) && next.Sub(late) <= 7*time.Minute, "%s", next)
+	assert.Zero(t, (next.Unix()-anchor.Unix())%(7*60), "a whole number of steps from the anchor: %s", next)
+	assert.Equal(t, 500, next.Nanosecond())
+	last, n := minutes.Last(anchor, late)
+	assert.Equal(t, next.Add(-7*time.Minute), last)
+	assert.EqualValues(t, (last.Unix()-anchor.Unix())/(7*60)+1, n)
+
+	days := plan(t, events.ScheduleTiming{Interval: &events.Interval{Every: 3, Unit: events.UnitDays}, TimeZone: "Europe/Berlin"},
+		berlin(t, 1970, 1, 1, 6, 0))
+	next, ok = days.NextAfter(late)
+	require.True(t, ok)
+	assert.Equal(t, 6, next.In(mustBerlin(t)).Hour())
+	assert.True(t, next.After(late) && next.Sub(late) <= 3*24*time.Hour, "%s", next)
+
+	// A million days is a valid interval that a Duration cannot hold.
+	long := events.Interval{Every: 1_000_000, Unit: events.UnitDays}
+	require.NoError(t, (&events.ScheduleSpec{Task: events.ScheduleTemplate{Title: "x", TaskTypeID: "t"},
+		ScheduleTiming: events.ScheduleTiming{Interval: &long}}).Validate(time.Minute))
+}
+
+// No slot after the year 9999: its date could not be written to an event,
+// so the schedule ends there.
+func TestNoSlotAfterTheYear9999(t *testing.T) {
+	anchor := time.Date(9999, 12, 31, 12, 0, 0, 0, time.UTC)
+	for _, tm := range []events.ScheduleTiming{
+		{Interval: &events.Interval{Every: 1, Unit: events.UnitDays}},
+		{Interval: &events.Interval{Every: 13, Unit: events.UnitHours}},
+		{Cron: "0 6 * * *"},
+	} {
+		p := plan(t, tm, anchor)
+		first, ok := p.NextAfter(anchor.Add(-time.Second))
+		if tm.Cron == "" {
+			require.True(t, ok)
+			assert.Equal(t, anchor, first)
+		}
+		_, ok = p.NextAfter(anchor)
+		assert.False(t, ok, "%+v", tm)
+	}
+}
+
+// A plan refuses dates outside the years 1970 to 9999, which a schedule
+// stored before they were checked may carry.
+func TestPlanRefusesDatesOutOfRange(t *testing.T) {
+	var ve *events.ValidationError
+	every := &events.Interval{Every: 1, Unit: events.UnitMinutes}
+	for _, year := range []int{1, 26, 1700, 1969} {
+		_, err := New(events.ScheduleTiming{Interval: every}, time.Date(year, 5, 1, 0, 0, 0, 0, time.UTC))
+		require.ErrorAs(t, err, &ve, "year %d", year)
+		assert.Equal(t, "start_at", ve.Field)
+	}
+	end := time.Date(26, 5, 1, 0, 0, 0, 0, time.UTC)
+	_, err := New(events.ScheduleTiming{Interval: every, EndAt: &end}, time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC))
+	require.ErrorAs(t, err, &ve)
+	assert.Equal(t, "end_at", ve.Field)
+}
+
+func mustBerlin(t *testing.T) *time.Location {
+	t.Helper()
+	loc, err := time.LoadLocation("Europe/Berlin")
+	require.NoError(t, err)
+	return loc
+}
