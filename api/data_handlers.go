@@ -30,6 +30,9 @@ type DataConfig struct {
 	MaxFileBytes int64
 	// MaxTaskBytes bounds all the data of one task (default 10 GiB).
 	MaxTaskBytes int64
+	// MaxTaskFiles bounds the number of files of one task (default 1000):
+	// each is an event in the task's history and a row on its page.
+	MaxTaskFiles int
 	// URLTTL is how long a presigned download URL lasts (default 15 min).
 	URLTTL time.Duration
 }
@@ -41,10 +44,18 @@ func (c *DataConfig) defaults() {
 	if c.MaxTaskBytes <= 0 {
 		c.MaxTaskBytes = 10 << 30
 	}
+	if c.MaxTaskFiles <= 0 {
+		c.MaxTaskFiles = 1000
+	}
 	if c.URLTTL <= 0 {
 		c.URLTTL = 15 * time.Minute
 	}
 }
+
+// MaxFilesPerRequest bounds the files (and, alike, the fields) of one
+// multipart upload: each file is a transaction and an event, so one
+// request's work stays bounded however small its parts are.
+const MaxFilesPerRequest = 100
 
 // dataDownloadPath is the admin download route, which the admin UI's links
 // open with the session cookie.
@@ -115,7 +126,8 @@ func (s *Server) upload(c echo.Context) error {
 // uploadMultipart stores each file part of a multipart/form-data body in
 // turn. The data type is the data_type query parameter or a data_type field
 // before the files. Each file is recorded as soon as it is complete: when a
-// later part fails, the earlier ones stay (the answer says which).
+// later part fails, the earlier ones stay. Every bound is checked before
+// the part it refuses is read.
 func (s *Server) uploadMultipart(c echo.Context, id, worker string) error {
 	ctx := c.Request().Context()
 	mr, err := c.Request().MultipartReader()
@@ -124,6 +136,7 @@ func (s *Server) uploadMultipart(c echo.Context, id, worker string) error {
 	}
 	dataType := c.QueryParam("data_type")
 	var stored []*events.TaskData
+	fields := 0
 	for {
 		part, err := mr.NextPart()
 		if errors.Is(err, io.EOF) {
@@ -140,9 +153,16 @@ func (s *Server) uploadMultipart(c echo.Context, id, worker string) error {
 			if part.FormName() != "data_type" {
 				return events.Invalid(part.FormName(), "unknown form field; send data_type and files")
 			}
+			if fields++; fields > MaxFilesPerRequest {
+				return events.Invalid("data_type", "is given more than %d times in one request", MaxFilesPerRequest)
+			}
 			v, _ := io.ReadAll(io.LimitReader(part, events.MaxDataTypeLen+1))
 			dataType = string(v)
 			continue
+		}
+		if len(stored) == MaxFilesPerRequest {
+			return events.TooLarge("body", "a request may carry at most %d files (the first %d were stored); send the rest in another request",
+				MaxFilesPerRequest, len(stored))
 		}
 		if err := events.ValidateDataType(dataType); err != nil {
 			return err
@@ -168,13 +188,19 @@ func (s *Server) uploadMultipart(c echo.Context, id, worker string) error {
 }
 
 // uploadLimit is how many bytes the file dataType/filename may have: the
-// per-file bound, or what is left of the task's bound if less.
+// per-file bound, or what is left of the task's bound if less. A new name
+// on a task that has all the files it may have is refused (a name it has
+// may be replaced).
 func (s *Server) uploadLimit(ctx context.Context, taskID, dataType, filename string) (int64, error) {
-	others, err := s.db.TaskDataBytes(ctx, s.db.Pool(), taskID, dataType, filename)
+	others, err := s.db.TaskDataUsage(ctx, s.db.Pool(), taskID, dataType, filename)
 	if err != nil {
 		return 0, err
 	}
-	return min(s.cfg.Data.MaxFileBytes, s.cfg.Data.MaxTaskBytes-others), nil
+	if others.Files >= s.cfg.Data.MaxTaskFiles {
+		return 0, events.TooLarge("body", "the task has %d files, at most %d per task (DATA_MAX_FILES_PER_TASK); uploading one of their names again replaces it",
+			others.Files, s.cfg.Data.MaxTaskFiles)
+	}
+	return min(s.cfg.Data.MaxFileBytes, s.cfg.Data.MaxTaskBytes-others.Bytes), nil
 }
 
 // tooLargeUpload names the bound that a file of more than limit bytes (as
@@ -228,7 +254,7 @@ func (s *Server) storeUpload(c echo.Context, u upload) (*events.TaskData, error)
 	d, err := s.db.RecordDataUpload(ctx, store.DataUpload{
 		TaskID: u.taskID, WorkerID: u.worker, DataType: u.dataType, Filename: u.filename, Key: key,
 		Size: n, SHA256: hex.EncodeToString(h.Sum(nil)), ContentType: u.contentType,
-		NewID: uuid.Must(uuid.NewV7()).String(), MaxTaskBytes: s.cfg.Data.MaxTaskBytes,
+		NewID: uuid.Must(uuid.NewV7()).String(), MaxTaskBytes: s.cfg.Data.MaxTaskBytes, MaxTaskFiles: s.cfg.Data.MaxTaskFiles,
 	}, actor(c, events.ActorWorker), func(ctx context.Context) error {
 		committed = true
 		return w.Commit(ctx)

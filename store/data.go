@@ -86,15 +86,24 @@ type DataUpload struct {
 	NewID string
 	// MaxTaskBytes bounds the task's data in all (0: no bound).
 	MaxTaskBytes int64
+	// MaxTaskFiles bounds the number of the task's files (0: no bound).
+	MaxTaskFiles int
 }
 
-// TaskDataBytes sums the sizes of a task's data, leaving out the object
-// named dataType/filename (which an upload of that name replaces).
-func (db *DB) TaskDataBytes(ctx context.Context, q Querier, taskID, dataType, filename string) (int64, error) {
-	var n int64
-	err := q.QueryRow(ctx, `SELECT coalesce(sum(size_bytes), 0)::bigint FROM task_data
-		WHERE task_id = $1 AND (data_type, filename) <> ($2, $3)`, taskID, dataType, filename).Scan(&n)
-	return n, mapErr(err)
+// DataUsage is what a task's data takes besides one name: the bytes and
+// the files.
+type DataUsage struct {
+	Bytes int64
+	Files int
+}
+
+// TaskDataUsage sums a task's data, leaving out the object named
+// dataType/filename (which an upload of that name replaces).
+func (db *DB) TaskDataUsage(ctx context.Context, q Querier, taskID, dataType, filename string) (DataUsage, error) {
+	var u DataUsage
+	err := q.QueryRow(ctx, `SELECT coalesce(sum(size_bytes), 0)::bigint, count(*)::int FROM task_data
+		WHERE task_id = $1 AND (data_type, filename) <> ($2, $3)`, taskID, dataType, filename).Scan(&u.Bytes, &u.Files)
+	return u, mapErr(err)
 }
 
 // CheckUpload says whether workerID may upload to task id now (it holds
@@ -140,13 +149,16 @@ func (db *DB) RecordDataUpload(ctx context.Context, p DataUpload, meta events.Me
 		if err != nil {
 			return err
 		}
-		if p.MaxTaskBytes > 0 {
-			others, err := db.TaskDataBytes(ctx, tx, p.TaskID, p.DataType, p.Filename)
+		if p.MaxTaskBytes > 0 || p.MaxTaskFiles > 0 {
+			others, err := db.TaskDataUsage(ctx, tx, p.TaskID, p.DataType, p.Filename)
 			if err != nil {
 				return err
 			}
-			if others+p.Size > p.MaxTaskBytes {
-				return events.TooLarge("body", "the task's data would reach %d bytes; at most %d bytes per task", others+p.Size, p.MaxTaskBytes)
+			if p.MaxTaskBytes > 0 && others.Bytes+p.Size > p.MaxTaskBytes {
+				return events.TooLarge("body", "the task's data would reach %d bytes; at most %d bytes per task", others.Bytes+p.Size, p.MaxTaskBytes)
+			}
+			if p.MaxTaskFiles > 0 && others.Files >= p.MaxTaskFiles {
+				return events.TooLarge("body", "the task has %d files; at most %d files per task", others.Files, p.MaxTaskFiles)
 			}
 		}
 		if err := commit(ctx); err != nil {

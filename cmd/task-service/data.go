@@ -24,6 +24,7 @@ type dataConfig struct {
 	s3           blob.S3Config
 	maxFileBytes int64
 	maxTaskBytes int64
+	maxTaskFiles int
 	urlTTL       time.Duration
 	sweepEvery   time.Duration
 	sweepGrace   time.Duration
@@ -37,6 +38,7 @@ func (c *dataConfig) register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.s3.PathStyle, "data-s3-path-style", envBool("DATA_S3_PATH_STYLE", false), "address the bucket as endpoint/bucket (MinIO, versitygw, Ceph) (env DATA_S3_PATH_STYLE)")
 	fs.Int64Var(&c.maxFileBytes, "data-max-bytes", envInt64("DATA_MAX_BYTES", 1<<30), "largest uploaded file, in bytes (env DATA_MAX_BYTES)")
 	fs.Int64Var(&c.maxTaskBytes, "data-max-task-bytes", envInt64("DATA_MAX_TASK_BYTES", 10<<30), "most data per task, in bytes (env DATA_MAX_TASK_BYTES)")
+	fs.IntVar(&c.maxTaskFiles, "data-max-files-per-task", int(envInt64("DATA_MAX_FILES_PER_TASK", 1000)), "most files per task, counting empty ones (env DATA_MAX_FILES_PER_TASK)")
 	fs.DurationVar(&c.urlTTL, "data-url-ttl", envDuration("DATA_URL_TTL", 15*time.Minute), "lifetime of a presigned S3 download URL (env DATA_URL_TTL)")
 	fs.DurationVar(&c.sweepEvery, "data-sweep-interval", envDuration("DATA_SWEEP_INTERVAL", time.Hour), "how often to remove objects of uploads that died; 0 turns it off (env DATA_SWEEP_INTERVAL)")
 	fs.DurationVar(&c.sweepGrace, "data-sweep-grace", envDuration("DATA_SWEEP_GRACE", time.Hour), "the sweep leaves objects younger than this alone (env DATA_SWEEP_GRACE)")

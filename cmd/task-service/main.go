@@ -220,7 +220,8 @@ func serve(ctx context.Context, cfg config, log zerolog.Logger) error {
 		Ready: func(context.Context) error { return bg.listener.Ready() },
 		Login: cfg.edge.login, TrustedProxies: proxies, CORSOrigins: origins,
 
-		Data: api.DataConfig{Store: bs, MaxFileBytes: cfg.data.maxFileBytes, MaxTaskBytes: cfg.data.maxTaskBytes, URLTTL: cfg.data.urlTTL}})
+		Data: api.DataConfig{Store: bs, MaxFileBytes: cfg.data.maxFileBytes, MaxTaskBytes: cfg.data.maxTaskBytes,
+			MaxTaskFiles: cfg.data.maxTaskFiles, URLTTL: cfg.data.urlTTL}})
 	if err != nil {
 		return err
 	}
