@@ -22,6 +22,9 @@ type Claims struct {
 	IsWorker bool   `json:"wrk,omitempty"`
 	// Epoch is the user's token epoch at issue (see activeUser).
 	Epoch int `json:"ep,omitempty"`
+	// LoginExpiresAt, on a stream token, is when the login token it was
+	// issued for expires: the stream it opens ends then.
+	LoginExpiresAt *jwt.NumericDate `json:"lx,omitempty"`
 	jwt.RegisteredClaims
 }
 

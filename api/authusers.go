@@ -28,6 +28,9 @@ type authUsers struct {
 	mu        sync.RWMutex
 	users     map[string]*events.User
 	seen      map[string]int // the highest auth event version seen per user
+	// watchers are the open event streams of each user, told of its
+	// every change so that they re-check their login (see watch).
+	watchers map[string]map[chan struct{}]struct{}
 
 	reads prometheus.Counter
 }
@@ -37,7 +40,8 @@ type authUsers struct {
 const authPoll = 500 * time.Millisecond
 
 func newAuthUsers(db *store.DB, hub *store.Hub, reg prometheus.Registerer) *authUsers {
-	a := &authUsers{db: db, hub: hub, poll: authPoll, users: map[string]*events.User{}, seen: map[string]int{}}
+	a := &authUsers{db: db, hub: hub, poll: authPoll, users: map[string]*events.User{}, seen: map[string]int{},
+		watchers: map[string]map[chan struct{}]struct{}{}}
 	a.reads = prometheus.NewCounter(prometheus.CounterOpts{Name: "taskservice_auth_user_reads_total",
 		Help: "Users read from the database to authenticate a request (cache misses)."})
 	reg.MustRegister(a.reads)
@@ -89,8 +93,37 @@ func (a *authUsers) saw(id string, version int) {
 	a.mu.Lock()
 	if version > a.seen[id] {
 		a.seen[id] = version
+		for ch := range a.watchers[id] {
+			select {
+			case ch <- struct{}{}:
+			default: // a change is already waiting to be checked
+			}
+		}
 	}
 	a.mu.Unlock()
+}
+
+// watch returns a channel that hears of every later change to user id
+// (from this instance's commands or, through the follower, any
+// instance's), and the func that stops watching. An open event stream
+// re-checks its login on it, so a revocation ends the stream as soon as
+// it would refuse a request.
+func (a *authUsers) watch(id string) (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	a.mu.Lock()
+	if a.watchers[id] == nil {
+		a.watchers[id] = map[chan struct{}]struct{}{}
+	}
+	a.watchers[id][ch] = struct{}{}
+	a.mu.Unlock()
+	return ch, func() {
+		a.mu.Lock()
+		delete(a.watchers[id], ch)
+		if len(a.watchers[id]) == 0 {
+			delete(a.watchers, id)
+		}
+		a.mu.Unlock()
+	}
 }
 
 // run follows the auth events until ctx ends.

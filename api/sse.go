@@ -501,6 +501,11 @@ func (s *Server) streamEvents(c echo.Context) error {
 	if fromNow {
 		cursor = head
 	}
+	login, err := s.watchLogin(c)
+	if err != nil {
+		return err
+	}
+	defer login.stop()
 
 	resp := c.Response()
 	h := resp.Header()
@@ -520,6 +525,10 @@ func (s *Server) streamEvents(c echo.Context) error {
 	ctx := c.Request().Context()
 	client := &tailClient{filter: f, wake: make(chan struct{}, 1), dropped: make(chan struct{})}
 	for {
+		if end := login.ended(ctx); end != "" {
+			_ = w.write(end)
+			return nil
+		}
 		joined, err := b.join(client, cursor)
 		if err != nil {
 			_ = w.write(": server shutting down\n\n")
@@ -596,9 +605,86 @@ func (s *Server) streamEvents(c echo.Context) error {
 		case <-b.stopped:
 			_ = w.write(": server shutting down\n\n")
 			return nil
+		case <-login.expired.C:
+			_ = w.write(authExpired(loginExpired))
+			return nil
+		case <-login.changed:
+			if end := login.recheck(ctx); end != "" {
+				_ = w.write(end)
+				return nil
+			}
 		case <-ctx.Done():
 			return nil
 		}
+	}
+}
+
+// streamLogin is an open stream's login, which the stream must not
+// outlive: it ends at the token's expiry, and every change to the user
+// (from any instance, heard through authUsers) checks it again as a new
+// request would be checked.
+type streamLogin struct {
+	s       *Server
+	claims  *Claims
+	changed <-chan struct{}
+	expired *time.Timer
+	unwatch func()
+}
+
+const loginExpired = "your login expired; log in again"
+
+// authExpired is the frame that ends a stream whose login ended: browsers
+// go to the login page on it, and clients stop instead of reconnecting.
+func authExpired(why string) string { return "event: auth_expired\ndata: " + why + "\n\n" }
+
+func (s *Server) watchLogin(c echo.Context) (*streamLogin, error) {
+	cl := claimsOf(c)
+	changed, unwatch := s.auth.watch(cl.Subject)
+	// A change heard between the authentication and the watch is checked
+	// here; any later one arrives on changed.
+	if err := s.activeUser(c.Request().Context(), cl, roleAdmin); err != nil {
+		unwatch()
+		return nil, err
+	}
+	end := cl.ExpiresAt.Time
+	if cl.LoginExpiresAt != nil {
+		end = cl.LoginExpiresAt.Time
+	}
+	return &streamLogin{s: s, claims: cl, changed: changed, expired: time.NewTimer(end.Sub(s.now())), unwatch: unwatch}, nil
+}
+
+func (l *streamLogin) stop() {
+	l.expired.Stop()
+	l.unwatch()
+}
+
+// recheck returns the frame that ends the stream if the login no longer
+// holds, or "" while it does.
+func (l *streamLogin) recheck(ctx context.Context) string {
+	err := l.s.activeUser(ctx, l.claims, roleAdmin)
+	if err == nil {
+		return ""
+	}
+	status, body := classify(err)
+	if status == http.StatusUnauthorized || status == http.StatusForbidden {
+		return authExpired(body.Message)
+	}
+	if ctx.Err() == nil {
+		l.s.log.Warn().Err(err).Str("user_id", l.claims.Subject).Msg("tail: cannot check an open stream's login again; ending it")
+	}
+	return "event: error\ndata: could not check the login again; reconnect\n\n"
+}
+
+// ended is recheck without waiting: "" unless the login has expired or a
+// change to the user revoked it.
+func (l *streamLogin) ended(ctx context.Context) string {
+	select {
+	case <-l.expired.C:
+		return authExpired(loginExpired)
+	case <-l.changed:
+		return l.recheck(ctx)
+	default:
+		return ""
 	}
 }
 
@@ -610,12 +696,17 @@ type StreamToken struct {
 
 // streamToken issues a token that opens the event stream as ?token=, for
 // browsers (EventSource cannot send headers). It lasts a minute and is
-// refused everywhere else; an open stream outlives it.
+// refused everywhere else; an open stream outlives it, but not the login
+// it was issued for.
 func (s *Server) streamToken(c echo.Context) error {
 	cl := claimsOf(c)
 	now := s.now()
+	login := cl.ExpiresAt.Time
 	exp := now.Add(streamTokenTTL)
-	claims := Claims{Email: cl.Email, IsAdmin: true, Epoch: cl.Epoch, RegisteredClaims: jwt.RegisteredClaims{
+	if login.Before(exp) {
+		exp = login
+	}
+	claims := Claims{Email: cl.Email, IsAdmin: true, Epoch: cl.Epoch, LoginExpiresAt: jwt.NewNumericDate(login), RegisteredClaims: jwt.RegisteredClaims{
 		Issuer: issuer, Subject: cl.Subject, Audience: jwt.ClaimStrings{streamAudience},
 		IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(exp),
 	}}

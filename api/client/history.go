@@ -104,11 +104,17 @@ func (c *Client) StreamToken(ctx context.Context) (*StreamToken, error) {
 	return &out, c.Do(ctx, http.MethodPost, "/api/v1/admin/events/stream-token", nil, &out)
 }
 
-// StreamError is an error event the server sent before closing the stream,
-// such as "too slow: disconnected; reconnect with Last-Event-ID".
-type StreamError struct{ Message string }
+// StreamError is the event the server sent before closing the stream:
+// Event "error" (such as "too slow: disconnected; reconnect with
+// Last-Event-ID"), or "auth_expired" when the login ended (it expired, or
+// the user was deactivated, got a new password or lost the admin role):
+// reconnecting needs a new login.
+type StreamError struct{ Event, Message string }
 
 func (e *StreamError) Error() string { return "event stream: " + e.Message }
+
+// LoginEnded reports whether the stream ended with its login.
+func (e *StreamError) LoginEnded() bool { return e.Event == "auth_expired" }
 
 // ErrStreamEnded: the server closed the stream (shutting down, say).
 var ErrStreamEnded = errors.New("event stream ended by the server")
@@ -161,8 +167,8 @@ func (c *Client) Stream(ctx context.Context, q EventQuery, fn func(Event) error)
 			if len(d) == 0 {
 				continue
 			}
-			if k == "error" {
-				return last, &StreamError{Message: string(d)}
+			if k == "error" || k == "auth_expired" {
+				return last, &StreamError{Event: k, Message: string(d)}
 			}
 			var e Event
 			if err := json.Unmarshal(d, &e); err != nil {
@@ -210,9 +216,9 @@ type TailOptions struct {
 // Tail follows the stream forever: after any disconnect (a network error,
 // a server restart, "too slow") it reconnects with Last-Event-ID and resumes
 // exactly after the last event it delivered, waiting longer after each
-// failure in a row. It returns when ctx ends (nil), fn fails (its error), or
+// failure in a row. It returns when ctx ends (nil), fn fails (its error),
 // the server refuses the request (an *Error other than 503: a bad filter,
-// an expired login).
+// an expired login) or ends the stream with its login (a *StreamError).
 func (c *Client) Tail(ctx context.Context, opts TailOptions, fn func(Event) error) error {
 	if opts.MaxBackoff <= 0 {
 		opts.MaxBackoff = 10 * time.Second
@@ -239,8 +245,11 @@ func (c *Client) Tail(ctx context.Context, opts TailOptions, fn func(Event) erro
 		if errors.As(err, &apiErr) && apiErr.Status != http.StatusServiceUnavailable {
 			return err
 		}
-		q.After = last
 		var streamErr *StreamError
+		if errors.As(err, &streamErr) && streamErr.LoginEnded() {
+			return err
+		}
+		q.After = last
 		if delivered || errors.As(err, &streamErr) {
 			failures = 0
 		}

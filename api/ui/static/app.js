@@ -14,11 +14,18 @@
 
   const streamURL = "/api/v1/admin/events/stream";
 
+  // toLogin leaves for the login page, which brings the admin back here.
+  function toLogin() {
+    location.href = "/login?expired=1&next=" + encodeURIComponent(location.pathname + location.search);
+  }
+
   // openStream follows the event stream and calls onEvent with each event.
   // EventSource reconnects by itself after a network error, sending
   // Last-Event-ID; when the server refuses it (an expired login, too many
   // streams) it stops, and we ask /session whether to log in again or to
-  // reconnect from the last position we saw.
+  // reconnect from the last position we saw. The server ends an open stream
+  // with auth_expired when the login ends (expiry, deactivation, a new
+  // password, a lost admin role): no reconnect can succeed then.
   function openStream(query, onEvent, onOpen, from) {
     let es = null;
     let last = from || "";
@@ -34,11 +41,16 @@
         try { ev = JSON.parse(m.data); } catch (err) { return; }
         onEvent(ev);
       };
+      es.addEventListener("auth_expired", () => {
+        stopped = true;
+        es.close();
+        toLogin();
+      });
       es.onerror = () => {
         if (es.readyState !== EventSource.CLOSED || stopped) return;
         fetch("/session", { credentials: "same-origin" }).then((r) => {
           if (r.status === 401) {
-            location.href = "/login?expired=1&next=" + encodeURIComponent(location.pathname + location.search);
+            toLogin();
           } else {
             setTimeout(connect, 2000);
           }
