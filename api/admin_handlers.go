@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -154,6 +155,28 @@ type createTaskRequest struct {
 	Priority    events.Priority `json:"priority,omitempty" doc:"default medium"`
 	AssignedTo  *string         `json:"assigned_to,omitempty" openapi:"format=uuid" doc:"a worker to assign the task to at once"`
 	Reason      string          `json:"reason,omitempty" openapi:"maxLength=10000" doc:"why it is assigned"`
+	UniqueKey   string          `json:"unique_key,omitempty" openapi:"maxLength=200" doc:"no other task of the type with this key may be pending or in progress (409 duplicate_task)"`
+	UniqueFor   string          `json:"unique_for,omitempty" doc:"with unique_key: also refuse the key for this long after the last completed task with it, as a duration such as 6h or 90m"`
+	OnDuplicate string          `json:"on_duplicate,omitempty" openapi:"enum=error|existing" doc:"what a duplicate gets: error (409 duplicate_task, the default) or existing (200 and the task that holds the key)"`
+}
+
+// On a duplicate unique key, a creation answers an error or the task that
+// holds the key.
+const (
+	onDuplicateError    = "error"
+	onDuplicateExisting = "existing"
+)
+
+// uniqueFor parses the unique key's window; none when empty.
+func (r createTaskRequest) uniqueFor() (time.Duration, error) {
+	if r.UniqueFor == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(r.UniqueFor)
+	if err != nil {
+		return 0, events.Invalid("unique_for", "must be a duration such as 6h, 90m or 1h30m")
+	}
+	return d, nil
 }
 
 func (s *Server) createTask(c echo.Context) error {
@@ -161,9 +184,12 @@ func (s *Server) createTask(c echo.Context) error {
 	if err := decode(c, &req, false); err != nil {
 		return err
 	}
-	t, err := s.CreateTask(c.Request().Context(), req, actor(c, events.ActorAdmin))
+	t, created, err := s.CreateTask(c.Request().Context(), req, actor(c, events.ActorAdmin))
 	if err != nil {
 		return err
+	}
+	if !created {
+		return ok(c, http.StatusOK, t)
 	}
 	return ok(c, http.StatusCreated, t)
 }

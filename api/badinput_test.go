@@ -82,6 +82,8 @@ func TestBadInput(t *testing.T) {
 	_, err = b.admin.CancelTask(ctx, cancelled.ID, "not needed")
 	require.NoError(t, err)
 	forW2 := b.newTask(t, tt, "reserved for Duo", events.PriorityLow, w2.ID)
+	_, err = b.admin.CreateTask(ctx, client.NewTask{Title: "keyed", TaskTypeID: tt.ID, Params: json.RawMessage(`{"days":1}`), UniqueKey: "taken"})
+	require.NoError(t, err)
 	live, gone, oldType := b.badInputSchedules(t, tt)
 
 	admin, una, duo := b.admin.Token(), w1.Token(), w2.Token()
@@ -164,6 +166,13 @@ func TestBadInput(t *testing.T) {
 		{"wrong type: max_concurrent_tasks", "POST", A, admin, `{"email":"x@y.z","password":"long-enough","full_name":"X","max_concurrent_tasks":1.5}`, 400, "validation_failed", "max_concurrent_tasks"},
 
 		// Values the domain refuses.
+		{"unique key too long", "POST", A + "/tasks", admin, task(`"params":{"days":1},"unique_key":"` + strings.Repeat("é", 201) + `"`), 400, "validation_failed", "unique_key"},
+		{"blank unique key", "POST", A + "/tasks", admin, task(`"params":{"days":1},"unique_key":"  "`), 400, "validation_failed", "unique_key"},
+		{"unique_for negative", "POST", A + "/tasks", admin, task(`"params":{"days":1},"unique_key":"k","unique_for":"-1h"`), 400, "validation_failed", "unique_for"},
+		{"unique_for not a duration", "POST", A + "/tasks", admin, task(`"params":{"days":1},"unique_key":"k","unique_for":"6 hours"`), 400, "validation_failed", "unique_for"},
+		{"unique_for without a key", "POST", A + "/tasks", admin, task(`"params":{"days":1},"unique_for":"6h"`), 400, "validation_failed", "unique_for"},
+		{"bad on_duplicate", "POST", A + "/tasks", admin, task(`"params":{"days":1},"unique_key":"k","on_duplicate":"ignore"`), 400, "validation_failed", "on_duplicate"},
+		{"duplicate unique key", "POST", A + "/tasks", admin, task(`"params":{"days":1},"unique_key":"taken"`), 409, "duplicate_task", "unique_key"},
 		{"bad priority", "POST", A + "/tasks", admin, task(`"params":{"days":1},"priority":"asap"`), 400, "validation_failed", "priority"},
 		{"blank title", "POST", A + "/tasks", admin, fmt.Sprintf(`{"title":"  ","task_type_id":%q,"params":{"days":1}}`, tt.ID), 400, "validation_failed", "title"},
 		{"missing task type", "POST", A + "/tasks", admin, `{"title":"t"}`, 400, "validation_failed", "task_type_id"},

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -79,40 +80,84 @@ func (s *Server) ArchiveTaskType(ctx context.Context, id string, meta events.Met
 	return tt, nil
 }
 
-// CreateTask creates a task; its params are checked against its type's schema.
-func (s *Server) CreateTask(ctx context.Context, req CreateTaskRequest, meta events.Meta) (*events.Task, error) {
+// CreateTask creates a task; its params are checked against its type's
+// schema. A unique key another task holds is an *events.DuplicateTaskError,
+// or that task (created false) when the request says on_duplicate
+// "existing".
+func (s *Server) CreateTask(ctx context.Context, req CreateTaskRequest, meta events.Meta) (t *events.Task, created bool, err error) {
+	p, err := s.taskParams(ctx, req, meta, typeCache{})
+	if err != nil {
+		return nil, false, err
+	}
+	t, err = s.db.CreateTask(ctx, s.db.Pool(), p, meta)
+	return s.orExisting(ctx, req, t, err)
+}
+
+// orExisting is a creation's answer: the new task, or for a duplicate the
+// task holding the key when the request says on_duplicate "existing".
+func (s *Server) orExisting(ctx context.Context, req CreateTaskRequest, t *events.Task, err error) (*events.Task, bool, error) {
+	var dup *events.DuplicateTaskError
+	if errors.As(err, &dup) && req.OnDuplicate == onDuplicateExisting {
+		existing, gerr := s.db.GetTask(ctx, s.db.Pool(), dup.TaskID)
+		return existing, false, gerr
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	return t, true, nil
+}
+
+// typeCache keeps the task types one request has read, by id.
+type typeCache map[string]*events.TaskType
+
+// taskParams checks a creation request (its type, its params against the
+// type's schema, its unique key) into the store's parameters.
+func (s *Server) taskParams(ctx context.Context, req CreateTaskRequest, meta events.Meta, types typeCache) (store.NewTaskParams, error) {
 	if req.TaskTypeID == "" {
-		return nil, events.Invalid("task_type_id", "is required")
+		return store.NewTaskParams{}, events.Invalid("task_type_id", "is required")
 	}
 	typeID, err := parseUUID("task_type_id", req.TaskTypeID)
 	if err != nil {
-		return nil, err
+		return store.NewTaskParams{}, err
 	}
 	assignee, err := optionalUUID("assigned_to", req.AssignedTo)
 	if err != nil {
-		return nil, err
+		return store.NewTaskParams{}, err
 	}
-	tt, err := s.db.GetTaskType(ctx, s.db.Pool(), typeID)
+	window, err := req.uniqueFor()
 	if err != nil {
-		if isNotFound(err) {
-			return nil, events.Invalid("task_type_id", "no task type %s", typeID)
+		return store.NewTaskParams{}, err
+	}
+	if err := events.ValidateUnique(req.UniqueKey, window); err != nil {
+		return store.NewTaskParams{}, err
+	}
+	switch req.OnDuplicate {
+	case "", onDuplicateError, onDuplicateExisting:
+	default:
+		return store.NewTaskParams{}, events.Invalid("on_duplicate", "must be error or existing")
+	}
+	tt, ok := types[typeID]
+	if !ok {
+		tt, err = s.db.GetTaskType(ctx, s.db.Pool(), typeID)
+		if err != nil && !isNotFound(err) {
+			return store.NewTaskParams{}, err
 		}
-		return nil, err
+		types[typeID] = tt
+	}
+	if tt == nil {
+		return store.NewTaskParams{}, events.Invalid("task_type_id", "no task type %s", typeID)
 	}
 	if tt.Archived { // before the schema: no params can make this task valid
-		return nil, events.Invalid("task_type_id", "task type %s is archived", tt.Name)
+		return store.NewTaskParams{}, events.Invalid("task_type_id", "task type %s is archived", tt.Name)
 	}
 	if err := s.schemas.validate(tt, req.Params); err != nil {
-		return nil, err
+		return store.NewTaskParams{}, err
 	}
-	t, err := s.db.CreateTask(ctx, s.db.Pool(), store.NewTaskParams{TaskTypeID: typeID, TaskType: tt, NewTaskParams: events.NewTaskParams{
+	return store.NewTaskParams{TaskTypeID: typeID, TaskType: tt, NewTaskParams: events.NewTaskParams{
 		Title: req.Title, Description: req.Description, Params: req.Params, Priority: req.Priority,
 		AssignedTo: assignee, AssignReason: req.Reason, CreatedBy: meta.Actor.ID,
-	}}, meta)
-	if err != nil {
-		return nil, err
-	}
-	return t, nil
+		UniqueKey: req.UniqueKey, UniqueFor: window,
+	}}, nil
 }
 
 // taskCommand runs decide on task id as meta's admin.

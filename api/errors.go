@@ -18,6 +18,9 @@ type ErrorBody struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 	Field   string `json:"field,omitempty"`
+	// Details carry what a client acts on, e.g. the task that holds a
+	// unique key (existing_task_id).
+	Details map[string]string `json:"details,omitempty"`
 }
 
 type envelope struct {
@@ -73,6 +76,11 @@ func classify(err error) (int, ErrorBody) {
 	var tl *events.TooLargeError
 	if errors.As(err, &tl) {
 		return http.StatusRequestEntityTooLarge, ErrorBody{Code: "too_large", Message: tl.Message, Field: tl.Field}
+	}
+	var dt *events.DuplicateTaskError
+	if errors.As(err, &dt) {
+		return http.StatusConflict, ErrorBody{Code: "duplicate_task", Message: dt.Error(), Field: "unique_key",
+			Details: map[string]string{"existing_task_id": dt.TaskID}}
 	}
 	var de *events.DuplicateError
 	if errors.As(err, &de) {

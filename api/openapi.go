@@ -108,6 +108,7 @@ var errorCodes = []string{
 	"bad_request", "validation_failed", "duplicate", "not_found", "invalid_transition", "conflict",
 	"forbidden", "unauthenticated", "too_large", "method_not_allowed", "rate_limited",
 	"unavailable", "internal", "unsupported_media_type", "timeout", "incomplete_body",
+	"duplicate_task",
 }
 
 // enums lists the values of the named string types responses carry.
@@ -200,6 +201,8 @@ func (s *Server) OpenAPI() map[string]any {
 					"code":    ref("ErrorCode"),
 					"message": map[string]any{"type": "string"},
 					"field":   map[string]any{"type": "string", "description": "the field, JSON path or parameter at fault"},
+					"details": map[string]any{"type": "object", "additionalProperties": map[string]any{"type": "string"},
+						"description": "what a client acts on: existing_task_id for duplicate_task"},
 				}},
 		},
 	}
@@ -303,6 +306,9 @@ func (g *docGen) responses(r route) map[string]any {
 		extra := map[string]any{"description": http.StatusText(st), "headers": requestIDHeader()}
 		switch st {
 		case http.StatusPartialContent:
+			extra["content"] = ok["content"]
+		case http.StatusOK: // a creation that found its thing already there (on_duplicate "existing")
+			extra["description"] = "Already there: nothing was created"
 			extra["content"] = ok["content"]
 		case http.StatusFound:
 			extra["headers"] = map[string]any{"Location": map[string]any{"description": "where to download it from", "schema": map[string]any{"type": "string"}}}

@@ -89,8 +89,8 @@ func (s *Server) table() []route {
 		{method: http.MethodPost, path: a + "/task-types/:id/archive", id: "archiveTaskType", summary: "Archive a task type (no new tasks)", role: roleAdmin, handler: s.archiveTaskType,
 			status: okay, response: events.TaskType{}, errors: []int{bad, notFound, conflict}},
 
-		{method: http.MethodPost, path: a + "/tasks", id: "createTask", summary: "Create a task", role: roleAdmin, handler: s.createTask,
-			request: createTaskRequest{}, status: created, response: events.Task{}, errors: []int{bad, notFound, conflict}},
+		{method: http.MethodPost, path: a + "/tasks", id: "createTask", summary: "Create a task; with a unique_key another live task holds, 409 duplicate_task (its id in error.details.existing_task_id), or with on_duplicate=existing 200 and that task", role: roleAdmin, handler: s.createTask,
+			request: createTaskRequest{}, status: created, also: []int{okay}, response: events.Task{}, errors: []int{bad, notFound, conflict}},
 		{method: http.MethodGet, path: a + "/tasks", id: "listTasks", summary: "List tasks, newest first, with the queue depth", role: roleAdmin, handler: s.listTasks,
 			query: []param{
 				enumParam("status", "only tasks in this status", events.StatusPending, events.StatusInProgress, events.StatusCompleted, events.StatusFailed, events.StatusCancelled),

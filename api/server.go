@@ -87,7 +87,7 @@ type route struct {
 	response     any     // type of the envelope's data, e.g. events.Task{} or []events.Task{}; orNull{T{}} when it may be null
 	media        string  // instead of response: a body that is not the JSON envelope (text/event-stream, text/plain, ...)
 	rawBody      bool    // the body is the bytes of a file (any media type) or multipart/form-data files: task data uploads
-	also         []int   // success statuses besides status: 206 (a Range of a media body), 302 (a redirect to a presigned URL)
+	also         []int   // success statuses besides status: 206 (a Range of a media body), 302 (a redirect to a presigned URL), 200 (a creation that found its thing already there)
 	// errors are the statuses the handler itself answers with (400, 404,
 	// 409, 503...); 401 and 403 (roles), 413 (bodies) and 500 are added.
 	// Write errors: []int{} for none.

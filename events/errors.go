@@ -89,3 +89,17 @@ func (e *TooLargeError) Unwrap() error { return ErrTooLarge }
 func TooLarge(field, format string, args ...any) error {
 	return &TooLargeError{Field: field, Message: fmt.Sprintf(format, args...)}
 }
+
+// DuplicateTaskError says a task with the same type and unique key already
+// holds the key: pending or in progress, or completed within the window
+// the creator asked for.
+type DuplicateTaskError struct {
+	UniqueKey string
+	TaskID    string // the task that holds the key
+}
+
+func (e *DuplicateTaskError) Error() string {
+	return fmt.Sprintf("task %s already has unique_key %q", e.TaskID, e.UniqueKey)
+}
+
+func (e *DuplicateTaskError) Unwrap() error { return ErrConflict }

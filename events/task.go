@@ -90,6 +90,7 @@ type Task struct {
 	RetryTaskID   *string         `json:"retry_task_id"`
 	ScheduleID    *string         `json:"schedule_id"`
 	ScheduleRun   *int            `json:"schedule_run"`
+	UniqueKey     *string         `json:"unique_key"`
 	Version       int             `json:"version"`
 }
 
@@ -109,6 +110,7 @@ func (t *Task) Apply(e Envelope) {
 			Params: p.Params, Priority: p.Priority, Status: StatusPending, RetryCount: p.RetryCount,
 			ParentTaskID: optional(p.ParentTaskID), CreatedBy: optional(p.CreatedBy),
 			CreatedAt: at, AvailableAt: at, ScheduleID: optional(p.ScheduleID),
+			UniqueKey: optional(p.UniqueKey),
 		}
 		if p.ScheduleID != "" {
 			run := p.ScheduleRun
@@ -181,6 +183,9 @@ const (
 	MaxDescriptionLen = 100_000
 	MaxMessageLen     = 20_000
 	MaxReasonLen      = 10_000
+	MaxUniqueKeyLen   = 200
+	// MaxUniqueFor bounds a unique key's window.
+	MaxUniqueFor = 366 * 24 * time.Hour
 )
 
 // NewTaskParams is what creating a task needs.
@@ -197,6 +202,11 @@ type NewTaskParams struct {
 	AvailableAt  *time.Time
 	ScheduleID   string
 	ScheduleRun  int
+	// UniqueKey, when set, makes the task unique among its type's tasks
+	// that are pending or in progress; UniqueFor (needs a key) also among
+	// those completed within that long.
+	UniqueKey string
+	UniqueFor time.Duration
 }
 
 // NewTask decides the events that create a task of type tt. Params must
@@ -228,15 +238,49 @@ func NewTask(p NewTaskParams, tt *TaskType) ([]Payload, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := []Payload{TaskCreated{
+	if err := ValidateUnique(p.UniqueKey, p.UniqueFor); err != nil {
+		return nil, err
+	}
+	created := TaskCreated{
 		Title: title, Description: p.Description, TaskTypeID: tt.ID, Params: params,
 		Priority: p.Priority, RetryCount: p.RetryCount, ParentTaskID: p.ParentTaskID,
 		CreatedBy: p.CreatedBy, AvailableAt: p.AvailableAt, ScheduleID: p.ScheduleID, ScheduleRun: p.ScheduleRun,
-	}}
+		UniqueKey: p.UniqueKey,
+	}
+	if p.UniqueFor > 0 {
+		created.UniqueFor = p.UniqueFor.String()
+	}
+	out := []Payload{created}
 	if p.AssignedTo != "" {
 		out = append(out, TaskAssigned{WorkerID: p.AssignedTo, By: p.CreatedBy, Reason: p.AssignReason})
 	}
 	return out, nil
+}
+
+// ValidateUnique checks a unique key and its window: a key of 1 to 200
+// characters that is not only white space, and a window, only with a key,
+// from zero (none) to a year.
+func ValidateUnique(key string, window time.Duration) error {
+	if key != "" {
+		if strings.TrimSpace(key) == "" {
+			return Invalid("unique_key", "is blank; leave it out or give a key")
+		}
+		if utf8.RuneCountInString(key) > MaxUniqueKeyLen {
+			return Invalid("unique_key", "is longer than %d characters", MaxUniqueKeyLen)
+		}
+		if !utf8.ValidString(key) {
+			return Invalid("unique_key", "is not valid UTF-8")
+		}
+	}
+	switch {
+	case window < 0:
+		return Invalid("unique_for", "must not be negative")
+	case window > MaxUniqueFor:
+		return Invalid("unique_for", "must be at most %s", MaxUniqueFor)
+	case window > 0 && key == "":
+		return Invalid("unique_for", "needs a unique_key")
+	}
+	return nil
 }
 
 // objectParams defaults empty params to {} and insists on a JSON object.

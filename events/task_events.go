@@ -21,6 +21,12 @@ type TaskCreated struct {
 	// number ScheduleRun) created the task; retries carry them on.
 	ScheduleID  string `json:"schedule_id,omitempty"`
 	ScheduleRun int    `json:"schedule_run,omitempty"`
+	// UniqueKey makes the task unique among its type's tasks that are
+	// pending or in progress; retries carry it on. UniqueFor, when the
+	// creator asked for a window, is how long after the last completed
+	// task with the key no new one could be created (a Go duration).
+	UniqueKey string `json:"unique_key,omitempty"`
+	UniqueFor string `json:"unique_for,omitempty"`
 }
 
 // TaskAssigned: an admin (or the creator) gave the task to a worker; it stays

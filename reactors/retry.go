@@ -312,6 +312,12 @@ func (r *Retry) decide(ctx context.Context, tx pgx.Tx, ev events.Envelope, types
 			hint = advice.Hint
 		}
 		retry, err := r.db.CreateRetryOf(ctx, tx, t, tt, store.RetryParams{Hint: hint, Meta: meta})
+		var dup *events.DuplicateTaskError
+		if errors.As(err, &dup) {
+			reason := fmt.Sprintf("Task %s holds the unique key %q: no retry while it is pending or in progress.", dup.TaskID, dup.UniqueKey)
+			_, _, err = r.db.UpdateTask(ctx, tx, t.ID, meta, func(t *events.Task) ([]events.Payload, error) { return t.RetrySkipped(reason) })
+			return err
+		}
 		if err != nil {
 			return err
 		}

@@ -235,3 +235,47 @@ func TestManualRetry(t *testing.T) {
 	})
 	require.ErrorIs(t, err, events.ErrInvalidTransition)
 }
+
+// The retry reactor keeps a task's unique key on its retry; when another
+// task holds the key by then, it makes no retry and records why.
+func TestRetryOfAUniqueKey(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	tt := e.taskType(events.TaskTypeSpec{Name: "keyed_crawl", MaxRetries: 3})
+	w := e.worker("Crawler", 1)
+	create := func(title string) *events.Task {
+		t.Helper()
+		task, err := e.db.CreateTask(e.ctx, e.pool, store.NewTaskParams{TaskTypeID: tt.ID, NewTaskParams: events.NewTaskParams{
+			Title: title, Params: []byte(`{}`), UniqueKey: "NVDA"}}, system)
+		require.NoError(t, err)
+		return task
+	}
+	// Two failures before the reactor runs: the first task's, and that of
+	// a task created after it failed, which took the key.
+	first := create("first")
+	require.NotNil(t, e.claim(w))
+	e.fail(w, first.ID, "429")
+	second := create("second")
+	require.NotNil(t, e.claim(w))
+	e.fail(w, second.ID, "429 again")
+	taker := create("taker")
+
+	e.retryReactor("a", nil)
+	for _, id := range []string{first.ID, second.ID} {
+		decided := e.decided(id)
+		require.Equal(t, events.RetryOutcomeSkipped, *decided.RetryOutcome)
+		skipped := ofType(e.stream(id), "task.retry_skipped")
+		require.Len(t, skipped, 1)
+		require.Contains(t, skipped[0].Payload.(events.TaskRetrySkipped).Reason, taker.ID)
+	}
+
+	// Once the key is free, the retry keeps it.
+	_, _, err := e.db.UpdateTask(e.ctx, e.pool, taker.ID, system, func(t *events.Task) ([]events.Payload, error) { return t.Cancel("", "") })
+	require.NoError(t, err)
+	third := create("third")
+	require.NotNil(t, e.claim(w))
+	e.fail(w, third.ID, "429 once more")
+	decided := e.decided(third.ID)
+	require.Equal(t, events.RetryOutcomeRetried, *decided.RetryOutcome)
+	require.Equal(t, "NVDA", *e.get(*decided.RetryTaskID).UniqueKey)
+}

@@ -30,6 +30,9 @@ type Querier interface {
 // between the two, so before must be the state the projection row holds.
 type Projector interface {
 	Task(b *pgx.Batch, before, after *events.Task, evs []events.Envelope)
+	// NewTasks queues the rows of tasks being created (their creation's
+	// events evs) in a few multi-row statements: the rows Task would write.
+	NewTasks(b *pgx.Batch, tasks []*events.Task, evs []events.Envelope) error
 	TaskType(b *pgx.Batch, before, after *events.TaskType, evs []events.Envelope)
 	User(b *pgx.Batch, before, after *events.User, evs []events.Envelope)
 	Schedule(b *pgx.Batch, before, after *events.Schedule, evs []events.Envelope)

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/google/uuid"
@@ -27,7 +28,9 @@ type RetryParams struct {
 // failure in its description; available after the type's backoff) and records
 // it on the failed task: task.retried and the update "Retry #N created: <id>".
 // The unique index on parent_task_id makes a second retry of the same task
-// fail with a conflict.
+// fail with a conflict. A retry keeps its task's unique key: when another
+// task holds the key meanwhile, no retry is made and the error is an
+// *events.DuplicateTaskError.
 func (db *DB) CreateRetry(ctx context.Context, q Querier, id string, p RetryParams) (*events.Task, error) {
 	failed, err := db.GetTask(ctx, q, id)
 	if err != nil {
@@ -72,6 +75,14 @@ func (db *DB) CreateRetryOf(ctx context.Context, q Querier, failed *events.Task,
 	}
 	if failed.ScheduleID != nil && failed.ScheduleRun != nil { // a retry belongs to its firing's execution
 		np.ScheduleID, np.ScheduleRun = *failed.ScheduleID, *failed.ScheduleRun
+	}
+	if failed.UniqueKey != nil {
+		// The retry keeps the key, so it waits for no window (the failed
+		// task never completed), but no other task may hold the key now.
+		np.UniqueKey = *failed.UniqueKey
+		if err := db.checkKeyFree(ctx, q, failed.TaskTypeID, np.UniqueKey); err != nil {
+			return nil, err
+		}
 	}
 	now := db.Now()
 	// The backoff counts from the failure, so a reactor that lags behind
@@ -133,6 +144,23 @@ func (db *DB) CreateRetryOf(ctx context.Context, q Querier, failed *events.Task,
 		return nil, fmt.Errorf("create retry of %s: %w", failed.ID, err)
 	}
 	return retry, nil
+}
+
+// checkKeyFree locks a unique key (in q's transaction) and says, with an
+// *events.DuplicateTaskError, which task holds it, if one does.
+func (db *DB) checkKeyFree(ctx context.Context, q Querier, typeID, key string) error {
+	tx, inTx := q.(pgx.Tx)
+	if !inTx {
+		return errors.New("retry of a task with a unique key: needs a transaction")
+	}
+	holder, err := db.UniqueKeyHolder(ctx, tx, typeID, key)
+	if err != nil {
+		return err
+	}
+	if holder != "" {
+		return &events.DuplicateTaskError{UniqueKey: key, TaskID: holder}
+	}
+	return nil
 }
 
 // RootOf is the first task of t's retry chain: the correlation id of

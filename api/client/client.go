@@ -26,6 +26,9 @@ type Error struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 	Field   string `json:"field,omitempty"`
+	// Details carry what a client acts on: existing_task_id for
+	// duplicate_task.
+	Details map[string]string `json:"details,omitempty"`
 }
 
 func (e *Error) Error() string {
@@ -78,17 +81,24 @@ func (c *Client) Token() string {
 // Do sends a request with an optional JSON body and decodes the envelope's
 // data into out (when non-nil). Exported for routes without a typed method.
 func (c *Client) Do(ctx context.Context, method, path string, body, out any) error {
+	_, err := c.DoStatus(ctx, method, path, body, out)
+	return err
+}
+
+// DoStatus is Do that also returns the HTTP status of a success (201
+// Created, or 200 for a creation that found its task already there).
+func (c *Client) DoStatus(ctx context.Context, method, path string, body, out any) (int, error) {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		rd = bytes.NewReader(b)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -96,14 +106,17 @@ func (c *Client) Do(ctx context.Context, method, path string, body, out any) err
 	if tok := c.Token(); tok != "" {
 		req.Header.Set("Authorization", "Bearer "+tok)
 	}
+	if key := IdempotencyKey(ctx); key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return fmt.Errorf("%s %s: read response: %w", method, path, err)
+		return 0, fmt.Errorf("%s %s: read response: %w", method, path, err)
 	}
 	// One pass: data decodes straight into out (json fills the value an
 	// interface's non-nil pointer points to); an error response has none.
@@ -116,10 +129,10 @@ func (c *Client) Do(ctx context.Context, method, path string, body, out any) err
 		if resp.StatusCode < 400 {
 			var probe struct{ Success bool }
 			if json.Unmarshal(raw, &probe) == nil {
-				return fmt.Errorf("%s %s: decode data: %w", method, path, err)
+				return 0, fmt.Errorf("%s %s: decode data: %w", method, path, err)
 			}
 		}
-		return fmt.Errorf("%s %s: %d, not an API envelope: %.200s", method, path, resp.StatusCode, raw)
+		return 0, fmt.Errorf("%s %s: %d, not an API envelope: %.200s", method, path, resp.StatusCode, raw)
 	}
 	if !env.Success || resp.StatusCode >= 400 {
 		e := env.Error
@@ -127,9 +140,9 @@ func (c *Client) Do(ctx context.Context, method, path string, body, out any) err
 			e = &Error{Code: "unknown", Message: http.StatusText(resp.StatusCode)}
 		}
 		e.Status = resp.StatusCode
-		return e
+		return 0, e
 	}
-	return nil
+	return resp.StatusCode, nil
 }
 
 // Login authenticates and keeps the token.
@@ -374,12 +387,31 @@ type NewTask struct {
 	Priority    events.Priority `json:"priority,omitempty"`
 	AssignedTo  string          `json:"assigned_to,omitempty"`
 	Reason      string          `json:"reason,omitempty"`
+	// UniqueKey: no other task of the type with this key may be pending or
+	// in progress; UniqueFor (a duration such as "6h") also refuses it that
+	// long after the last completed one. OnDuplicate "existing" answers the
+	// task that holds the key instead of a 409 duplicate_task.
+	UniqueKey   string `json:"unique_key,omitempty"`
+	UniqueFor   string `json:"unique_for,omitempty"`
+	OnDuplicate string `json:"on_duplicate,omitempty"`
 }
 
-// CreateTask creates a task.
+// CreateTask creates a task. With OnDuplicate "existing" it may be the task
+// that holds the unique key; CreateTaskOnce tells which.
 func (c *Client) CreateTask(ctx context.Context, t NewTask) (*events.Task, error) {
+	out, _, err := c.CreateTaskOnce(ctx, t)
+	return out, err
+}
+
+// CreateTaskOnce creates a task and says whether it is new (created) or,
+// with OnDuplicate "existing", the task that holds the unique key.
+func (c *Client) CreateTaskOnce(ctx context.Context, t NewTask) (task *events.Task, created bool, err error) {
 	var out events.Task
-	return &out, c.Do(ctx, http.MethodPost, adminBase+"/tasks", t, &out)
+	status, err := c.DoStatus(ctx, http.MethodPost, adminBase+"/tasks", t, &out)
+	if err != nil {
+		return nil, false, err
+	}
+	return &out, status == http.StatusCreated, nil
 }
 
 // TaskQuery filters the task list; zero values do not filter.

@@ -134,6 +134,7 @@ const (
 	ErrorCodeBadRequest           ErrorCode = "bad_request"
 	ErrorCodeConflict             ErrorCode = "conflict"
 	ErrorCodeDuplicate            ErrorCode = "duplicate"
+	ErrorCodeDuplicateTask        ErrorCode = "duplicate_task"
 	ErrorCodeForbidden            ErrorCode = "forbidden"
 	ErrorCodeIncompleteBody       ErrorCode = "incomplete_body"
 	ErrorCodeInternal             ErrorCode = "internal"
@@ -157,6 +158,8 @@ func (e ErrorCode) Valid() bool {
 	case ErrorCodeConflict:
 		return true
 	case ErrorCodeDuplicate:
+		return true
+	case ErrorCodeDuplicateTask:
 		return true
 	case ErrorCodeForbidden:
 		return true
@@ -579,6 +582,24 @@ func (e ListTasks200JSONResponseBodySuccess) Valid() bool {
 	}
 }
 
+// Defines values for CreateTaskJSONBodyOnDuplicate.
+const (
+	CreateTaskJSONBodyOnDuplicateError    CreateTaskJSONBodyOnDuplicate = "error"
+	CreateTaskJSONBodyOnDuplicateExisting CreateTaskJSONBodyOnDuplicate = "existing"
+)
+
+// Valid indicates whether the value is a known member of the CreateTaskJSONBodyOnDuplicate enum.
+func (e CreateTaskJSONBodyOnDuplicate) Valid() bool {
+	switch e {
+	case CreateTaskJSONBodyOnDuplicateError:
+		return true
+	case CreateTaskJSONBodyOnDuplicateExisting:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for CreateTaskJSONBodyPriority.
 const (
 	CreateTaskJSONBodyPriorityHigh   CreateTaskJSONBodyPriority = "high"
@@ -597,6 +618,21 @@ func (e CreateTaskJSONBodyPriority) Valid() bool {
 	case CreateTaskJSONBodyPriorityMedium:
 		return true
 	case CreateTaskJSONBodyPriorityUrgent:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CreateTask200JSONResponseBodySuccess.
+const (
+	CreateTask200JSONResponseBodySuccessTrue CreateTask200JSONResponseBodySuccess = true
+)
+
+// Valid indicates whether the value is a known member of the CreateTask200JSONResponseBodySuccess enum.
+func (e CreateTask200JSONResponseBodySuccess) Valid() bool {
+	switch e {
+	case CreateTask200JSONResponseBodySuccessTrue:
 		return true
 	default:
 		return false
@@ -954,6 +990,9 @@ type Error struct {
 	Error struct {
 		Code ErrorCode `json:"code"`
 
+		// Details what a client acts on: existing_task_id for duplicate_task
+		Details *map[string]string `json:"details,omitempty"`
+
 		// Field the field, JSON path or parameter at fault
 		Field   *string `json:"field,omitempty"`
 		Message string  `json:"message"`
@@ -1061,6 +1100,7 @@ type Task struct {
 	Status       TaskStatus        `json:"status"`
 	TaskTypeId   string            `json:"task_type_id"`
 	Title        string            `json:"title"`
+	UniqueKey    *string           `json:"unique_key"`
 	UpdatedAt    time.Time         `json:"updated_at"`
 	Version      int               `json:"version"`
 }
@@ -1144,6 +1184,7 @@ type TaskDetail struct {
 	TaskType     *TaskType               `json:"task_type"`
 	TaskTypeId   string                  `json:"task_type_id"`
 	Title        string                  `json:"title"`
+	UniqueKey    *string                 `json:"unique_key"`
 	UpdatedAt    time.Time               `json:"updated_at"`
 	Updates      []TaskUpdate            `json:"updates"`
 	Version      int                     `json:"version"`
@@ -1241,6 +1282,7 @@ type TaskWithType struct {
 	TaskType     *TaskType                 `json:"task_type"`
 	TaskTypeId   string                    `json:"task_type_id"`
 	Title        string                    `json:"title"`
+	UniqueKey    *string                   `json:"unique_key"`
 	UpdatedAt    time.Time                 `json:"updated_at"`
 	Version      int                       `json:"version"`
 }
@@ -1423,6 +1465,9 @@ type CreateTaskJSONBody struct {
 	AssignedTo  *openapi_types.UUID `json:"assigned_to,omitempty"`
 	Description *string             `json:"description,omitempty"`
 
+	// OnDuplicate what a duplicate gets: error (409 duplicate_task, the default) or existing (200 and the task that holds the key)
+	OnDuplicate *CreateTaskJSONBodyOnDuplicate `json:"on_duplicate,omitempty"`
+
 	// Params a JSON object that satisfies the type's param_schema
 	Params *map[string]interface{} `json:"params,omitempty"`
 
@@ -1433,10 +1478,22 @@ type CreateTaskJSONBody struct {
 	Reason     *string            `json:"reason,omitempty"`
 	TaskTypeId openapi_types.UUID `json:"task_type_id"`
 	Title      string             `json:"title"`
+
+	// UniqueFor with unique_key: also refuse the key for this long after the last completed task with it, as a duration such as 6h or 90m
+	UniqueFor *string `json:"unique_for,omitempty"`
+
+	// UniqueKey no other task of the type with this key may be pending or in progress (409 duplicate_task)
+	UniqueKey *string `json:"unique_key,omitempty"`
 }
+
+// CreateTaskJSONBodyOnDuplicate defines parameters for CreateTask.
+type CreateTaskJSONBodyOnDuplicate string
 
 // CreateTaskJSONBodyPriority defines parameters for CreateTask.
 type CreateTaskJSONBodyPriority string
+
+// CreateTask200JSONResponseBodySuccess defines parameters for CreateTask.
+type CreateTask200JSONResponseBodySuccess bool
 
 // CreateTask201JSONResponseBodySuccess defines parameters for CreateTask.
 type CreateTask201JSONResponseBodySuccess bool
@@ -2468,7 +2525,7 @@ type ClientInterface interface {
 	// Corresponds with GET /api/v1/admin/workers/tasks (the `ListTasks` operationId).
 	ListTasks(ctx context.Context, params *ListTasksParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// CreateTaskWithBody Create a task
+	// CreateTaskWithBody Create a task; with a unique_key another live task holds, 409 duplicate_task (its id in error.details.existing_task_id), or with on_duplicate=existing 200 and that task
 	//
 	// Requires the admin role.
 	//
@@ -2477,7 +2534,7 @@ type ClientInterface interface {
 	// Corresponds with POST /api/v1/admin/workers/tasks (the `CreateTask` operationId).
 	CreateTaskWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// CreateTask Create a task
+	// CreateTask Create a task; with a unique_key another live task holds, 409 duplicate_task (its id in error.details.existing_task_id), or with on_duplicate=existing 200 and that task
 	//
 	// Requires the admin role.
 	//
@@ -2729,7 +2786,7 @@ func (c *Client) ListTasks(ctx context.Context, params *ListTasksParams, reqEdit
 	return c.Client.Do(req)
 }
 
-// CreateTaskWithBody Create a task
+// CreateTaskWithBody Create a task; with a unique_key another live task holds, 409 duplicate_task (its id in error.details.existing_task_id), or with on_duplicate=existing 200 and that task
 //
 // Requires the admin role.
 //
@@ -2748,7 +2805,7 @@ func (c *Client) CreateTaskWithBody(ctx context.Context, contentType string, bod
 	return c.Client.Do(req)
 }
 
-// CreateTask Create a task
+// CreateTask Create a task; with a unique_key another live task holds, 409 duplicate_task (its id in error.details.existing_task_id), or with on_duplicate=existing 200 and that task
 //
 // Requires the admin role.
 //
@@ -3893,7 +3950,7 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /api/v1/admin/workers/tasks (the `ListTasks` operationId).
 	ListTasksWithResponse(ctx context.Context, params *ListTasksParams, reqEditors ...RequestEditorFn) (*ListTasksResponse, error)
 
-	// CreateTaskWithBodyWithResponse Create a task
+	// CreateTaskWithBodyWithResponse Create a task; with a unique_key another live task holds, 409 duplicate_task (its id in error.details.existing_task_id), or with on_duplicate=existing 200 and that task
 	//
 	// Requires the admin role.
 	//
@@ -3902,7 +3959,7 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /api/v1/admin/workers/tasks (the `CreateTask` operationId).
 	CreateTaskWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateTaskResponse, error)
 
-	// CreateTaskWithResponse Create a task
+	// CreateTaskWithResponse Create a task; with a unique_key another live task holds, 409 duplicate_task (its id in error.details.existing_task_id), or with on_duplicate=existing 200 and that task
 	//
 	// Requires the admin role.
 	//
@@ -4660,6 +4717,11 @@ func (r ListTasksResponse) ContentType() string {
 	return ""
 }
 
+// CreateTaskResponse200Headers the declared response headers of an HTTP 200 response for CreateTask
+type CreateTaskResponse200Headers struct {
+	XRequestId *string
+}
+
 // CreateTaskResponse201Headers the declared response headers of an HTTP 201 response for CreateTask
 type CreateTaskResponse201Headers struct {
 	XRequestId *string
@@ -4718,6 +4780,11 @@ type CreateTaskResponse503Headers struct {
 type CreateTaskResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *struct {
+		Data    Task                                 `json:"data"`
+		Success CreateTask200JSONResponseBodySuccess `json:"success"`
+	}
 	// JSON201 the response for an HTTP 201 `application/json` response
 	JSON201 *struct {
 		Data    Task                                 `json:"data"`
@@ -4743,6 +4810,8 @@ type CreateTaskResponse struct {
 	JSON500 *Internal
 	// JSON503 the response for an HTTP 503 `application/json` response
 	JSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *CreateTaskResponse200Headers
 	// Headers201 the parsed response headers for an HTTP 201 response
 	Headers201 *CreateTaskResponse201Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
@@ -4765,6 +4834,14 @@ type CreateTaskResponse struct {
 	Headers500 *CreateTaskResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *CreateTaskResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r CreateTaskResponse) GetJSON200() *struct {
+	Data    Task                                 `json:"data"`
+	Success CreateTask200JSONResponseBodySuccess `json:"success"`
+} {
+	return r.JSON200
 }
 
 // GetJSON201 returns the response for an HTTP 201 `application/json` response
@@ -6590,7 +6667,7 @@ func (c *ClientWithResponses) ListTasksWithResponse(ctx context.Context, params 
 	return ParseListTasksResponse(rsp)
 }
 
-// CreateTaskWithBodyWithResponse Create a task
+// CreateTaskWithBodyWithResponse Create a task; with a unique_key another live task holds, 409 duplicate_task (its id in error.details.existing_task_id), or with on_duplicate=existing 200 and that task
 //
 // Requires the admin role.
 //
@@ -6605,7 +6682,7 @@ func (c *ClientWithResponses) CreateTaskWithBodyWithResponse(ctx context.Context
 	return ParseCreateTaskResponse(rsp)
 }
 
-// CreateTaskWithResponse Create a task
+// CreateTaskWithResponse Create a task; with a unique_key another live task holds, 409 duplicate_task (its id in error.details.existing_task_id), or with on_duplicate=existing 200 and that task
 //
 // Requires the admin role.
 //
@@ -7514,6 +7591,16 @@ func ParseCreateTaskResponse(rsp *http.Response) (*CreateTaskResponse, error) {
 	}
 
 	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest struct {
+			Data    Task                                 `json:"data"`
+			Success CreateTask200JSONResponseBodySuccess `json:"success"`
+		}
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
 		var dest struct {
 			Data    Task                                 `json:"data"`
@@ -7597,6 +7684,16 @@ func ParseCreateTaskResponse(rsp *http.Response) (*CreateTaskResponse, error) {
 	}
 
 	switch {
+	case rsp.StatusCode == 200:
+		var headers CreateTaskResponse200Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers200 = &headers
 	case rsp.StatusCode == 201:
 		var headers CreateTaskResponse201Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {

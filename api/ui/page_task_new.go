@@ -197,7 +197,8 @@ func (u *UI) createTask(c echo.Context) error {
 	ctx := c.Request().Context()
 	typeID := form.Get("task_type_id")
 	req := api.CreateTaskRequest{Title: strings.TrimSpace(form.Get("title")), Description: form.Get("description"),
-		TaskTypeID: typeID, Priority: events.Priority(form.Get("priority")), Reason: strings.TrimSpace(form.Get("reason"))}
+		TaskTypeID: typeID, Priority: events.Priority(form.Get("priority")), Reason: strings.TrimSpace(form.Get("reason")),
+		UniqueKey: form.Get("unique_key"), UniqueFor: strings.TrimSpace(form.Get("unique_for"))}
 	if a := form.Get("assigned_to"); a != "" {
 		req.AssignedTo = &a
 	}
@@ -211,7 +212,7 @@ func (u *UI) createTask(c echo.Context) error {
 	}
 	var t *events.Task
 	if err == nil {
-		t, err = u.api.CreateTask(ctx, req, actor(c))
+		t, _, err = u.api.CreateTask(ctx, req, actor(c))
 	}
 	if err != nil {
 		fe, status, ferr := errorsOf(err)

@@ -125,7 +125,7 @@ func (s *site) seed() (tt *events.TaskType, task *events.Task) {
 		ParamSchema: json.RawMessage(`{"type":"object","properties":{"days":{"type":"integer","minimum":1}},"required":["days"]}`)}, s.admin)
 	require.NoError(s.t, err)
 	for _, title := range []string{"Weekly report", "Monthly report <b>bold</b>", "Crawl NVDA"} {
-		task, err = s.srv.CreateTask(s.ctx, api.CreateTaskRequest{Title: title, TaskTypeID: tt.ID, Params: json.RawMessage(`{"days":3}`)}, s.admin)
+		task, _, err = s.srv.CreateTask(s.ctx, api.CreateTaskRequest{Title: title, TaskTypeID: tt.ID, Params: json.RawMessage(`{"days":3}`)}, s.admin)
 		require.NoError(s.t, err)
 	}
 	return tt, task

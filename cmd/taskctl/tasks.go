@@ -45,6 +45,9 @@ func (a *app) tasksCreate(args []string) int {
 	priority := fs.String("priority", "medium", "urgent, high, medium or low")
 	assign := fs.String("assign", "", "give the task to this worker (id, email or name)")
 	reason := fs.String("reason", "", "why it goes to that worker")
+	uniqueKey := fs.String("unique-key", "", "no other task of the type with this key may be pending or in progress")
+	uniqueFor := fs.String("unique-for", "", "with --unique-key: also refuse the key this long after the last completed task with it (e.g. 6h)")
+	existing := fs.Bool("existing", false, "with --unique-key: when another task holds the key, print that task instead of failing")
 	asJSON := fs.Bool("json", false, "print the task as JSON")
 	_, code, ok := a.parseArgs(fs, spec, args, 0, "")
 	if !ok {
@@ -71,7 +74,10 @@ func (a *app) tasksCreate(args []string) int {
 		return a.fail(spec.name, err)
 	}
 	nt := client.NewTask{Title: *title, Description: description, TaskTypeID: tt.ID, Params: p,
-		Priority: events.Priority(*priority), Reason: *reason}
+		Priority: events.Priority(*priority), Reason: *reason, UniqueKey: *uniqueKey, UniqueFor: *uniqueFor}
+	if *existing {
+		nt.OnDuplicate = "existing"
+	}
 	if *assign != "" {
 		w, err := resolveWorker(ctx, c, *assign)
 		if err != nil {
@@ -79,14 +85,18 @@ func (a *app) tasksCreate(args []string) int {
 		}
 		nt.AssignedTo = w.ID
 	}
-	t, err := c.CreateTask(ctx, nt)
+	t, created, err := c.CreateTaskOnce(ctx, nt)
 	if err != nil {
 		return a.fail(spec.name, err)
 	}
 	if *asJSON {
 		return a.printJSON(t)
 	}
-	fmt.Fprintf(a.stdout, "Created task %s: %s (%s, %s)\nFollow it: taskctl history %s\n", t.ID, t.Title, t.Status, t.Priority, t.ID)
+	verb := "Created"
+	if !created {
+		verb = "Already there (it holds the unique key):"
+	}
+	fmt.Fprintf(a.stdout, "%s task %s: %s (%s, %s)\nFollow it: taskctl history %s\n", verb, t.ID, t.Title, t.Status, t.Priority, t.ID)
 	return exitOK
 }
 
@@ -273,6 +283,9 @@ func (a *app) printTask(t *events.Task, n names) {
 	row("Attempt", fmt.Sprint(t.RetryCount+1))
 	if t.ParentTaskID != nil {
 		row("Retry of", *t.ParentTaskID)
+	}
+	if t.UniqueKey != nil {
+		row("Unique key", *t.UniqueKey)
 	}
 	row("Created", fmtTime(t.CreatedAt)+" by "+n.user(t.CreatedBy))
 	if t.AvailableAt.After(t.CreatedAt) {
