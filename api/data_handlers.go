@@ -374,15 +374,68 @@ func (s *Server) downloadMyTaskData(c echo.Context) error {
 	return s.serveData(c, d)
 }
 
+// downloadPolicy is the Content-Security-Policy of a download: should a
+// browser render one after all, it runs nothing and loads nothing, in an
+// origin of its own.
+const downloadPolicy = "default-src 'none'; sandbox"
+
+// attachment is the Content-Disposition of a download: saved, never shown
+// in place, under its name (the upload checked that name's characters).
+func attachment(filename string) string {
+	if v := mime.FormatMediaType("attachment", map[string]string{"filename": filename}); v != "" {
+		return v
+	}
+	return "attachment"
+}
+
+// passiveTypes are the media types a download keeps: browsers show or save
+// them but never run them, not even as <script src> or a stylesheet.
+var passiveTypes = map[string]bool{
+	"text/plain": true, "text/csv": true, "text/tab-separated-values": true,
+	"application/json": true, "application/x-ndjson": true, "application/jsonl": true,
+	"application/octet-stream": true, "application/gzip": true, "application/zip": true,
+	"application/x-tar": true, "application/zstd": true, "application/x-parquet": true,
+	"image/png": true, "image/jpeg": true, "image/gif": true, "image/webp": true, "image/avif": true,
+	"audio/mpeg": true, "audio/ogg": true, "audio/wav": true, "video/mp4": true, "video/webm": true,
+}
+
+// SetDownloadHeaders makes an answer a download that no browser runs,
+// whatever is in it: an attachment named filename, of a passive type (see
+// servedContentType), never sniffed, and sandboxed should it be rendered.
+// The admin UI's downloads use it too.
+func SetDownloadHeaders(h http.Header, filename, contentType string) {
+	h.Set(echo.HeaderContentType, servedContentType(contentType))
+	h.Set(echo.HeaderContentDisposition, attachment(filename))
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Security-Policy", downloadPolicy)
+}
+
+// servedContentType is the type a download is served with: the uploader's
+// own type when it is passive, and application/octet-stream for anything a
+// browser could run or render with scripts (JavaScript, HTML, SVG, XML,
+// CSS, PDF, or a type nobody knows). The worker chose the stored type; the
+// admin's browser must not trust it.
+func servedContentType(stored string) string {
+	mt, params, err := mime.ParseMediaType(stored)
+	if err != nil || !passiveTypes[mt] {
+		return "application/octet-stream"
+	}
+	if cs := params["charset"]; strings.HasPrefix(mt, "text/") && cs != "" {
+		return mime.FormatMediaType(mt, map[string]string{"charset": cs})
+	}
+	return mt
+}
+
 // serveData redirects to a presigned URL when the store has them (S3), and
 // otherwise streams the object with Range and conditional-request support.
+// Either way the answer is an attachment of a passive type.
 func (s *Server) serveData(c echo.Context, d *events.TaskData) error {
 	bs := s.cfg.Data.Store
 	if bs == nil {
 		return unavailable("task data is not configured on this server")
 	}
 	ctx := c.Request().Context()
-	url, err := bs.PresignGet(ctx, d.Key, d.Filename, s.cfg.Data.URLTTL)
+	url, err := bs.PresignGet(ctx, d.Key, attachment(d.Filename), servedContentType(d.ContentType), s.cfg.Data.URLTTL)
 	if err == nil {
 		return c.Redirect(http.StatusFound, url)
 	}
@@ -399,9 +452,7 @@ func (s *Server) serveData(c echo.Context, d *events.TaskData) error {
 	}
 	defer rc.Close()
 	h := c.Response().Header()
-	h.Set(echo.HeaderContentType, d.ContentType)
-	h.Set(echo.HeaderContentDisposition, mime.FormatMediaType("attachment", map[string]string{"filename": d.Filename}))
-	h.Set("X-Content-Type-Options", "nosniff")
+	SetDownloadHeaders(h, d.Filename, d.ContentType)
 	h.Set("ETag", `"`+d.SHA256+`"`)
 	h.Set("X-Checksum-Sha256", d.SHA256)
 	w := &progressWriter{ResponseWriter: c.Response(), rc: http.NewResponseController(c.Response())}

@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"mime/multipart"
 	"net/http"
 	"net/textproto"
 	"testing"
 
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
@@ -98,3 +101,76 @@ func TestUploadFileCountBounds(t *testing.T) {
 	require.Equal(t, 150, files)
 }
 
+// TestDownloadsNeverRun: whatever type a worker gave its upload, both
+// download routes serve it as an attachment that no browser runs: active
+// types (JavaScript, HTML, SVG, XML, CSS) become application/octet-stream,
+// passive ones stay; and in Chromium, a same-origin page that loads the
+// upload sent as application/javascript with <script src> does not run it.
+func TestDownloadsNeverRun(t *testing.T) {
+	t.Parallel()
+	env, _ := dataEnv(t, "filesystem")
+	s := startServer(t, storetest.NewDB(t), env...)
+	wc, taskID := dataTask(t, s)
+	ctx := context.Background()
+	admin := client.New(s.base, nil)
+	_, err := admin.Login(ctx, "root@example.com", "root-password")
+	require.NoError(t, err)
+
+	uploads := []struct{ name, sent, served string }{
+		{"evil.js", "application/javascript", "application/octet-stream"},
+		{"evil.mjs", "text/javascript; charset=utf-8", "application/octet-stream"},
+		{"page.html", "text/html", "application/octet-stream"},
+		{"pic.svg", "image/svg+xml", "application/octet-stream"},
+		{"feed.xml", "text/xml", "application/octet-stream"},
+		{"page.xhtml", "application/xhtml+xml", "application/octet-stream"},
+		{"look.css", "text/css", "application/octet-stream"},
+		{"odd.bin", "not a type", "application/octet-stream"},
+		{"notes.txt", "text/plain; charset=utf-8", "text/plain; charset=utf-8"},
+		{"data.json", "application/json", "application/json"},
+		{"pic.png", "image/png", "image/png"},
+	}
+	ids := map[string]string{}
+	for _, u := range uploads {
+		d, err := wc.UploadData(ctx, taskID, "files", u.name, u.sent, bytes.NewReader([]byte("window.pwned = 1;")), -1)
+		require.NoError(t, err, u.name)
+		ids[u.name] = d.ID
+	}
+	for _, u := range uploads {
+		for _, who := range []struct {
+			c    *client.Client
+			path string
+		}{{admin, client.AdminDataPath(taskID, ids[u.name])}, {wc, client.WorkerDataPath(taskID, ids[u.name])}} {
+			req, err := http.NewRequest(http.MethodGet, s.base+who.path, nil)
+			require.NoError(t, err)
+			req.Header.Set("Authorization", "Bearer "+who.c.Token())
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			require.Equal(t, http.StatusOK, resp.StatusCode, "%s: %s", who.path, body)
+			require.Equal(t, u.served, resp.Header.Get("Content-Type"), u.name)
+			require.Equal(t, `attachment; filename=`+u.name, resp.Header.Get("Content-Disposition"), u.name)
+			require.Equal(t, "nosniff", resp.Header.Get("X-Content-Type-Options"), u.name)
+			require.Equal(t, "default-src 'none'; sandbox", resp.Header.Get("Content-Security-Policy"), u.name)
+		}
+	}
+
+	b := newBrowser(t)
+	b.login(s.base, "/tasks/"+taskID)
+	b.expect("Refused to execute script")
+	var outcome string
+	b.run(chromedp.Evaluate(fmt.Sprintf(`new Promise(done => {
+		const s = document.createElement('script');
+		s.src = %q;
+		s.onload = () => done('loaded');
+		s.onerror = () => done('refused');
+		document.head.appendChild(s);
+	})`, client.AdminDataPath(taskID, ids["evil.js"])), &outcome, func(p *runtime.EvaluateParams) *runtime.EvaluateParams {
+		return p.WithAwaitPromise(true)
+	}))
+	var ran bool
+	b.run(chromedp.Evaluate(`window.pwned === 1`, &ran))
+	require.False(t, ran, "the upload ran as a script on the admin's page (%s)", outcome)
+	require.Equal(t, "refused", outcome)
+	b.checkConsole()
+}

@@ -37,9 +37,10 @@ type Store interface {
 	Delete(ctx context.Context, key string) error
 	// List calls fn for every committed object whose key starts with prefix.
 	List(ctx context.Context, prefix string, fn func(Info) error) error
-	// PresignGet returns a URL that downloads key for ttl, with filename as
-	// the attachment name; ErrNoPresign on the filesystem.
-	PresignGet(ctx context.Context, key, filename string, ttl time.Duration) (string, error)
+	// PresignGet returns a URL that downloads key for ttl, answered with the
+	// given Content-Disposition and Content-Type (whatever the object was
+	// stored with); ErrNoPresign on the filesystem.
+	PresignGet(ctx context.Context, key, disposition, contentType string, ttl time.Duration) (string, error)
 	// SweepPending removes uncommitted data (a crashed writer's temporary
 	// file or multipart upload) started before olderThan, and counts it.
 	SweepPending(ctx context.Context, olderThan time.Time) (int, error)

@@ -168,7 +168,7 @@ func suite(t *testing.T, newStore func(t *testing.T) blob.Store) {
 	t.Run("presigned download", func(t *testing.T) {
 		s := newStore(t)
 		put(t, s, "k/file.txt", []byte("hello"))
-		url, err := s.PresignGet(ctx, "k/file.txt", "file.txt", time.Minute)
+		url, err := s.PresignGet(ctx, "k/file.txt", `attachment; filename="file.txt"`, "application/octet-stream", time.Minute)
 		if s.Kind() == "filesystem" {
 			require.ErrorIs(t, err, blob.ErrNoPresign)
 			return
@@ -181,6 +181,7 @@ func suite(t *testing.T, newStore func(t *testing.T) blob.Store) {
 		require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
 		require.Equal(t, "hello", string(body))
 		require.Contains(t, resp.Header.Get("Content-Disposition"), "file.txt")
+		require.Equal(t, "application/octet-stream", resp.Header.Get("Content-Type"))
 	})
 
 	t.Run("filesystem opens seekable", func(t *testing.T) {

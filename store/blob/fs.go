@@ -179,7 +179,7 @@ func (s *FS) List(ctx context.Context, prefix string, fn func(Info) error) error
 	})
 }
 
-func (s *FS) PresignGet(context.Context, string, string, time.Duration) (string, error) {
+func (s *FS) PresignGet(context.Context, string, string, string, time.Duration) (string, error) {
 	return "", ErrNoPresign
 }
 

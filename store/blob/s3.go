@@ -328,10 +328,13 @@ func (s *S3) List(ctx context.Context, prefix string, fn func(Info) error) error
 	return nil
 }
 
-func (s *S3) PresignGet(ctx context.Context, key, filename string, ttl time.Duration) (string, error) {
+func (s *S3) PresignGet(ctx context.Context, key, disposition, contentType string, ttl time.Duration) (string, error) {
 	in := &s3.GetObjectInput{Bucket: &s.bucket, Key: &key}
-	if filename != "" {
-		in.ResponseContentDisposition = aws.String(mime.FormatMediaType("attachment", map[string]string{"filename": filename}))
+	if disposition != "" {
+		in.ResponseContentDisposition = aws.String(disposition)
+	}
+	if contentType != "" {
+		in.ResponseContentType = aws.String(contentType)
 	}
 	req, err := s.presign.PresignGetObject(ctx, in, s3.WithPresignExpires(ttl))
 	if err != nil {
