@@ -65,6 +65,11 @@ type scheduleForm struct {
 	Executions []store.Execution
 	NextBefore int
 	When       string
+	// Before is the page of executions shown (0: the newest); Watch the
+	// streams whose events refresh the page: the schedule and the latest
+	// task of each execution that has not ended.
+	Before int
+	Watch  string
 }
 
 func scheduleValues(s *events.Schedule) url.Values {
@@ -235,11 +240,26 @@ func (u *UI) schedulePage(c echo.Context, s *events.Schedule, status int, form u
 		return u.fail(c, err)
 	}
 	d := scheduleForm{Schedule: s, Types: ts, Form: form, Errors: fe, Stats: st, Executions: exs,
-		When: timing.Describe(s.ScheduleTiming)}
+		When: timing.Describe(s.ScheduleTiming), Before: max(before, 0), Watch: watchSchedule(s.ID, exs)}
 	if len(exs) == page && exs[len(exs)-1].Run > 1 {
 		d.NextBefore = exs[len(exs)-1].Run
 	}
 	return u.render(c, status, "schedule", d)
+}
+
+// watchSchedule lists the streams whose events change a schedule's page:
+// its own, and the latest task of each execution still under way (a retry
+// is announced on the task before it, which is watched).
+func watchSchedule(id string, exs []store.Execution) string {
+	ids := []string{id}
+	for _, e := range exs {
+		switch e.Outcome {
+		case "completed", "failed", "cancelled":
+		default:
+			ids = append(ids, e.LastTaskID)
+		}
+	}
+	return strings.Join(ids, " ")
 }
 
 func (u *UI) schedule(c echo.Context) error {

@@ -323,6 +323,7 @@ func TestBrowserAdminUI(t *testing.T) {
 
 	addr := strings.TrimPrefix(s.base, "http://")
 	b.expect("/api/v1/admin/events/stream") // refused connections while it is down
+	b.expect("/session")                    // and the session probe after each stream error
 	require.NoError(t, s.cmd.Process.Signal(syscall.SIGTERM))
 	select {
 	case <-s.done:

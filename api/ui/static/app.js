@@ -1,7 +1,8 @@
 // task-service admin UI: the little JavaScript the pages need (ADR 009).
 // - every htmx request carries the CSRF token;
 // - live regions ([data-live]) refresh through htmx when the event stream
-//   (the session cookie authenticates it) reports a matching event;
+//   (the session cookie authenticates it) reports a matching event, and the
+//   header says whether the stream is live or the connection is lost;
 // - the live events page ([data-tail]) appends events as they arrive;
 // - small helpers: select-all checkboxes, the SOP preview.
 "use strict";
@@ -19,22 +20,44 @@
     location.href = "/login?expired=1&next=" + encodeURIComponent(location.pathname + location.search);
   }
 
+  // The connection badge in the header (#conn) says whether a live page is
+  // following the event stream: "live", or "connection lost" while the
+  // stream is down and the page is not updating. The events page's own
+  // status (#tail-status) follows it.
+  function showConnection(state) {
+    const texts = { connecting: "connecting…", live: "live", lost: "connection lost, reconnecting…", paused: "paused" };
+    const badge = document.getElementById("conn");
+    if (badge) {
+      badge.hidden = false;
+      badge.dataset.state = state;
+      badge.textContent = texts[state];
+      badge.title = state === "lost" ? "The server cannot be reached: this page is not updating." : "";
+    }
+    const status = document.getElementById("tail-status");
+    if (status) status.textContent = texts[state];
+  }
+
   // openStream follows the event stream and calls onEvent with each event.
   // EventSource reconnects by itself after a network error, sending
-  // Last-Event-ID; when the server refuses it (an expired login, too many
-  // streams) it stops, and we ask /session whether to log in again or to
-  // reconnect from the last position we saw. The server ends an open stream
-  // with auth_expired when the login ends (expiry, deactivation, a new
-  // password, a lost admin role): no reconnect can succeed then.
+  // Last-Event-ID, and stops when the server refuses it (an expired login,
+  // too many streams). On any error the page shows the connection as lost
+  // and asks /session, a cheap request, whether the login still holds: on
+  // 401 it goes to the login page; otherwise a stopped stream is reopened
+  // from the last position seen. The server ends an open stream with
+  // auth_expired when the login ends (expiry, deactivation, a new password,
+  // a lost admin role): no reconnect can succeed then.
   function openStream(query, onEvent, onOpen, from) {
     let es = null;
     let last = from || "";
     let stopped = false;
+    let checking = false;
+    let retry = null;
     function connect() {
+      retry = null;
       let q = query;
       if (last) q += (q ? "&" : "") + "after=" + encodeURIComponent(last);
       es = new EventSource(streamURL + (q ? "?" + q : ""));
-      es.onopen = () => { if (onOpen) onOpen(); };
+      es.onopen = () => { showConnection("live"); if (onOpen) onOpen(); };
       es.onmessage = (m) => {
         if (m.lastEventId) last = m.lastEventId;
         let ev;
@@ -47,20 +70,39 @@
         toLogin();
       });
       es.onerror = () => {
-        if (es.readyState !== EventSource.CLOSED || stopped) return;
-        fetch("/session", { credentials: "same-origin" }).then((r) => {
-          if (r.status === 401) {
-            toLogin();
-          } else {
-            setTimeout(connect, 2000);
-          }
-        }, () => setTimeout(connect, 2000));
+        if (stopped) return;
+        showConnection("lost");
+        checkSession();
       };
     }
+    function reopenIfClosed() {
+      if (stopped || retry !== null || !es || es.readyState !== EventSource.CLOSED) return;
+      retry = setTimeout(connect, 2000);
+    }
+    function checkSession() {
+      if (checking) return;
+      checking = true;
+      fetch("/session", { credentials: "same-origin", cache: "no-store" }).then((r) => {
+        checking = false;
+        if (r.status === 401) {
+          stopped = true;
+          if (es) es.close();
+          toLogin();
+          return;
+        }
+        reopenIfClosed();
+      }, () => { checking = false; reopenIfClosed(); });
+    }
+    showConnection("connecting");
     connect();
     return {
-      pause() { stopped = true; if (es) es.close(); },
-      resume() { stopped = false; connect(); },
+      pause() {
+        stopped = true;
+        if (retry !== null) { clearTimeout(retry); retry = null; }
+        if (es) es.close();
+        showConnection("paused");
+      },
+      resume() { stopped = false; showConnection("connecting"); connect(); },
     };
   }
 
@@ -143,7 +185,6 @@
     const tail = document.querySelector("[data-tail]");
     if (!tail) return;
     const body = tail.querySelector("tbody");
-    const status = document.getElementById("tail-status");
     const max = 500;
     function cell(text, cls) {
       const td = document.createElement("td");
@@ -191,13 +232,13 @@
       if (counter) counter.textContent = String(seen);
       const empty = document.getElementById("tail-empty");
       if (empty) empty.remove();
-    }, () => { if (status) status.textContent = "live"; }, tail.dataset.after);
+    }, null, tail.dataset.after);
     const toggle = document.getElementById("tail-toggle");
     if (toggle) {
       toggle.addEventListener("click", () => {
         const paused = toggle.getAttribute("aria-pressed") === "true";
-        if (paused) { stream.resume(); toggle.textContent = "Pause"; if (status) status.textContent = "live"; }
-        else { stream.pause(); toggle.textContent = "Resume"; if (status) status.textContent = "paused"; }
+        if (paused) { stream.resume(); toggle.textContent = "Pause"; }
+        else { stream.pause(); toggle.textContent = "Resume"; }
         toggle.setAttribute("aria-pressed", paused ? "false" : "true");
       });
     }
