@@ -4,11 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
-	"net"
-	"net/http"
-	"os"
 	"strings"
 
 	"github.com/google/uuid"
@@ -17,19 +13,17 @@ import (
 	"github.com/clawdbot/task-service/events"
 )
 
-// MaxBodyBytes bounds every request body.
+// MaxBodyBytes bounds every request body but task data uploads (guardBody).
 const MaxBodyBytes = 1 << 20
 
 // decode reads exactly one JSON object into v, strictly: unknown fields,
 // wrong types, trailing data and oversize bodies are errors naming what is
 // at fault. An empty body is allowed when emptyOK (all fields optional).
 func decode(c echo.Context, v any, emptyOK bool) error {
-	body := http.MaxBytesReader(c.Response(), c.Request().Body, MaxBodyBytes)
-	raw, err := readAll(body)
+	raw, err := readAll(c.Request().Body)
 	if err != nil {
-		return err // the deadline stays: the server must not wait for the rest
+		return err
 	}
-	bodyRead(c)
 	return decodeRaw(raw, v, emptyOK)
 }
 
@@ -63,31 +57,17 @@ func decodeRaw(raw []byte, v any, emptyOK bool) error {
 	return checkJSON(raw)
 }
 
-// readBody reads the request body, bounded by MaxBodyBytes, without the
-// white space around it.
+// readBody reads the request body (bounded by guardBody) without the white
+// space around it.
 func readBody(c echo.Context) ([]byte, error) {
-	raw, err := readAll(http.MaxBytesReader(c.Response(), c.Request().Body, MaxBodyBytes))
-	if err == nil {
-		bodyRead(c)
-	}
-	return raw, err
+	return readAll(c.Request().Body)
 }
 
-// readAll reads a bounded body; too large is a 413.
+// readAll reads a bounded body; too large is a 413, too slow a 408.
 func readAll(r io.Reader) ([]byte, error) {
 	raw, err := io.ReadAll(r)
 	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return nil, &httpError{status: http.StatusRequestEntityTooLarge,
-				body: ErrorBody{Code: "too_large", Message: fmt.Sprintf("request body is larger than %d bytes", tooBig.Limit)}}
-		}
-		var netErr net.Error
-		if errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &netErr) && netErr.Timeout()) {
-			return nil, &httpError{status: http.StatusRequestTimeout, body: ErrorBody{Code: "timeout",
-				Message: "the request body did not arrive in time; send it at once"}}
-		}
-		return nil, &httpError{status: http.StatusBadRequest, body: ErrorBody{Code: "bad_request", Message: "could not read the request body"}}
+		return nil, bodyError(err)
 	}
 	return bytes.TrimSpace(raw), nil
 }

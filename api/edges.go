@@ -2,10 +2,16 @@ package api
 
 import (
 	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
 	"mime"
+	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -59,18 +65,36 @@ func newRequestID() string {
 	return string(b)
 }
 
-// BodyReadTimeout bounds reading a JSON or form body: a client trickling one
-// holds a connection at most this long. decode lifts the deadline once the
-// body is read, so a long-poll with a body (claims with wait) keeps its 60 s.
-// Streamed uploads (other content types) set their own deadlines.
+// BodyReadTimeout bounds reading a request body: a client trickling one
+// holds a connection at most this long (408 timeout).
 const BodyReadTimeout = 30 * time.Second
 
-func (s *Server) bodyDeadline(next echo.HandlerFunc) echo.HandlerFunc {
+// guardBody bounds every request body before anything reads it, before
+// authentication: a read deadline for every route, and, except on the
+// upload route (which streams with its own caps and moves its deadline as
+// bytes arrive), a size cap of MaxBodyBytes and a content type that is read
+// whole: JSON for the API, a urlencoded form for the admin UI. Anything else
+// (multipart above all, which net/http would spool to disk) is refused
+// unread and the connection closed, so its bytes are never taken in.
+// The deadline is lifted once the body is read: net/http's background read
+// that follows would otherwise cancel a long-poll's context at the deadline.
+func (s *Server) guardBody(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		r := c.Request()
-		if hasBody(r) && decodedWhole(r.Header.Get(echo.HeaderContentType)) {
-			_ = http.NewResponseController(c.Response()).SetReadDeadline(time.Now().Add(s.bodyTimeout()))
+		if !hasBody(r) {
+			return next(c)
 		}
+		rc := http.NewResponseController(c.Response())
+		_ = rc.SetReadDeadline(time.Now().Add(s.bodyTimeout()))
+		if c.Path() == "" || s.uploads[r.Method+" "+c.Path()] {
+			return next(c) // unmatched: nothing reads the body
+		}
+		if ct := r.Header.Get(echo.HeaderContentType); !readWhole(ct) {
+			c.Response().Header().Set(echo.HeaderConnection, "close")
+			return &httpError{status: http.StatusUnsupportedMediaType, body: ErrorBody{Code: "unsupported_media_type", Field: "Content-Type",
+				Message: "this route takes application/json (the API) or application/x-www-form-urlencoded (the admin UI's forms), not " + cutString(ct, 64)}}
+		}
+		r.Body = &guardedBody{r: http.MaxBytesReader(c.Response().Writer, r.Body, MaxBodyBytes), rc: rc}
 		return next(c)
 	}
 }
@@ -82,18 +106,69 @@ func (s *Server) bodyTimeout() time.Duration {
 	return BodyReadTimeout
 }
 
-// bodyRead lifts the body's read deadline (see bodyDeadline).
-func bodyRead(c echo.Context) {
-	_ = http.NewResponseController(c.Response()).SetReadDeadline(time.Time{})
+// guardedBody is a capped body that lifts the read deadline at its end.
+type guardedBody struct {
+	r  io.ReadCloser
+	rc *http.ResponseController
+}
+
+func (b *guardedBody) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if errors.Is(err, io.EOF) {
+		_ = b.rc.SetReadDeadline(time.Time{})
+	}
+	return n, err
+}
+
+func (b *guardedBody) Close() error { return b.r.Close() }
+
+// bodyError names why a body could not be read: too large (413), too slow
+// (408), or broken off (400).
+func bodyError(err error) error {
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		return &httpError{status: http.StatusRequestEntityTooLarge,
+			body: ErrorBody{Code: "too_large", Message: fmt.Sprintf("request body is larger than %d bytes", tooBig.Limit)}}
+	}
+	var netErr net.Error
+	if errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &netErr) && netErr.Timeout()) {
+		return &httpError{status: http.StatusRequestTimeout, body: ErrorBody{Code: "timeout",
+			Message: "the request body did not arrive in time; send it at once"}}
+	}
+	return &httpError{status: http.StatusBadRequest, body: ErrorBody{Code: "bad_request", Message: "could not read the request body"}}
+}
+
+// ReadForm reads an admin UI form post: a urlencoded body (the only kind
+// its forms send) or none. The body is already bounded by guardBody.
+func ReadForm(c echo.Context) error {
+	r := c.Request()
+	if hasBody(r) {
+		mt, _, err := mime.ParseMediaType(r.Header.Get(echo.HeaderContentType))
+		if err != nil || mt != echo.MIMEApplicationForm {
+			c.Response().Header().Set(echo.HeaderConnection, "close")
+			return &httpError{status: http.StatusUnsupportedMediaType, body: ErrorBody{Code: "unsupported_media_type", Field: "Content-Type",
+				Message: "send the form as application/x-www-form-urlencoded (an HTML form's default), not " + cutString(r.Header.Get(echo.HeaderContentType), 64)}}
+		}
+	}
+	if err := r.ParseForm(); err != nil {
+		var tooBig *http.MaxBytesError
+		var netErr net.Error
+		if errors.As(err, &tooBig) || errors.As(err, &netErr) || errors.Is(err, os.ErrDeadlineExceeded) {
+			return bodyError(err)
+		}
+		return events.Invalid("form", "is malformed: %v", err)
+	}
+	return nil
 }
 
 func hasBody(r *http.Request) bool {
 	return r.ContentLength > 0 || (r.ContentLength < 0 && r.Body != nil && r.Body != http.NoBody)
 }
 
-// decodedWhole reports whether a body of this type is read whole by decode
-// (JSON) or by the UI's forms.
-func decodedWhole(contentType string) bool {
+// readWhole reports whether a body of this type is read whole and is
+// welcome outside the upload route: JSON (or no type, read as JSON) or a
+// urlencoded form.
+func readWhole(contentType string) bool {
 	mt, _, err := mime.ParseMediaType(contentType)
 	return contentType == "" || (err == nil && (isJSON(mt) || mt == echo.MIMEApplicationForm))
 }
@@ -184,6 +259,19 @@ func cutString(s string, n int) string {
 		return s[:n] + "…"
 	}
 	return s
+}
+
+// hsts tells browsers that reached the service over HTTPS to use nothing
+// else for HSTSMaxAge. Browsers ignore the header on plain HTTP, and
+// sending it there would only mislead a reader of the answers.
+func (s *Server) hsts(next echo.HandlerFunc) echo.HandlerFunc {
+	value := "max-age=" + strconv.FormatInt(int64(s.cfg.HSTSMaxAge/time.Second), 10)
+	return func(c echo.Context) error {
+		if s.secureRequest(c.Request()) {
+			c.Response().Header().Set("Strict-Transport-Security", value)
+		}
+		return next(c)
+	}
 }
 
 // cors opens the API to the listed origins only (CORS_ALLOWED_ORIGINS);

@@ -65,7 +65,8 @@ type orNull struct{ of any }
 type oneOf []any
 
 // automatic statuses every route may answer besides its own errors: the
-// auth middleware's 401 and 403, 413 for bodies, 500 for anything.
+// auth middleware's 401 and 403, 408, 413 and 415 for bodies, 500 for
+// anything.
 func (r route) statuses() []int {
 	// 400 for query parameters (every route refuses unknown ones) and 503
 	// while the database is away (edges.go).
@@ -76,7 +77,9 @@ func (r route) statuses() []int {
 	if r.role != rolePublic {
 		set[http.StatusUnauthorized], set[http.StatusForbidden] = true, true
 	}
-	if r.request != nil {
+	// Bodies: the edge guard (guardBody) bounds any route's body, also of
+	// the writes that take none.
+	if r.request != nil || !r.rawBody && r.method != http.MethodGet && r.method != http.MethodHead {
 		set[http.StatusRequestEntityTooLarge] = true
 		set[http.StatusUnsupportedMediaType], set[http.StatusRequestTimeout] = true, true
 	}

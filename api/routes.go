@@ -129,7 +129,7 @@ func (s *Server) table() []route {
 			query:  append([]param{stringParam("token", "a stream token (createStreamToken) instead of the Authorization header, for browsers")}, eventQuery()...),
 			status: okay, media: mediaEventStream, errors: []int{bad, http.StatusServiceUnavailable}},
 		{method: http.MethodPost, path: streamPath + "-token", id: "createStreamToken", summary: "A short-lived token that opens the event stream (?token=), for browsers", role: roleAdmin, handler: s.streamToken,
-			status: okay, response: StreamToken{}, errors: []int{}},
+			request: streamTokenRequest{}, emptyBody: true, status: okay, response: StreamToken{}, errors: []int{bad}},
 
 		{method: http.MethodGet, path: "/healthz", id: "getHealth", summary: "Liveness: the process answers", role: rolePublic, handler: s.healthz, tag: "operations",
 			status: okay, response: map[string]string{}, errors: []int{}},

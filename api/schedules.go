@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -229,9 +228,9 @@ func (s *Server) updateSchedule(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(c.Response(), c.Request().Body, MaxBodyBytes))
+	body, err := readBody(c)
 	if err != nil {
-		return decodeJSON(bytes.NewReader(nil), nil, false) // the decoder's error for an unreadable body
+		return err
 	}
 	// Check the body's shape before touching the schedule: unknown fields
 	// and wrong types answer 400 whatever the schedule's state.

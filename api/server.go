@@ -40,12 +40,19 @@ type Config struct {
 	// Login throttles password logins (zero values: defaults).
 	Login LoginConfig
 	// TrustedProxies are the networks whose X-Forwarded-For is believed
-	// for the client address; empty: the peer address is the client.
+	// for the client address, and whose X-Forwarded-Proto for the scheme;
+	// empty: the peer address is the client, and only TLS here is secure.
 	TrustedProxies []*net.IPNet
+	// CookieSecure says when the session cookie is Secure (COOKIE_SECURE;
+	// empty: CookieSecureAuto).
+	CookieSecure CookieSecure
+	// HSTSMaxAge, when positive, is sent as Strict-Transport-Security on
+	// secure requests (HSTS_MAX_AGE); zero: no HSTS.
+	HSTSMaxAge time.Duration
 	// CORSOrigins may call the API from a browser (CORS_ALLOWED_ORIGINS);
 	// none: no cross-origin access.
 	CORSOrigins []string
-	// BodyReadTimeout bounds reading a JSON or form body (default 30 s).
+	// BodyReadTimeout bounds reading a request body (default 30 s).
 	BodyReadTimeout time.Duration
 	// Data configures task data uploads and downloads.
 	Data DataConfig
@@ -67,7 +74,8 @@ type Server struct {
 	tail      *broadcaster
 	auth      *authUsers
 	guard     *loginGuard
-	gate      *claimGate // nil without a hub: long-polls re-check on a timer only
+	gate      *claimGate      // nil without a hub: long-polls re-check on a timer only
+	uploads   map[string]bool // "METHOD /path" of the routes that stream uploads (rawBody)
 }
 
 // route is one endpoint: the table registers handlers and documents them
@@ -153,10 +161,17 @@ func (s *Server) newEcho() *echo.Echo {
 	}
 	e.Use(s.recoverer)
 	e.Use(s.observe)
-	e.Use(s.bodyDeadline)
+	if s.cfg.HSTSMaxAge > 0 {
+		e.Use(s.hsts)
+	}
+	e.Use(s.guardBody)
 
 	s.routes = s.table()
+	s.uploads = map[string]bool{}
 	for _, r := range s.routes {
+		if r.rawBody {
+			s.uploads[r.method+" "+r.path] = true
+		}
 		// Authentication first: an anonymous caller learns nothing about
 		// a route's parameters.
 		h := s.apiRoute(r, r.handler)
@@ -194,12 +209,9 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		status := c.Response().Status
 		elapsed := time.Since(start)
-		path := c.Path()
-		if path == "" {
-			path = "unmatched"
-		}
-		s.metrics.requests.WithLabelValues(c.Request().Method, path, strconv.Itoa(status)).Inc()
-		s.metrics.duration.WithLabelValues(c.Request().Method, path).Observe(elapsed.Seconds())
+		method, route := methodLabel(c.Request().Method), routeLabel(c)
+		s.metrics.requests.WithLabelValues(method, route, strconv.Itoa(status)).Inc()
+		s.metrics.duration.WithLabelValues(method, route).Observe(elapsed.Seconds())
 		ev := s.log.Debug()
 		if status >= 500 {
 			ev = s.log.Warn()
@@ -208,6 +220,26 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 			Dur("elapsed", elapsed).Str("request_id", requestID(c)).Msg("request")
 		return nil
 	}
+}
+
+// methodLabel is a request's method as a metric label: any method a client
+// invents is "other", so clients cannot grow the series without bound.
+func methodLabel(method string) string {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions, http.MethodConnect, http.MethodTrace:
+		return method
+	}
+	return "other"
+}
+
+// routeLabel is the registered route the router matched (its pattern, such
+// as /tasks/:id, never the request's path), or "unmatched".
+func routeLabel(c echo.Context) string {
+	if c.Path() == "" {
+		return "unmatched"
+	}
+	return c.Path()
 }
 
 func (s *Server) healthz(c echo.Context) error {

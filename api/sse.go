@@ -694,11 +694,20 @@ type StreamToken struct {
 	ExpiresAt time.Time `json:"expires_at"`
 }
 
+// streamTokenRequest is the body of POST /admin/events/stream-token: none,
+// or an empty object. It is decoded like every other body, so a client
+// sending something it thinks matters hears that it does not.
+type streamTokenRequest struct{}
+
 // streamToken issues a token that opens the event stream as ?token=, for
 // browsers (EventSource cannot send headers). It lasts a minute and is
 // refused everywhere else; an open stream outlives it, but not the login
 // it was issued for.
 func (s *Server) streamToken(c echo.Context) error {
+	var req streamTokenRequest
+	if err := decode(c, &req, true); err != nil {
+		return err
+	}
 	cl := claimsOf(c)
 	now := s.now()
 	login := cl.ExpiresAt.Time

@@ -5891,6 +5891,21 @@ type ClaimTaskResponse403Headers struct {
 	XRequestId *string
 }
 
+// ClaimTaskResponse408Headers the declared response headers of an HTTP 408 response for ClaimTask
+type ClaimTaskResponse408Headers struct {
+	XRequestId *string
+}
+
+// ClaimTaskResponse413Headers the declared response headers of an HTTP 413 response for ClaimTask
+type ClaimTaskResponse413Headers struct {
+	XRequestId *string
+}
+
+// ClaimTaskResponse415Headers the declared response headers of an HTTP 415 response for ClaimTask
+type ClaimTaskResponse415Headers struct {
+	XRequestId *string
+}
+
 // ClaimTaskResponse500Headers the declared response headers of an HTTP 500 response for ClaimTask
 type ClaimTaskResponse500Headers struct {
 	XRequestId *string
@@ -5915,6 +5930,12 @@ type ClaimTaskResponse struct {
 	JSON401 *Unauthorized
 	// JSON403 the response for an HTTP 403 `application/json` response
 	JSON403 *Forbidden
+	// JSON408 the response for an HTTP 408 `application/json` response
+	JSON408 *RequestTimeout
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *TooLarge
+	// JSON415 the response for an HTTP 415 `application/json` response
+	JSON415 *UnsupportedMediaType
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *Internal
 	// JSON503 the response for an HTTP 503 `application/json` response
@@ -5927,6 +5948,12 @@ type ClaimTaskResponse struct {
 	Headers401 *ClaimTaskResponse401Headers
 	// Headers403 the parsed response headers for an HTTP 403 response
 	Headers403 *ClaimTaskResponse403Headers
+	// Headers408 the parsed response headers for an HTTP 408 response
+	Headers408 *ClaimTaskResponse408Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *ClaimTaskResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *ClaimTaskResponse415Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *ClaimTaskResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -5954,6 +5981,21 @@ func (r ClaimTaskResponse) GetJSON401() *Unauthorized {
 // GetJSON403 returns the response for an HTTP 403 `application/json` response
 func (r ClaimTaskResponse) GetJSON403() *Forbidden {
 	return r.JSON403
+}
+
+// GetJSON408 returns the response for an HTTP 408 `application/json` response
+func (r ClaimTaskResponse) GetJSON408() *RequestTimeout {
+	return r.JSON408
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r ClaimTaskResponse) GetJSON413() *TooLarge {
+	return r.JSON413
+}
+
+// GetJSON415 returns the response for an HTTP 415 `application/json` response
+func (r ClaimTaskResponse) GetJSON415() *UnsupportedMediaType {
+	return r.JSON415
 }
 
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
@@ -8854,6 +8896,27 @@ func ParseClaimTaskResponse(rsp *http.Response) (*ClaimTaskResponse, error) {
 		}
 		response.JSON403 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest RequestTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON408 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest TooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON415 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -8911,6 +8974,36 @@ func ParseClaimTaskResponse(rsp *http.Response) (*ClaimTaskResponse, error) {
 			headers.XRequestId = &value
 		}
 		response.Headers403 = &headers
+	case rsp.StatusCode == 408:
+		var headers ClaimTaskResponse408Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers408 = &headers
+	case rsp.StatusCode == 413:
+		var headers ClaimTaskResponse413Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers ClaimTaskResponse415Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers415 = &headers
 	case rsp.StatusCode == 500:
 		var headers ClaimTaskResponse500Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {

@@ -73,7 +73,7 @@ func (u *UI) toLogin(c echo.Context, notice string) error {
 		back = "/"
 	}
 	q := url.Values{}
-	if safeNext(back) != "/" {
+	if u.safeNext(back) != "/" {
 		q.Set("next", back)
 	}
 	if notice != "" {
@@ -93,13 +93,50 @@ func (u *UI) toLogin(c echo.Context, notice string) error {
 	return c.Redirect(http.StatusSeeOther, to)
 }
 
-// safeNext keeps a redirect target on this site: a path, never //host or
-// a scheme.
-func safeNext(next string) string {
-	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/\\") {
+// safeNext keeps the way back after a login on one of the UI's own pages:
+// a path of printable ASCII (no backslash, space or control character,
+// which browsers strip or read as a slash, turning /<TAB>/host into
+// //host) that parses without scheme or host and matches a page of the
+// route table. Anything else goes to the dashboard. The answer is the
+// parsed URL written out again, never the input.
+func (u *UI) safeNext(next string) string {
+	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") {
 		return "/"
 	}
-	return next
+	for i := 0; i < len(next); i++ {
+		if b := next[i]; b <= ' ' || b >= 0x7f || b == '\\' {
+			return "/"
+		}
+	}
+	to, err := url.Parse(next)
+	if err != nil || to.Scheme != "" || to.Host != "" || to.User != nil || to.Opaque != "" || !u.isPage(to.EscapedPath()) {
+		return "/"
+	}
+	to.Fragment, to.RawFragment = "", ""
+	return to.RequestURI()
+}
+
+// isPage reports whether path (escaped) is a page of the UI: a GET route
+// that needs a login, each :param one non-empty segment.
+func (u *UI) isPage(path string) bool {
+	segments := strings.Split(path, "/")
+	for _, pattern := range u.pages {
+		if len(pattern) != len(segments) {
+			continue
+		}
+		match := true
+		for i, p := range pattern {
+			if strings.HasPrefix(p, ":") && segments[i] != "" || p == segments[i] {
+				continue
+			}
+			match = false
+			break
+		}
+		if match {
+			return true
+		}
+	}
+	return false
 }
 
 // session answers 204 while the login lasts: the live views ask it when
@@ -114,13 +151,13 @@ type loginData struct {
 }
 
 func (u *UI) loginPage(c echo.Context) error {
-	return u.render(c, http.StatusOK, "login", loginData{Next: safeNext(c.QueryParam("next")),
+	return u.render(c, http.StatusOK, "login", loginData{Next: u.safeNext(c.QueryParam("next")),
 		Expired: c.QueryParam("expired") != ""})
 }
 
 func (u *UI) login(c echo.Context) error {
 	email, password := strings.TrimSpace(c.FormValue("email")), c.FormValue("password")
-	data := loginData{Email: email, Next: safeNext(c.FormValue("next"))}
+	data := loginData{Email: email, Next: u.safeNext(c.FormValue("next"))}
 	resp, err := u.api.Login(c, email, password)
 	if err != nil {
 		fe, status, err := errorsOf(err)
@@ -137,13 +174,13 @@ func (u *UI) login(c echo.Context) error {
 		return u.render(c, http.StatusForbidden, "login", data)
 	}
 	c.SetCookie(&http.Cookie{Name: api.SessionCookie, Value: resp.Token, Path: "/", Expires: resp.ExpiresAt,
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: c.IsTLS()})
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: u.api.SecureCookie(c)})
 	return c.Redirect(http.StatusSeeOther, data.Next)
 }
 
 func (u *UI) logout(c echo.Context) error {
 	c.SetCookie(&http.Cookie{Name: api.SessionCookie, Value: "", Path: "/", MaxAge: -1,
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: c.IsTLS()})
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: u.api.SecureCookie(c)})
 	return c.Redirect(http.StatusSeeOther, "/login")
 }
 
@@ -174,6 +211,18 @@ func (u *UI) checkCSRF(next echo.HandlerFunc, token bool) echo.HandlerFunc {
 				return u.render(c, http.StatusForbidden, "error", errorData{Status: http.StatusForbidden,
 					Heading: "Refused", Message: "The form's security token is missing or stale; reload the page and try again. Nothing was changed."})
 			}
+		}
+		return next(c)
+	}
+}
+
+// readForm reads a form post before anything else looks at it: a
+// urlencoded body within the API's bounds (api.ReadForm), else an error
+// page (415, 413, 408, 400).
+func (u *UI) readForm(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if err := api.ReadForm(c); err != nil {
+			return u.fail(c, err)
 		}
 		return next(c)
 	}

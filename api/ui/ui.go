@@ -3,6 +3,7 @@ package ui
 import (
 	"errors"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -34,6 +35,7 @@ type UI struct {
 	log    zerolog.Logger
 	views  *views
 	assets *assets
+	pages  [][]string // the paths of the pages (GET routes behind the login), split at "/"
 }
 
 // New parses the templates and indexes the assets; it fails on a template
@@ -56,7 +58,13 @@ func New(cfg Config) (*UI, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &UI{cfg: cfg, api: cfg.API, db: cfg.DB, log: cfg.Logger, views: vs, assets: as}, nil
+	u := &UI{cfg: cfg, api: cfg.API, db: cfg.DB, log: cfg.Logger, views: vs, assets: as}
+	for _, r := range u.routes() {
+		if r.method == http.MethodGet && !r.public {
+			u.pages = append(u.pages, strings.Split(r.path, "/"))
+		}
+	}
+	return u, nil
 }
 
 // route is one UI endpoint; public ones need no login.
@@ -129,7 +137,7 @@ func (u *UI) Register(e *echo.Echo) {
 			h = u.requireAdmin(h)
 		}
 		if r.method != http.MethodGet {
-			h = u.checkCSRF(h, !r.public)
+			h = u.readForm(u.checkCSRF(h, !r.public))
 		}
 		e.Add(r.method, r.path, h, u.headers)
 	}

@@ -12,12 +12,16 @@ import (
 	"github.com/clawdbot/task-service/api"
 )
 
-// edgeConfig is the HTTP edge: login throttling, the client address behind
-// proxies, CORS and the server's timeouts (issue 11, ADR 011).
+// edgeConfig is the HTTP edge: login throttling, the client address and
+// scheme behind proxies, the session cookie's Secure flag, HSTS, CORS and
+// the server's timeouts (ADR 011).
 type edgeConfig struct {
 	login          api.LoginConfig
 	trustedProxies string
+	cookieSecure   string
+	hstsMaxAge     string
 	corsOrigins    string
+	bodyTimeout    time.Duration
 	writeTimeout   time.Duration
 	idleTimeout    time.Duration
 }
@@ -30,7 +34,10 @@ func (c *edgeConfig) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.login.LockoutAfter, "login-lockout-after", envInt("LOGIN_LOCKOUT_AFTER", 10), "wrong passwords in a row that lock an account (env LOGIN_LOCKOUT_AFTER)")
 	fs.DurationVar(&c.login.LockoutBase, "login-lockout", envDuration("LOGIN_LOCKOUT", time.Minute), "first lockout; each lockout within a day of the last doubles it (env LOGIN_LOCKOUT)")
 	fs.DurationVar(&c.login.LockoutMax, "login-lockout-max", envDuration("LOGIN_LOCKOUT_MAX", time.Hour), "longest lockout (env LOGIN_LOCKOUT_MAX)")
-	fs.StringVar(&c.trustedProxies, "trusted-proxies", envOr("TRUSTED_PROXIES", ""), "comma-separated addresses or CIDRs of proxies whose X-Forwarded-For gives the client address; empty: the peer is the client (env TRUSTED_PROXIES)")
+	fs.StringVar(&c.trustedProxies, "trusted-proxies", envOr("TRUSTED_PROXIES", ""), "comma-separated addresses or CIDRs of proxies whose X-Forwarded-For gives the client address and X-Forwarded-Proto the scheme; empty: the peer is the client (env TRUSTED_PROXIES)")
+	fs.StringVar(&c.cookieSecure, "cookie-secure", envOr("COOKIE_SECURE", "auto"), "mark the session cookie Secure: auto (when the request came over HTTPS, here or at a trusted proxy), true or false (env COOKIE_SECURE)")
+	fs.StringVar(&c.hstsMaxAge, "hsts-max-age", envOr("HSTS_MAX_AGE", "0"), "send Strict-Transport-Security with this max-age (e.g. 8760h) on HTTPS requests; 0: none (env HSTS_MAX_AGE)")
+	fs.DurationVar(&c.bodyTimeout, "http-body-timeout", envDuration("HTTP_BODY_TIMEOUT", api.BodyReadTimeout), "longest time to receive a request body (uploads: without progress) (env HTTP_BODY_TIMEOUT)")
 	fs.StringVar(&c.corsOrigins, "cors-allowed-origins", envOr("CORS_ALLOWED_ORIGINS", ""), "comma-separated origins (https://ui.example.com) that may call the API from a browser; empty: none (env CORS_ALLOWED_ORIGINS)")
 	fs.DurationVar(&c.writeTimeout, "http-write-timeout", envDuration("HTTP_WRITE_TIMEOUT", 90*time.Second), "longest time to answer a request; above the 60 s long-poll (the event stream extends its own) (env HTTP_WRITE_TIMEOUT)")
 	fs.DurationVar(&c.idleTimeout, "http-idle-timeout", envDuration("HTTP_IDLE_TIMEOUT", 2*time.Minute), "how long an idle keep-alive connection stays open (env HTTP_IDLE_TIMEOUT)")
@@ -59,6 +66,28 @@ func (c *edgeConfig) proxies() ([]*net.IPNet, error) {
 		out = append(out, n)
 	}
 	return out, nil
+}
+
+// secureCookie parses COOKIE_SECURE strictly: a typo must not quietly
+// send the session cookie over plain HTTP.
+func (c *edgeConfig) secureCookie() (api.CookieSecure, error) {
+	switch v := api.CookieSecure(c.cookieSecure); v {
+	case api.CookieSecureAuto, api.CookieSecureAlways, api.CookieSecureNever:
+		return v, nil
+	}
+	return "", fmt.Errorf("COOKIE_SECURE: %q is not auto, true or false", c.cookieSecure)
+}
+
+// hsts parses HSTS_MAX_AGE: a duration of whole seconds, 0 for none.
+func (c *edgeConfig) hsts() (time.Duration, error) {
+	d, err := time.ParseDuration(c.hstsMaxAge)
+	if c.hstsMaxAge == "0" {
+		d, err = 0, nil
+	}
+	if err != nil || d < 0 || d%time.Second != 0 {
+		return 0, fmt.Errorf("HSTS_MAX_AGE: %q is not a duration of whole seconds like 8760h (a year); 0 sends no HSTS", c.hstsMaxAge)
+	}
+	return d, nil
 }
 
 // origins parses CORS_ALLOWED_ORIGINS.

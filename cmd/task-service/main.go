@@ -177,6 +177,23 @@ func serve(ctx context.Context, cfg config, log zerolog.Logger) error {
 	if len(cfg.jwtSecret) < 16 {
 		return errors.New("JWT_SECRET must be set to at least 16 bytes (for example: openssl rand -hex 32)")
 	}
+	// Settings first: a mistake stops the start before the database is touched.
+	proxies, err := cfg.edge.proxies()
+	if err != nil {
+		return err
+	}
+	origins, err := cfg.edge.origins()
+	if err != nil {
+		return err
+	}
+	cookieSecure, err := cfg.edge.secureCookie()
+	if err != nil {
+		return err
+	}
+	hsts, err := cfg.edge.hsts()
+	if err != nil {
+		return err
+	}
 	if err := migrations.Up(ctx, cfg.databaseURL); err != nil {
 		return err
 	}
@@ -206,20 +223,12 @@ func serve(ctx context.Context, cfg config, log zerolog.Logger) error {
 		[]string{"version", "revision", "goversion"})
 	buildInfo.WithLabelValues(build.Version, build.Revision, build.GoVersion).Set(1)
 	reg.MustRegister(buildInfo)
-	proxies, err := cfg.edge.proxies()
-	if err != nil {
-		return err
-	}
-	origins, err := cfg.edge.origins()
-	if err != nil {
-		return err
-	}
 	warnOfflineThreshold(cfg.bg.offlineAfter, log)
 	srv, err := api.New(api.Config{DB: db, Logger: log, JWTSecret: []byte(cfg.jwtSecret),
 		TokenTTL: cfg.tokenTTL, BcryptCost: cfg.bcryptCost, Registry: reg, Hub: bg.hub,
 		Ready: func(context.Context) error { return bg.listener.Ready() },
 		Login: cfg.edge.login, TrustedProxies: proxies, CORSOrigins: origins,
-
+		CookieSecure: cookieSecure, HSTSMaxAge: hsts, BodyReadTimeout: cfg.edge.bodyTimeout,
 		Data: api.DataConfig{Store: bs, MaxFileBytes: cfg.data.maxFileBytes, MaxTaskBytes: cfg.data.maxTaskBytes,
 			MaxTaskFiles: cfg.data.maxTaskFiles, URLTTL: cfg.data.urlTTL}})
 	if err != nil {
@@ -247,8 +256,8 @@ func serve(ctx context.Context, cfg config, log zerolog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w (set LISTEN_ADDR to a free address)", cfg.listenAddr, err)
 	}
-	// Timeouts (ADR 011): headers within 10 s; a JSON body within
-	// api.BodyReadTimeout (set per request, so a long-poll is not cut);
+	// Timeouts (ADR 011): headers within 10 s; a body within
+	// HTTP_BODY_TIMEOUT (set per request, so a long-poll is not cut);
 	// answers within the write timeout, which the event stream extends on
 	// each write; idle keep-alives closed after the idle timeout.
 	httpSrv := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second,
