@@ -158,6 +158,7 @@ type createTaskRequest struct {
 	UniqueKey   string          `json:"unique_key,omitempty" openapi:"maxLength=200" doc:"no other task of the type with this key may be pending or in progress (409 duplicate_task)"`
 	UniqueFor   string          `json:"unique_for,omitempty" doc:"with unique_key: also refuse the key for this long after the last completed task with it, as a duration such as 6h or 90m"`
 	OnDuplicate string          `json:"on_duplicate,omitempty" openapi:"enum=error|existing" doc:"what a duplicate gets: error (409 duplicate_task, the default) or existing (200 and the task that holds the key)"`
+	RunAt       *string         `json:"run_at,omitempty" openapi:"format=date-time" doc:"RFC 3339, years 1970-9999: the task stays pending and is not claimable before then (scheduled)"`
 }
 
 // On a duplicate unique key, a creation answers an error or the task that
@@ -255,6 +256,7 @@ type editTaskRequest struct {
 	Description *string          `json:"description,omitempty" openapi:"maxLength=100000"`
 	Params      json.RawMessage  `json:"params,omitempty" doc:"a JSON object that satisfies the type's param_schema"`
 	Priority    *events.Priority `json:"priority,omitempty"`
+	RunAt       *string          `json:"run_at,omitempty" openapi:"format=date-time" doc:"RFC 3339, years 1970-9999: moves when the pending task becomes claimable"`
 }
 
 func (s *Server) editTask(c echo.Context) error {

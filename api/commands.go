@@ -124,6 +124,10 @@ func (s *Server) taskParams(ctx context.Context, req CreateTaskRequest, meta eve
 	if err != nil {
 		return store.NewTaskParams{}, err
 	}
+	runAt, err := optionalTimestamp("run_at", req.RunAt)
+	if err != nil {
+		return store.NewTaskParams{}, err
+	}
 	window, err := req.uniqueFor()
 	if err != nil {
 		return store.NewTaskParams{}, err
@@ -156,7 +160,7 @@ func (s *Server) taskParams(ctx context.Context, req CreateTaskRequest, meta eve
 	return store.NewTaskParams{TaskTypeID: typeID, TaskType: tt, NewTaskParams: events.NewTaskParams{
 		Title: req.Title, Description: req.Description, Params: req.Params, Priority: req.Priority,
 		AssignedTo: assignee, AssignReason: req.Reason, CreatedBy: meta.Actor.ID,
-		UniqueKey: req.UniqueKey, UniqueFor: window,
+		UniqueKey: req.UniqueKey, UniqueFor: window, AvailableAt: runAt,
 	}}, nil
 }
 
@@ -171,6 +175,10 @@ func (s *Server) taskCommand(ctx context.Context, id string, meta events.Meta, d
 
 // EditTask changes a pending task; new params are checked against its type.
 func (s *Server) EditTask(ctx context.Context, id string, req EditTaskRequest, meta events.Meta) (*events.Task, error) {
+	runAt, err := optionalTimestamp("run_at", req.RunAt)
+	if err != nil {
+		return nil, err
+	}
 	if req.Params != nil {
 		t, err := s.db.GetTaskWithType(ctx, id)
 		if err != nil {
@@ -181,7 +189,8 @@ func (s *Server) EditTask(ctx context.Context, id string, req EditTaskRequest, m
 		}
 	}
 	return s.taskCommand(ctx, id, meta, func(t *events.Task) ([]events.Payload, error) {
-		return t.Edit(events.TaskEdit{Title: req.Title, Description: req.Description, Params: req.Params, Priority: req.Priority})
+		return t.Edit(events.TaskEdit{Title: req.Title, Description: req.Description, Params: req.Params, Priority: req.Priority,
+			RunAt: runAt})
 	})
 }
 

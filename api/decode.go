@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
@@ -128,4 +129,16 @@ func optionalUUID(field string, s *string) (string, error) {
 		return "", nil
 	}
 	return parseUUID(field, *s)
+}
+
+// optionalTimestamp checks an optional RFC 3339 field of a body.
+func optionalTimestamp(field string, s *string) (*time.Time, error) {
+	if s == nil {
+		return nil, nil
+	}
+	t, err := events.ParseTimestamp(field, *s)
+	if err != nil {
+		return nil, err
+	}
+	return &t, nil
 }

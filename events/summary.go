@@ -23,7 +23,7 @@ func Summary(e Envelope, names func(userID string) string) string {
 			s += fmt.Sprintf(" as retry #%d of %s", p.RetryCount, shortID(p.ParentTaskID))
 		}
 		if p.AvailableAt != nil && p.AvailableAt.After(e.OccurredAt) {
-			s += ", claimable from " + p.AvailableAt.UTC().Format("2006-01-02T15:04:05Z")
+			s += ", scheduled for " + p.AvailableAt.UTC().Format("2006-01-02T15:04:05Z")
 		}
 		return s
 	case TaskAssigned:
@@ -72,7 +72,13 @@ func Summary(e Envelope, names func(userID string) string) string {
 	case TaskDataDeleted:
 		return withText("data deleted: "+p.Key, p.Reason)
 	case TaskEdited:
-		return fmt.Sprintf("edited: %q (%s)", oneLine(p.Title, summaryTextLen), p.Priority)
+		s := fmt.Sprintf("edited: %q (%s)", oneLine(p.Title, summaryTextLen), p.Priority)
+		if p.AvailableAt != nil {
+			s += ", run at " + p.AvailableAt.UTC().Format("2006-01-02T15:04:05Z")
+		}
+		return s
+	case TaskDue:
+		return "due: its run_at " + p.RunAt.UTC().Format("2006-01-02T15:04:05Z") + " came"
 	case TaskTypeCreated:
 		return fmt.Sprintf("task type %q created (max retries %d)", p.Name, p.MaxRetries)
 	case TaskTypeUpdated:

@@ -36,7 +36,7 @@ func TestSummary(t *testing.T) {
 		{"created", events.TaskCreated{Title: "Crawl NVDA", Priority: events.PriorityHigh}, worker, "", `created "Crawl NVDA" (high)`},
 		{"created retry with backoff", events.TaskCreated{Title: "Crawl NVDA (retry 2)", Priority: events.PriorityLow,
 			RetryCount: 2, ParentTaskID: parent, AvailableAt: &later}, system, "",
-			`created "Crawl NVDA (retry 2)" (low) as retry #2 of 0190c6e2, claimable from 2026-11-21T23:00:30Z`},
+			`created "Crawl NVDA (retry 2)" (low) as retry #2 of 0190c6e2, scheduled for 2026-11-21T23:00:30Z`},
 		{"assigned", events.TaskAssigned{WorkerID: genesis, By: ada, Reason: "least loaded"}, worker, "", "assigned to Genesis by Ada Admin: least loaded"},
 		{"claimed", events.TaskClaimed{WorkerID: genesis}, worker, "", "claimed by Genesis"},
 		{"claimed by someone unknown", events.TaskClaimed{WorkerID: unknown}, worker, "", "claimed by 0190c6e2"},

@@ -67,31 +67,34 @@ const (
 
 // Task is the fold of a task stream; the worker_tasks row is exactly this.
 type Task struct {
-	ID            string          `json:"id"`
-	Title         string          `json:"title"`
-	Description   string          `json:"description"`
-	TaskTypeID    string          `json:"task_type_id"`
-	Params        json.RawMessage `json:"params"`
-	Priority      Priority        `json:"priority"`
-	Status        Status          `json:"status"`
-	AssignedTo    *string         `json:"assigned_to"`
-	Result        json.RawMessage `json:"result" openapi:"any"`
-	RetryCount    int             `json:"retry_count"`
-	ParentTaskID  *string         `json:"parent_task_id"`
-	CreatedBy     *string         `json:"created_by"`
-	CreatedAt     time.Time       `json:"created_at"`
-	StartedAt     *time.Time      `json:"started_at"`
-	CompletedAt   *time.Time      `json:"completed_at"`
-	UpdatedAt     time.Time       `json:"updated_at"`
-	AvailableAt   time.Time       `json:"available_at"`
-	FailureKind   *string         `json:"failure_kind" openapi:"enum=error|worker_offline|timeout"`
-	FailureReason *string         `json:"failure_reason"`
-	RetryOutcome  *string         `json:"retry_outcome" openapi:"enum=retried|skipped|exhausted"`
-	RetryTaskID   *string         `json:"retry_task_id"`
-	ScheduleID    *string         `json:"schedule_id"`
-	ScheduleRun   *int            `json:"schedule_run"`
-	UniqueKey     *string         `json:"unique_key"`
-	Version       int             `json:"version"`
+	ID           string          `json:"id"`
+	Title        string          `json:"title"`
+	Description  string          `json:"description"`
+	TaskTypeID   string          `json:"task_type_id"`
+	Params       json.RawMessage `json:"params"`
+	Priority     Priority        `json:"priority"`
+	Status       Status          `json:"status"`
+	AssignedTo   *string         `json:"assigned_to"`
+	Result       json.RawMessage `json:"result" openapi:"any"`
+	RetryCount   int             `json:"retry_count"`
+	ParentTaskID *string         `json:"parent_task_id"`
+	CreatedBy    *string         `json:"created_by"`
+	CreatedAt    time.Time       `json:"created_at"`
+	StartedAt    *time.Time      `json:"started_at"`
+	CompletedAt  *time.Time      `json:"completed_at"`
+	UpdatedAt    time.Time       `json:"updated_at"`
+	AvailableAt  time.Time       `json:"available_at"`
+	// Scheduled: pending and not claimable before AvailableAt, its run_at.
+	// task.due clears it when that time comes (DESIGN §13).
+	Scheduled     bool    `json:"scheduled"`
+	FailureKind   *string `json:"failure_kind" openapi:"enum=error|worker_offline|timeout"`
+	FailureReason *string `json:"failure_reason"`
+	RetryOutcome  *string `json:"retry_outcome" openapi:"enum=retried|skipped|exhausted"`
+	RetryTaskID   *string `json:"retry_task_id"`
+	ScheduleID    *string `json:"schedule_id"`
+	ScheduleRun   *int    `json:"schedule_run"`
+	UniqueKey     *string `json:"unique_key"`
+	Version       int     `json:"version"`
 }
 
 // HeldBy reports whether workerID holds (or was assigned) the task.
@@ -118,7 +121,10 @@ func (t *Task) Apply(e Envelope) {
 		}
 		if p.AvailableAt != nil {
 			t.AvailableAt = p.AvailableAt.UTC()
+			t.Scheduled = t.AvailableAt.After(at)
 		}
+	case TaskDue:
+		t.Scheduled = false
 	case TaskAssigned:
 		t.AssignedTo = optional(p.WorkerID)
 	case TaskClaimed:
@@ -151,8 +157,15 @@ func (t *Task) Apply(e Envelope) {
 		t.RetryOutcome = optional(RetryOutcomeExhausted)
 	case TaskEdited:
 		t.Title, t.Description, t.Params, t.Priority = p.Title, p.Description, p.Params, p.Priority
+		if p.AvailableAt != nil {
+			t.AvailableAt = p.AvailableAt.UTC()
+			t.Scheduled = t.AvailableAt.After(at)
+		}
 	case TaskUpdatePosted:
 		// The thread lives in worker_task_updates; the task only moves its clock.
+	}
+	if t.Status != StatusPending {
+		t.Scheduled = false
 	}
 	t.Version = e.Version
 	t.UpdatedAt = at
@@ -199,9 +212,11 @@ type NewTaskParams struct {
 	CreatedBy    string
 	RetryCount   int
 	ParentTaskID string
-	AvailableAt  *time.Time
-	ScheduleID   string
-	ScheduleRun  int
+	// AvailableAt is the task's run_at: it stays pending and is not
+	// claimable before then (a retry's backoff is one).
+	AvailableAt *time.Time
+	ScheduleID  string
+	ScheduleRun int
 	// UniqueKey, when set, makes the task unique among its type's tasks
 	// that are pending or in progress; UniqueFor (needs a key) also among
 	// those completed within that long.
@@ -237,6 +252,13 @@ func NewTask(p NewTaskParams, tt *TaskType) ([]Payload, error) {
 	params, err := objectParams(p.Params)
 	if err != nil {
 		return nil, err
+	}
+	if p.AvailableAt != nil {
+		if err := checkTime("run_at", *p.AvailableAt); err != nil {
+			return nil, err
+		}
+		at := p.AvailableAt.UTC()
+		p.AvailableAt = &at
 	}
 	if err := ValidateUnique(p.UniqueKey, p.UniqueFor); err != nil {
 		return nil, err
@@ -293,6 +315,15 @@ func objectParams(raw json.RawMessage) (json.RawMessage, error) {
 		return nil, Invalid("params", "must be a JSON object")
 	}
 	return trimmed, nil
+}
+
+// Due decides that a scheduled task's run_at has come. The store runs the
+// same rule as one SQL statement for every due task (store.MakeDue).
+func (t *Task) Due(now time.Time) ([]Payload, error) {
+	if t.Status != StatusPending || !t.Scheduled || t.AvailableAt.After(now) {
+		return nil, &TransitionError{Command: "make due", Status: t.Status}
+	}
+	return []Payload{TaskDue{RunAt: t.AvailableAt}}, nil
 }
 
 // Claim decides a claim by workerID. The store runs the same rule as one SQL
@@ -443,6 +474,8 @@ type TaskEdit struct {
 	Description *string
 	Params      json.RawMessage
 	Priority    *Priority
+	// RunAt moves the time the task becomes claimable (see NewTaskParams).
+	RunAt *time.Time
 }
 
 // Edit changes a pending task. Params, when given, must already satisfy the
@@ -479,6 +512,13 @@ func (t *Task) Edit(e TaskEdit) ([]Payload, error) {
 			return nil, Invalid("priority", "must be one of urgent, high, medium, low")
 		}
 		out.Priority = *e.Priority
+	}
+	if e.RunAt != nil {
+		if err := checkTime("run_at", *e.RunAt); err != nil {
+			return nil, err
+		}
+		at := e.RunAt.UTC()
+		out.AvailableAt = &at
 	}
 	return []Payload{out}, nil
 }

@@ -100,12 +100,19 @@ type TaskRetriesExhausted struct {
 	MaxRetries int `json:"max_retries"`
 }
 
-// TaskEdited carries the full editable fields after the edit.
+// TaskEdited carries the full editable fields after the edit. AvailableAt
+// is there only when the edit moved the task's run_at.
 type TaskEdited struct {
 	Title       string          `json:"title"`
 	Description string          `json:"description"`
 	Params      json.RawMessage `json:"params"`
 	Priority    Priority        `json:"priority"`
+	AvailableAt *time.Time      `json:"available_at,omitempty"`
+}
+
+// TaskDue: the run_at of a scheduled task came, and it is claimable now.
+type TaskDue struct {
+	RunAt time.Time `json:"run_at"`
 }
 
 func (TaskCreated) EventType() string          { return "task.created" }
@@ -121,6 +128,7 @@ func (TaskRetried) EventType() string          { return "task.retried" }
 func (TaskRetrySkipped) EventType() string     { return "task.retry_skipped" }
 func (TaskRetriesExhausted) EventType() string { return "task.retries_exhausted" }
 func (TaskEdited) EventType() string           { return "task.edited" }
+func (TaskDue) EventType() string              { return "task.due" }
 
 func init() {
 	register[TaskCreated]()
@@ -136,4 +144,5 @@ func init() {
 	register[TaskRetrySkipped]()
 	register[TaskRetriesExhausted]()
 	register[TaskEdited]()
+	register[TaskDue]()
 }

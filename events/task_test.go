@@ -467,9 +467,59 @@ func TestFoldTask(t *testing.T) {
 		e.Version = 1
 		got := events.FoldTask([]events.Envelope{e})
 		want := events.Task{ID: retryID, Title: "R", TaskTypeID: typeID, Params: json.RawMessage(`{}`), Priority: events.PriorityMedium,
-			Status: events.StatusPending, RetryCount: 2, ParentTaskID: str(taskID), CreatedAt: t0, UpdatedAt: t0, AvailableAt: later, Version: 1}
+			Status: events.StatusPending, RetryCount: 2, ParentTaskID: str(taskID), CreatedAt: t0, UpdatedAt: t0, AvailableAt: later,
+			Scheduled: true, Version: 1}
 		if !reflect.DeepEqual(*got, want) {
 			t.Fatalf("fold:\n got %+v\nwant %+v", *got, want)
+		}
+	})
+	t.Run("run_at: scheduled until due, an edit moves it", func(t *testing.T) {
+		meta := events.Meta{Actor: events.System("test")}
+		p := events.TaskCreated{Title: "Later", TaskTypeID: typeID, Params: json.RawMessage(`{}`), Priority: events.PriorityMedium, AvailableAt: &later}
+		stream := []events.Envelope{events.New(events.StreamTask, taskID, p, meta, t0)}
+		stream[0].Version = 1
+		add := func(p events.Payload, at time.Time) *events.Task {
+			e := events.New(events.StreamTask, taskID, p, meta, at)
+			e.Version = len(stream) + 1
+			stream = append(stream, e)
+			return events.FoldTask(stream)
+		}
+		task := events.FoldTask(stream)
+		if !task.Scheduled {
+			t.Fatal("a task created with a later run_at is not scheduled")
+		}
+		if _, err := task.Due(later.Add(-time.Second)); err == nil {
+			t.Fatal("due before its run_at")
+		}
+		soon := t0.Add(time.Minute)
+		ps, err := task.Edit(events.TaskEdit{RunAt: &soon})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if task = add(ps[0], t0.Add(time.Second)); !task.Scheduled || !task.AvailableAt.Equal(soon) {
+			t.Fatalf("after the edit: scheduled %v, available at %v", task.Scheduled, task.AvailableAt)
+		}
+		ps, err = task.Due(soon)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if task = add(ps[0], soon); task.Scheduled || task.Status != events.StatusPending {
+			t.Fatalf("after task.due: scheduled %v, %s", task.Scheduled, task.Status)
+		}
+		if _, err := task.Due(soon); err == nil {
+			t.Fatal("due twice")
+		}
+		past := t0
+		ps, err = task.Edit(events.TaskEdit{RunAt: &past})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if task = add(ps[0], soon.Add(time.Second)); task.Scheduled {
+			t.Fatal("a run_at moved into the past still waits")
+		}
+		year := time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)
+		if _, err := task.Edit(events.TaskEdit{RunAt: &year}); !errors.Is(err, events.ErrInvalid) {
+			t.Fatalf("run_at in the year 10000: %v", err)
 		}
 	})
 	t.Run("empty stream", func(t *testing.T) {

@@ -43,7 +43,7 @@ func (s *TelegramSender) checkWaiting(ctx context.Context) (int64, error) {
 		  CROSS JOIN LATERAL (SELECT ev.seq, ev.occurred_at FROM task_events ev
 		       WHERE ev.stream_id = t.id AND ev.type IN ('task.created', 'task.released')
 		       ORDER BY ev.version DESC LIMIT 1) e
-		 WHERE t.status = 'pending' AND t.assigned_to IS NULL AND t.available_at <= $1
+		 WHERE t.status = 'pending' AND t.assigned_to IS NULL AND NOT t.scheduled AND NOT t.gated AND t.available_at <= $1
 		   AND e.occurred_at <= $1
 		   AND NOT EXISTS (SELECT 1 FROM telegram_outbox o WHERE o.event_seq = e.seq AND o.kind = $2)
 		 ORDER BY greatest(t.available_at, e.occurred_at), t.id

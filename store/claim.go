@@ -118,7 +118,7 @@ const claimTasks = `WITH req AS (
     SELECT e.worker, m.id, row_number() OVER (PARTITION BY e.worker ORDER BY m.priority_rank, m.created_at, m.id) AS k
       FROM elig e CROSS JOIN LATERAL (
         SELECT id, priority_rank, created_at FROM worker_tasks
-         WHERE status = 'pending' AND assigned_to = e.worker AND available_at <= $2
+         WHERE status = 'pending' AND assigned_to = e.worker AND NOT scheduled AND NOT gated AND available_at <= $2
          ORDER BY priority_rank, created_at, id LIMIT e.want FOR UPDATE SKIP LOCKED) m
 ), rest AS MATERIALIZED (
     SELECT e.worker, n.have, e.want - n.have AS need,
@@ -128,7 +128,7 @@ const claimTasks = `WITH req AS (
 ), pool AS MATERIALIZED (
     SELECT coalesce(array_agg(p.id ORDER BY p.priority_rank, p.created_at, p.id), '{}') AS ids FROM (
         SELECT id, priority_rank, created_at FROM worker_tasks
-         WHERE status = 'pending' AND assigned_to IS NULL AND available_at <= $2
+         WHERE status = 'pending' AND assigned_to IS NULL AND NOT scheduled AND NOT gated AND available_at <= $2
          ORDER BY priority_rank, created_at, id LIMIT (SELECT coalesce(sum(need), 0) FROM rest) FOR UPDATE SKIP LOCKED) p
 ), picked AS MATERIALIZED (
     SELECT id, worker, k FROM mine

@@ -24,9 +24,9 @@ func (db *DB) Claimable(ctx context.Context, workers []string, limit int) (Claim
 	var c Claimable
 	err := db.pool.QueryRow(ctx, `SELECT
   (SELECT count(*) FROM (SELECT 1 FROM worker_tasks
-     WHERE status = 'pending' AND assigned_to IS NULL AND available_at <= $1 LIMIT $3) p)::int,
+     WHERE status = 'pending' AND assigned_to IS NULL AND NOT scheduled AND NOT gated AND available_at <= $1 LIMIT $3) p)::int,
   ARRAY(SELECT DISTINCT assigned_to::text FROM worker_tasks
-     WHERE status = 'pending' AND assigned_to = ANY($2::uuid[]) AND available_at <= $1)`,
+     WHERE status = 'pending' AND assigned_to = ANY($2::uuid[]) AND NOT scheduled AND NOT gated AND available_at <= $1)`,
 		db.Now(), workers, limit).Scan(&c.Pool, &c.Assigned)
 	if err != nil {
 		return Claimable{}, fmt.Errorf("claimable: %w", err)

@@ -10,7 +10,8 @@ import (
 // at any size of history.
 type TaskCounts struct {
 	Pending          int `json:"pending"`
-	Queued           int `json:"queued"` // pending and unassigned: the queue depth
+	Queued           int `json:"queued"`    // pending, unassigned and claimable now by time: the queue depth
+	Scheduled        int `json:"scheduled"` // pending and waiting for their run_at
 	InProgress       int `json:"in_progress"`
 	Completed        int `json:"completed"`
 	Failed           int `json:"failed"`
@@ -31,9 +32,10 @@ func (db *DB) Counts(ctx context.Context, q Querier) (TaskCounts, error) {
 	var rows int
 	err := q.QueryRow(ctx, `SELECT coalesce(sum(pending), 0), coalesce(sum(queued), 0), coalesce(sum(in_progress), 0),
 		coalesce(sum(completed), 0), coalesce(sum(failed), 0), coalesce(sum(cancelled), 0),
-		coalesce(sum(awaiting_retry), 0), coalesce(sum(retries_exhausted), 0), coalesce(sum(retries_skipped), 0), count(*)
+		coalesce(sum(awaiting_retry), 0), coalesce(sum(retries_exhausted), 0), coalesce(sum(retries_skipped), 0),
+		coalesce(sum(scheduled), 0), count(*)
 		FROM task_counts`).Scan(&c.Pending, &c.Queued, &c.InProgress, &c.Completed, &c.Failed, &c.Cancelled,
-		&c.AwaitingRetry, &c.RetriesExhausted, &c.RetriesSkipped, &rows)
+		&c.AwaitingRetry, &c.RetriesExhausted, &c.RetriesSkipped, &c.Scheduled, &rows)
 	if err != nil {
 		return c, mapErr(fmt.Errorf("task counts: %w", err))
 	}
@@ -53,15 +55,16 @@ func (db *DB) CompactTaskCounts(ctx context.Context) error {
 		DELETE FROM task_counts WHERE pid <> 0 AND pid NOT IN (SELECT pid FROM pg_stat_activity WHERE pid IS NOT NULL)
 		RETURNING *
 	)
-	INSERT INTO task_counts AS c
+	INSERT INTO task_counts AS c (pid, pending, queued, in_progress, completed, failed, cancelled, awaiting_retry,
+	    retries_exhausted, retries_skipped, scheduled)
 	SELECT 0, coalesce(sum(pending), 0), coalesce(sum(queued), 0), coalesce(sum(in_progress), 0), coalesce(sum(completed), 0),
 	       coalesce(sum(failed), 0), coalesce(sum(cancelled), 0), coalesce(sum(awaiting_retry), 0),
-	       coalesce(sum(retries_exhausted), 0), coalesce(sum(retries_skipped), 0) FROM gone
+	       coalesce(sum(retries_exhausted), 0), coalesce(sum(retries_skipped), 0), coalesce(sum(scheduled), 0) FROM gone
 	ON CONFLICT (pid) DO UPDATE SET pending = c.pending + excluded.pending, queued = c.queued + excluded.queued,
 	    in_progress = c.in_progress + excluded.in_progress, completed = c.completed + excluded.completed,
 	    failed = c.failed + excluded.failed, cancelled = c.cancelled + excluded.cancelled,
 	    awaiting_retry = c.awaiting_retry + excluded.awaiting_retry,
 	    retries_exhausted = c.retries_exhausted + excluded.retries_exhausted,
-	    retries_skipped = c.retries_skipped + excluded.retries_skipped`)
+	    retries_skipped = c.retries_skipped + excluded.retries_skipped, scheduled = c.scheduled + excluded.scheduled`)
 	return mapErr(err)
 }

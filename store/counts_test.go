@@ -23,16 +23,17 @@ func (e *batchEnv) requireExactCounts(t *testing.T, step string) TaskCounts {
 	var want TaskCounts
 	require.NoError(t, e.db.pool.QueryRow(e.ctx, `SELECT
 		count(*) FILTER (WHERE status = 'pending'),
-		count(*) FILTER (WHERE status = 'pending' AND assigned_to IS NULL),
+		count(*) FILTER (WHERE status = 'pending' AND assigned_to IS NULL AND NOT scheduled),
 		count(*) FILTER (WHERE status = 'in_progress'),
 		count(*) FILTER (WHERE status = 'completed'),
 		count(*) FILTER (WHERE status = 'failed'),
 		count(*) FILTER (WHERE status = 'cancelled'),
 		count(*) FILTER (WHERE status = 'failed' AND retry_outcome IS NULL),
 		count(*) FILTER (WHERE status = 'failed' AND retry_outcome = 'exhausted'),
-		count(*) FILTER (WHERE status = 'failed' AND retry_outcome = 'skipped')
+		count(*) FILTER (WHERE status = 'failed' AND retry_outcome = 'skipped'),
+		count(*) FILTER (WHERE status = 'pending' AND scheduled)
 		FROM worker_tasks`).Scan(&want.Pending, &want.Queued, &want.InProgress, &want.Completed, &want.Failed,
-		&want.Cancelled, &want.AwaitingRetry, &want.RetriesExhausted, &want.RetriesSkipped))
+		&want.Cancelled, &want.AwaitingRetry, &want.RetriesExhausted, &want.RetriesSkipped, &want.Scheduled))
 	require.Equal(t, want, got, "task_counts after %s", step)
 	return got
 }
@@ -213,6 +214,35 @@ func TestEveryWriterKeepsTheCountsExact(t *testing.T) {
 	_, err = e.db.DeactivateUser(ctx, gone, "left", admin)
 	require.NoError(t, err)
 	e.requireExactCounts(t, "stuck detection and a deactivation")
+
+	// Run later: created scheduled (one assigned), one moved earlier, one
+	// cancelled while it waits, then the time comes and task.due moves the
+	// rest into the queue.
+	later := e.db.Now().Add(time.Hour)
+	var waiting []string
+	for _, assignee := range []string{"", "", w, ""} {
+		tk, err := e.db.CreateTask(ctx, e.db.pool, NewTaskParams{TaskTypeID: job.ID, NewTaskParams: events.NewTaskParams{
+			Title: "later", Params: json.RawMessage(`{}`), AssignedTo: assignee, AvailableAt: &later}}, admin)
+		require.NoError(t, err)
+		require.True(t, tk.Scheduled)
+		waiting = append(waiting, tk.ID)
+	}
+	sc := e.requireExactCounts(t, "scheduled creations")
+	require.Equal(t, 4, sc.Scheduled)
+	sooner := e.db.Now().Add(time.Minute)
+	update(waiting[0], admin, func(t *events.Task) ([]events.Payload, error) { return t.Edit(events.TaskEdit{RunAt: &sooner}) })
+	update(waiting[1], admin, func(t *events.Task) ([]events.Payload, error) { return t.Cancel("", "not needed") })
+	e.requireExactCounts(t, "a run_at moved, a scheduled task cancelled")
+	e.at(sooner.Add(time.Second))
+	due, err := e.db.MakeDue(ctx, 10)
+	require.NoError(t, err)
+	require.Len(t, due, 1)
+	e.requireExactCounts(t, "the first run_at came")
+	e.at(later)
+	due, err = e.db.MakeDue(ctx, 10)
+	require.NoError(t, err)
+	require.Len(t, due, 2)
+	require.Zero(t, e.requireExactCounts(t, "every run_at came").Scheduled)
 
 	// Schedules: a run now and a due firing each create a task.
 	s := e.create(t, nil)

@@ -6,10 +6,13 @@ import (
 
 // Stats is the admin dashboard's summary.
 type Stats struct {
-	ByStatus      map[string]int `json:"by_status"`
-	QueueDepth    int            `json:"queue_depth"`
-	WorkersOnline int            `json:"workers_online"`
-	WorkersTotal  int            `json:"workers_total"`
+	ByStatus   map[string]int `json:"by_status"`
+	QueueDepth int            `json:"queue_depth"`
+	// Scheduled counts the pending tasks waiting for their run_at, which
+	// QueueDepth leaves out.
+	Scheduled     int `json:"scheduled"`
+	WorkersOnline int `json:"workers_online"`
+	WorkersTotal  int `json:"workers_total"`
 	ReactorStats
 }
 
@@ -21,7 +24,7 @@ func (db *DB) Stats(ctx context.Context) (*Stats, error) {
 		return nil, err
 	}
 	s := &Stats{ByStatus: map[string]int{"pending": c.Pending, "in_progress": c.InProgress, "completed": c.Completed,
-		"failed": c.Failed, "cancelled": c.Cancelled}, QueueDepth: c.Queued}
+		"failed": c.Failed, "cancelled": c.Cancelled}, QueueDepth: c.Queued, Scheduled: c.Scheduled}
 	err = db.pool.QueryRow(ctx, `SELECT
 		(SELECT count(*) FROM users WHERE is_worker AND online AND last_activity_at > $1),
 		(SELECT count(*) FROM users WHERE is_worker)`, db.Now().Add(-db.offlineAfter)).

@@ -160,7 +160,7 @@ func BenchmarkBareClaimComplete(b *testing.B) {
 		for pb.Next() {
 			var id string
 			err := s.pool.QueryRow(ctx, `UPDATE worker_tasks SET status = 'in_progress', assigned_to = $1, started_at = now()
-				WHERE id = (SELECT id FROM worker_tasks WHERE status = 'pending' AND assigned_to IS NULL
+				WHERE id = (SELECT id FROM worker_tasks WHERE status = 'pending' AND assigned_to IS NULL AND NOT scheduled AND NOT gated
 				            ORDER BY priority_rank, created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
 				RETURNING id`, worker).Scan(&id)
 			if err != nil {

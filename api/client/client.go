@@ -394,6 +394,8 @@ type NewTask struct {
 	UniqueKey   string `json:"unique_key,omitempty"`
 	UniqueFor   string `json:"unique_for,omitempty"`
 	OnDuplicate string `json:"on_duplicate,omitempty"`
+	// RunAt (RFC 3339) keeps the task scheduled, not claimable, until then.
+	RunAt string `json:"run_at,omitempty"`
 }
 
 // CreateTask creates a task. With OnDuplicate "existing" it may be the task
@@ -468,6 +470,7 @@ type TaskEdit struct {
 	Description *string          `json:"description,omitempty"`
 	Params      json.RawMessage  `json:"params,omitempty"`
 	Priority    *events.Priority `json:"priority,omitempty"`
+	RunAt       *string          `json:"run_at,omitempty"`
 }
 
 // EditTask edits a pending task.

@@ -1069,6 +1069,7 @@ type Stats struct {
 	ReactorLag          []ReactorLag   `json:"reactor_lag"`
 	RetriesExhausted    int            `json:"retries_exhausted"`
 	RetriesSkipped      int            `json:"retries_skipped"`
+	Scheduled           int            `json:"scheduled"`
 	Stuck               int            `json:"stuck"`
 	WorkersOnline       int            `json:"workers_online"`
 	WorkersTotal        int            `json:"workers_total"`
@@ -1096,6 +1097,7 @@ type Task struct {
 	RetryTaskId  *string           `json:"retry_task_id"`
 	ScheduleId   *string           `json:"schedule_id"`
 	ScheduleRun  *int              `json:"schedule_run"`
+	Scheduled    bool              `json:"scheduled"`
 	StartedAt    *time.Time        `json:"started_at"`
 	Status       TaskStatus        `json:"status"`
 	TaskTypeId   string            `json:"task_type_id"`
@@ -1179,6 +1181,7 @@ type TaskDetail struct {
 	RetryTaskId  *string                 `json:"retry_task_id"`
 	ScheduleId   *string                 `json:"schedule_id"`
 	ScheduleRun  *int                    `json:"schedule_run"`
+	Scheduled    bool                    `json:"scheduled"`
 	StartedAt    *time.Time              `json:"started_at"`
 	Status       TaskDetailStatus        `json:"status"`
 	TaskType     *TaskType               `json:"task_type"`
@@ -1277,6 +1280,7 @@ type TaskWithType struct {
 	RetryTaskId  *string                   `json:"retry_task_id"`
 	ScheduleId   *string                   `json:"schedule_id"`
 	ScheduleRun  *int                      `json:"schedule_run"`
+	Scheduled    bool                      `json:"scheduled"`
 	StartedAt    *time.Time                `json:"started_at"`
 	Status       TaskWithTypeStatus        `json:"status"`
 	TaskType     *TaskType                 `json:"task_type"`
@@ -1475,7 +1479,10 @@ type CreateTaskJSONBody struct {
 	Priority *CreateTaskJSONBodyPriority `json:"priority,omitempty"`
 
 	// Reason why it is assigned
-	Reason     *string            `json:"reason,omitempty"`
+	Reason *string `json:"reason,omitempty"`
+
+	// RunAt RFC 3339, years 1970-9999: the task stays pending and is not claimable before then (scheduled)
+	RunAt      *time.Time         `json:"run_at,omitempty"`
 	TaskTypeId openapi_types.UUID `json:"task_type_id"`
 	Title      string             `json:"title"`
 

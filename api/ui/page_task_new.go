@@ -202,6 +202,9 @@ func (u *UI) createTask(c echo.Context) error {
 	if a := form.Get("assigned_to"); a != "" {
 		req.AssignedTo = &a
 	}
+	if at := strings.TrimSpace(form.Get("run_at")); at != "" {
+		req.RunAt = &at
+	}
 	err = nil
 	if id, perr := uuidField("task_type_id", typeID); perr == nil {
 		tt, gerr := u.db.GetTaskType(ctx, u.db.Pool(), id)

@@ -152,6 +152,14 @@ func (b *background) addWorkers(cfg config, db *store.DB, reg prometheus.Registe
 		}
 		b.workers = append(b.workers, sched.Run)
 	}
+	// Every instance runs a due timer: it wakes this instance's long-polling
+	// claims when a scheduled task's run_at comes.
+	due, err := reactors.NewDueTimer(reactors.DueTimerConfig{DB: db, Hub: b.hub, CatchUp: bg.schedulerCatchUp,
+		Registerer: reg, Logger: log})
+	if err != nil {
+		return err
+	}
+	b.workers = append(b.workers, due.Run)
 	// The monitor runs on every instance: its gauges are cluster-wide, and
 	// an instance that serves only the API still shows a stall.
 	monitor, err := reactors.NewMonitor(reactors.MonitorConfig{DB: db, Interval: bg.monitor.interval,

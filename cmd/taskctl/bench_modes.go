@@ -163,7 +163,7 @@ func (env *benchEnv) prepare(ctx context.Context, mode string, w, n, batch int) 
 
 const (
 	bareClaim = `UPDATE worker_tasks SET status = 'in_progress', assigned_to = $1, started_at = now()
- WHERE id = (SELECT id FROM worker_tasks WHERE status = 'pending' AND assigned_to IS NULL
+ WHERE id = (SELECT id FROM worker_tasks WHERE status = 'pending' AND assigned_to IS NULL AND NOT scheduled AND NOT gated
               ORDER BY priority_rank, created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
  RETURNING id`
 	bareComplete = `UPDATE worker_tasks SET status = 'completed', completed_at = now() WHERE id = $1`

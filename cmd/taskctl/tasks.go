@@ -27,9 +27,12 @@ var tasksCommand = group("tasks", "Create, list, inspect and steer tasks.", map[
 var tasksCreateSpec = cmdSpec{
 	name: "tasks create", args: "--type TYPE --title TITLE [flags]",
 	summary: "Create a task. Params must satisfy the type's JSON Schema; the task waits in the queue\n" +
-		"until a worker claims it (or the worker given with --assign).",
+		"until a worker claims it (or the worker given with --assign). With --at or --in it waits,\n" +
+		"scheduled, until that time before any worker can claim it.",
 	example: `taskctl tasks create --type code_review --title "Review PR 42" --priority high \
-  --params '{"repo": "acme/api", "pr": 42}' --assign alice@example.com --reason "knows the code"`,
+  --params '{"repo": "acme/api", "pr": 42}' --assign alice@example.com --reason "knows the code"
+taskctl tasks create --type crawl --title "Crawl NVDA tonight" --at 2030-01-02T23:00:00Z
+taskctl tasks create --type crawl --title "Crawl NVDA again" --in 90m`,
 }
 
 func (a *app) tasksCreate(args []string) int {
@@ -48,6 +51,8 @@ func (a *app) tasksCreate(args []string) int {
 	uniqueKey := fs.String("unique-key", "", "no other task of the type with this key may be pending or in progress")
 	uniqueFor := fs.String("unique-for", "", "with --unique-key: also refuse the key this long after the last completed task with it (e.g. 6h)")
 	existing := fs.Bool("existing", false, "with --unique-key: when another task holds the key, print that task instead of failing")
+	at := fs.String("at", "", "run at this RFC 3339 time: not claimable before then")
+	in := fs.Duration("in", 0, "run this long from now (90m, 2h): not claimable before then")
 	asJSON := fs.Bool("json", false, "print the task as JSON")
 	_, code, ok := a.parseArgs(fs, spec, args, 0, "")
 	if !ok {
@@ -55,6 +60,10 @@ func (a *app) tasksCreate(args []string) int {
 	}
 	if *typeRef == "" || strings.TrimSpace(*title) == "" {
 		return a.fail(spec.name, usagef("--type and --title are required"))
+	}
+	runAt, err := runAtArg(*at, *in)
+	if err != nil {
+		return a.fail(spec.name, err)
 	}
 	description, err := textArg(*desc, *descFile, "description")
 	if err != nil {
@@ -74,7 +83,8 @@ func (a *app) tasksCreate(args []string) int {
 		return a.fail(spec.name, err)
 	}
 	nt := client.NewTask{Title: *title, Description: description, TaskTypeID: tt.ID, Params: p,
-		Priority: events.Priority(*priority), Reason: *reason, UniqueKey: *uniqueKey, UniqueFor: *uniqueFor}
+		Priority: events.Priority(*priority), Reason: *reason, UniqueKey: *uniqueKey, UniqueFor: *uniqueFor,
+		RunAt: runAt}
 	if *existing {
 		nt.OnDuplicate = "existing"
 	}
@@ -96,8 +106,26 @@ func (a *app) tasksCreate(args []string) int {
 	if !created {
 		verb = "Already there (it holds the unique key):"
 	}
-	fmt.Fprintf(a.stdout, "%s task %s: %s (%s, %s)\nFollow it: taskctl history %s\n", verb, t.ID, t.Title, t.Status, t.Priority, t.ID)
+	fmt.Fprintf(a.stdout, "%s task %s: %s (%s, %s)\n", verb, t.ID, t.Title, t.Status, t.Priority)
+	if t.Scheduled {
+		fmt.Fprintf(a.stdout, "Scheduled for %s\n", fmtTime(t.AvailableAt))
+	}
+	fmt.Fprintf(a.stdout, "Follow it: taskctl history %s\n", t.ID)
 	return exitOK
+}
+
+// runAtArg is --at or --in as the RFC 3339 run_at the API takes; "" for
+// neither. The server checks the time itself.
+func runAtArg(at string, in time.Duration) (string, error) {
+	switch {
+	case at != "" && in != 0:
+		return "", usagef("give --at or --in, not both")
+	case in < 0:
+		return "", usagef("--in must not be negative")
+	case in > 0:
+		return time.Now().Add(in).UTC().Format(time.RFC3339Nano), nil
+	}
+	return at, nil
 }
 
 // textArg is a flag's text or the content of its -file twin.
@@ -288,7 +316,9 @@ func (a *app) printTask(t *events.Task, n names) {
 		row("Unique key", *t.UniqueKey)
 	}
 	row("Created", fmtTime(t.CreatedAt)+" by "+n.user(t.CreatedBy))
-	if t.AvailableAt.After(t.CreatedAt) {
+	if t.Scheduled {
+		row("Scheduled", "for "+fmtTime(t.AvailableAt))
+	} else if t.AvailableAt.After(t.CreatedAt) {
 		row("Available", fmtTime(t.AvailableAt))
 	}
 	row("Started", fmtTimePtr(t.StartedAt))

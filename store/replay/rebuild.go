@@ -504,14 +504,14 @@ func (r *rebuilder) applyDelta(ctx context.Context, tx pgx.Tx, p *phase) (int64,
 	for _, t := range r.tables {
 		del := `DELETE FROM ` + r.fresh(t) + ` WHERE ` + pgx.Identifier{t.stream}.Sanitize() + ` = ANY($1::uuid[])`
 		if t.name == "worker_tasks" {
-			gone, err := tx.Query(ctx, del+` RETURNING status, assigned_to IS NULL, retry_outcome`, ids)
+			gone, err := tx.Query(ctx, del+` RETURNING status, assigned_to IS NULL, retry_outcome, scheduled`, ids)
 			if err != nil {
 				return 0, nil, fmt.Errorf("catch up %s: %w", t.name, err)
 			}
 			var old events.Task
 			var unassigned bool
 			var deleted int64
-			if _, err := pgx.ForEachRow(gone, []any{&old.Status, &unassigned, &old.RetryOutcome}, func() error {
+			if _, err := pgx.ForEachRow(gone, []any{&old.Status, &unassigned, &old.RetryOutcome, &old.Scheduled}, func() error {
 				old.AssignedTo = nil
 				if !unassigned {
 					old.AssignedTo = &id

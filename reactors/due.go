@@ -1,0 +1,174 @@
+package reactors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/clawdbot/task-service/store"
+)
+
+// DueTimerConfig configures a DueTimer.
+type DueTimerConfig struct {
+	DB  *store.DB
+	Hub *store.Hub
+	// CatchUp is the slow safety-net look, in case a wake was lost
+	// (default 30 s).
+	CatchUp time.Duration
+	// MinGap is the least time between two looks that wakes cause (default
+	// 20 ms): every commit wakes the hub, and a look costs a query.
+	MinGap time.Duration
+	// BatchSize is the most tasks one statement makes due (default 500).
+	BatchSize int
+	// Registerer receives the timer's metrics; none when nil.
+	Registerer prometheus.Registerer
+	Logger     zerolog.Logger
+}
+
+// DueTimer wakes the claims when a held task's time comes (DESIGN §13).
+// Each instance runs one, with one timer set for the earliest run_at of a
+// scheduled task; the timer is re-armed on every hub wake (a local commit,
+// or another instance's NOTIFY: a task created or edited with a run_at) and
+// on a slow catch-up tick. When it fires, the instance appends task.due to
+// every task whose run_at came (one statement per batch, SKIP LOCKED, so
+// two instances never wait for each other), and its commit wakes the
+// long-polling claims here and, through NOTIFY, elsewhere. An instance whose
+// timer found the tasks already taken by another wakes its own claims once
+// that instance's commit is visible, without waiting for the NOTIFY.
+type DueTimer struct {
+	cfg     DueTimerConfig
+	db      *store.DB
+	log     zerolog.Logger
+	metrics *dueMetrics
+}
+
+type dueMetrics struct {
+	due   prometheus.Counter
+	delay prometheus.Histogram
+}
+
+// NewDueTimer checks cfg and fills its defaults; it starts nothing.
+func NewDueTimer(cfg DueTimerConfig) (*DueTimer, error) {
+	if cfg.DB == nil || cfg.Hub == nil {
+		return nil, errors.New("reactors: DueTimerConfig.DB and Hub are required")
+	}
+	if cfg.CatchUp <= 0 {
+		cfg.CatchUp = 30 * time.Second
+	}
+	if cfg.MinGap <= 0 {
+		cfg.MinGap = 20 * time.Millisecond
+	}
+	if cfg.BatchSize <= 0 {
+		cfg.BatchSize = 500
+	}
+	m := &dueMetrics{
+		due: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "taskservice_tasks_due_total",
+			Help: "Scheduled tasks this instance made claimable when their run_at came (task.due).",
+		}),
+		delay: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "taskservice_task_due_delay_seconds",
+			Help:    "From a scheduled task's run_at to the commit of its task.due, on this instance.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 5, 30},
+		}),
+	}
+	if cfg.Registerer != nil {
+		for _, c := range []prometheus.Collector{m.due, m.delay} {
+			if err := cfg.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("reactors: register due timer metrics: %w", err)
+			}
+		}
+	}
+	return &DueTimer{cfg: cfg, db: cfg.DB, log: cfg.Logger.With().Str("component", "due-timer").Logger(), metrics: m}, nil
+}
+
+// Run makes tasks due until ctx ends; it returns after the statement in hand.
+func (d *DueTimer) Run(ctx context.Context) error {
+	wake, unsubscribe := d.cfg.Hub.Subscribe()
+	defer unsubscribe()
+	timer := time.NewTimer(0) // look at once
+	defer timer.Stop()
+	ticker := time.NewTicker(d.cfg.CatchUp)
+	defer ticker.Stop()
+	var lastLook time.Time
+	deadline := time.Now() // when the timer fires; zero when it is stopped
+	arm := func(dur time.Duration) {
+		rearm(timer, dur)
+		deadline = time.Now().Add(dur)
+	}
+	contended := time.Duration(0)
+	for {
+		fired := false
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-wake:
+			if gap := time.Since(lastLook); gap < d.cfg.MinGap {
+				if wait := d.cfg.MinGap - gap; deadline.IsZero() || time.Now().Add(wait).Before(deadline) {
+					arm(wait)
+				}
+				continue
+			}
+		case <-timer.C:
+			fired = true
+		case <-ticker.C:
+		}
+		deadline = time.Time{}
+		made, next, err := d.Tick(ctx)
+		lastLook = time.Now()
+		if ctx.Err() != nil {
+			return nil
+		}
+		if fired && made == 0 && err == nil {
+			// The time came and another instance made the tasks due (or
+			// they were edited): its commit is visible now, so let this
+			// instance's claims look without waiting for its NOTIFY.
+			d.cfg.Hub.Wake()
+		}
+		now := d.db.Now()
+		switch {
+		case err != nil:
+			d.log.Error().Err(err).Msg("making scheduled tasks due failed; retrying soon")
+			contended = min(max(2*contended, 100*time.Millisecond), 5*time.Second)
+			arm(contended)
+		case next == nil:
+			contended = 0
+		case !next.After(now):
+			// Still due: another instance holds those rows right now.
+			// Look again shortly; its commit (or its death) frees them.
+			contended = min(max(2*contended, 2*time.Millisecond), 500*time.Millisecond)
+			arm(contended)
+		default:
+			contended = 0
+			arm(next.Sub(now))
+		}
+	}
+}
+
+// Tick makes due every scheduled task whose run_at has come, batch after
+// batch, and returns how many it made due and the next run_at of a task
+// still waiting (nil when none).
+func (d *DueTimer) Tick(ctx context.Context) (int, *time.Time, error) {
+	made := 0
+	for {
+		runAts, err := d.db.MakeDue(ctx, d.cfg.BatchSize)
+		if err != nil {
+			return made, nil, err
+		}
+		committed := d.db.Now()
+		for _, at := range runAts {
+			d.metrics.delay.Observe(max(committed.Sub(at).Seconds(), 0))
+		}
+		d.metrics.due.Add(float64(len(runAts)))
+		made += len(runAts)
+		if len(runAts) < d.cfg.BatchSize {
+			break
+		}
+	}
+	next, err := d.db.NextRunAt(ctx)
+	return made, next, err
+}

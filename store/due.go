@@ -1,0 +1,78 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/clawdbot/task-service/events"
+)
+
+// RunAtActor is the system actor of task.due.
+const RunAtActor = "run-at"
+
+// makeDue appends task.due to up to $2 scheduled tasks whose run_at ($1 or
+// earlier) has come, in one statement, as the claim does: the tasks are
+// picked in time order through worker_tasks_scheduled with SKIP LOCKED (two
+// instances' timers never wait for each other), the UPDATE is the fold of
+// task.due, and task_counts moves them from scheduled to queued (the
+// unassigned ones). Nothing is written when nothing is due.
+const makeDue = `WITH due AS MATERIALIZED (
+    SELECT coalesce(array_agg(id), '{}') AS ids FROM (
+        SELECT id FROM worker_tasks WHERE status = 'pending' AND scheduled AND available_at <= $1
+         ORDER BY available_at, id LIMIT $2 FOR UPDATE SKIP LOCKED) d
+), t AS (
+    UPDATE worker_tasks w SET scheduled = false, updated_at = $1, version = w.version + 1
+     WHERE w.id = ANY((SELECT ids FROM due)::uuid[])
+    RETURNING w.id, w.version, w.available_at, w.assigned_to IS NULL AS unassigned
+), ev AS (
+    INSERT INTO task_events (stream_type, stream_id, version, type, data, meta, occurred_at)
+    SELECT 'task', t.id, t.version, 'task.due', jsonb_build_object('run_at', t.available_at), $3::jsonb, $1 FROM t
+), cnt AS (
+    INSERT INTO task_counts AS c (pid, scheduled, queued)
+    SELECT pg_backend_pid(), -count(*), count(*) FILTER (WHERE unassigned) FROM t HAVING count(*) > 0
+    ON CONFLICT (pid) DO UPDATE SET scheduled = c.scheduled + excluded.scheduled, queued = c.queued + excluded.queued
+)
+SELECT t.available_at FROM t`
+
+// MakeDue makes up to max scheduled tasks whose run_at has come claimable,
+// each with its task.due, and returns their run_at times. Tasks another
+// instance is making due right now are skipped, not waited for.
+func (db *DB) MakeDue(ctx context.Context, max int) ([]time.Time, error) {
+	meta, err := json.Marshal(events.Meta{Actor: events.System(RunAtActor)})
+	if err != nil {
+		return nil, err
+	}
+	rows, err := db.pool.Query(ctx, makeDue, db.Now(), max, string(meta))
+	if err != nil {
+		return nil, mapErr(fmt.Errorf("make due: %w", err))
+	}
+	runAts, err := pgx.CollectRows(rows, pgx.RowTo[time.Time])
+	if err != nil {
+		return nil, mapErr(fmt.Errorf("make due: %w", err))
+	}
+	if len(runAts) > 0 {
+		db.metrics.appended.WithLabelValues("task.due").Add(float64(len(runAts)))
+		db.afterCommit()
+	}
+	return runAts, nil
+}
+
+// NextRunAt is the earliest run_at of a task still waiting for it (one
+// probe of worker_tasks_scheduled); nil when no task waits.
+func (db *DB) NextRunAt(ctx context.Context) (*time.Time, error) {
+	var at time.Time
+	err := db.pool.QueryRow(ctx, `SELECT available_at FROM worker_tasks WHERE status = 'pending' AND scheduled
+		ORDER BY available_at, id LIMIT 1`).Scan(&at)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, mapErr(fmt.Errorf("next run_at: %w", err))
+	}
+	return &at, nil
+}
