@@ -558,6 +558,12 @@ func TestClaimRules(t *testing.T) {
 		b.clock.Advance(time.Hour + time.Second)
 		got, err = w.Claim(ctx)
 		require.NoError(t, err)
+		require.Nil(t, got, "the time came, but no timer made it due yet")
+		due, err := b.db.MakeDue(ctx, 10) // what each instance's due timer does
+		require.NoError(t, err)
+		require.Len(t, due, 1)
+		got, err = w.Claim(ctx)
+		require.NoError(t, err)
 		require.NotNil(t, got)
 		require.Equal(t, task.ID, got.ID)
 		require.Equal(t, at, got.AvailableAt)

@@ -127,10 +127,11 @@ func TestRunAtAcrossInstances(t *testing.T) {
 	    JOIN task_events cl ON cl.stream_id = w.id AND cl.type = 'task.claimed'`).Scan(&dueP99, &claimP99))
 	t.Logf("run_at -> worker: p50 %.1f ms, p99 %.1f ms, max %.1f ms; run_at -> task.due p99 %.1f ms, -> task.claimed p99 %.1f ms",
 		ms(p50), ms(p99), ms(lateness[tasks-1]), dueP99*1000, claimP99*1000)
-	// Speed is for benchmarks (DESIGN §8), and this machine's load varies;
-	// the bound only tells a timer's wake (milliseconds when quiet, 50 ms
-	// asked) from the catch-up tick's 30 s. The figures above are logged.
-	require.Less(t, p99, time.Second, "p99 from run_at to the worker")
+	// Speed is for benchmarks (DESIGN §8), and this machine's load varies
+	// (a load average of 50 on two cores made p99 3 s once); the bound only
+	// tells a timer's wake (milliseconds when quiet, 50 ms asked) from the
+	// catch-up tick's 30 s. The figures above are logged.
+	require.Less(t, p99, 10*time.Second, "p99 from run_at to the worker")
 
 	rep, err := replay.Verify(c.ctx, c.pool, replay.VerifyConfig{})
 	require.NoError(t, err)
