@@ -55,15 +55,16 @@ func (db *DB) NextDue(ctx context.Context) (*time.Time, error) {
 // schedules are fired one per transaction, and the one refused is paused.
 func (db *DB) FireDue(ctx context.Context, limit int, check ParamsCheck) ([]Firing, error) {
 	out, due, err := db.fireBatch(ctx, limit, check, nil)
-	if !errors.Is(err, errFiringRefused) {
+	var refused *refusedError
+	if !errors.As(err, &refused) {
 		return out, err
 	}
 	out = nil
 	for _, id := range due {
 		fired, _, err := db.fireBatch(ctx, 1, check, []string{id})
-		if errors.Is(err, errFiringRefused) {
+		if errors.As(err, &refused) {
 			var f Firing
-			f, err = db.pauseRefused(ctx, id, err)
+			f, err = db.pauseRefused(ctx, id, refused.cause)
 			fired = []Firing{f}
 		}
 		if err != nil {
@@ -74,10 +75,15 @@ func (db *DB) FireDue(ctx context.Context, limit int, check ParamsCheck) ([]Firi
 	return out, nil
 }
 
-// errFiringRefused marks a firing batch whose writes the database refused
-// for what they hold (a constraint, a value out of range), as opposed to
+// refusedError is a firing batch whose writes the database refused for
+// what they hold (a constraint, a value out of range; cause), as opposed to
 // being unavailable or contended: some schedule's stored state is at fault.
-var errFiringRefused = errors.New("the database refused the firing")
+type refusedError struct{ cause error }
+
+func (e *refusedError) Error() string {
+	return "fire: the database refused the writes: " + e.cause.Error()
+}
+func (e *refusedError) Unwrap() error { return e.cause }
 
 // fireBatch runs fireDue in a transaction of its own; it returns the ids of
 // the schedules it locked even when it fails.
@@ -169,6 +175,7 @@ func (db *DB) fireDue(ctx context.Context, tx pgx.Tx, limit int, check ParamsChe
 		}
 		if err != nil {
 			// Not even its failure can be recorded: leave it, fire the others.
+			f.AutoPaused = false
 			out = append(out, f)
 			continue
 		}
@@ -187,7 +194,7 @@ func (db *DB) fireDue(ctx context.Context, tx pgx.Tx, limit int, check ParamsChe
 	}
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		if refusedData(err) {
-			return nil, ids, fmt.Errorf("fire: write: %w: %w", errFiringRefused, mapErr(err))
+			return nil, ids, &refusedError{cause: mapErr(err)}
 		}
 		return nil, ids, mapErr(fmt.Errorf("fire: write: %w", err))
 	}
