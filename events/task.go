@@ -360,10 +360,11 @@ func (t *Task) Release(workerID, reason string) ([]Payload, error) {
 	return []Payload{TaskReleased{WorkerID: workerID, Reason: reason}}, nil
 }
 
-// ReleaseFromDeactivated gives back a task held by a worker being
-// deactivated: in progress, or pending and assigned to it (nobody else could
-// claim that one).
-func (t *Task) ReleaseFromDeactivated(workerID, reason string) ([]Payload, error) {
+// ReleaseHeld gives back a task held by a worker that cannot work it (being
+// deactivated, or offline past the threshold), decided by the system or an
+// admin rather than the worker: in progress, or pending and assigned to it
+// (nobody else could claim that one).
+func (t *Task) ReleaseHeld(workerID, reason string) ([]Payload, error) {
 	if !t.HeldBy(workerID) {
 		return nil, ErrForbidden
 	}

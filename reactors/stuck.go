@@ -37,9 +37,11 @@ type StuckConfig struct {
 }
 
 // Stuck is the stuck detector (seed design §7a): a ticker that, on the one
-// instance holding its lease, marks silent workers offline, fails their tasks
-// stuck in progress (kind worker_offline) and fails tasks past their type's
-// timeout (kind timeout), each with its evidence. Every step re-decides on
+// instance holding its lease, marks silent workers offline, gives the pending
+// tasks pre-assigned to offline workers back to the pool (task.released with
+// the reason), fails their tasks stuck in progress (kind worker_offline) and
+// fails tasks past their type's timeout (kind timeout), each with its
+// evidence. Every step re-decides on
 // the current state, so a second run, or a second instance after a lease
 // hand-over, changes nothing.
 type Stuck struct {
@@ -51,10 +53,13 @@ type Stuck struct {
 
 // StuckReport says what one tick did.
 type StuckReport struct {
-	Leader         bool
-	WentOffline    int
-	FailedOffline  int
-	FailedTimedOut int
+	Leader      bool
+	WentOffline int
+	// ReleasedOffline: pending tasks pre-assigned to an offline worker,
+	// given back to the pool.
+	ReleasedOffline int
+	FailedOffline   int
+	FailedTimedOut  int
 }
 
 // NewStuck checks cfg and fills its defaults; it starts nothing.
@@ -77,7 +82,7 @@ func NewStuck(cfg StuckConfig) (*Stuck, error) {
 	s := &Stuck{cfg: cfg, db: cfg.DB, log: cfg.Logger.With().Str("component", StuckLease).Logger()}
 	s.actions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "taskservice_stuck_detector_actions_total",
-		Help: "Stuck detector actions: went_offline, failed_worker_offline, failed_timeout.",
+		Help: "Stuck detector actions: went_offline, released_offline (a pending task pre-assigned to an offline worker), failed_worker_offline, failed_timeout.",
 	}, []string{"action"})
 	if cfg.Registerer != nil {
 		if err := cfg.Registerer.Register(s.actions); err != nil {
@@ -106,8 +111,9 @@ func (s *Stuck) Run(ctx context.Context) error {
 		cancel()
 		if err != nil {
 			s.log.Error().Err(err).Msg("stuck detector tick failed")
-		} else if rep.WentOffline+rep.FailedOffline+rep.FailedTimedOut > 0 {
-			s.log.Info().Int("went_offline", rep.WentOffline).Int("failed_worker_offline", rep.FailedOffline).
+		} else if rep.WentOffline+rep.ReleasedOffline+rep.FailedOffline+rep.FailedTimedOut > 0 {
+			s.log.Info().Int("went_offline", rep.WentOffline).Int("released_offline", rep.ReleasedOffline).
+				Int("failed_worker_offline", rep.FailedOffline).
 				Int("failed_timeout", rep.FailedTimedOut).Msg("stuck detector acted")
 		}
 	}
@@ -139,6 +145,20 @@ func (s *Stuck) Tick(ctx context.Context) (StuckReport, error) {
 			rep.WentOffline++
 			s.actions.WithLabelValues("went_offline").Inc()
 		}
+	}
+
+	// A task pre-assigned to an offline worker would wait for it forever.
+	holders, err := s.db.OfflineHolders(ctx, now.Add(-s.cfg.OfflineAfter), s.cfg.Limit)
+	if err != nil {
+		return rep, err
+	}
+	for _, w := range holders {
+		released, err := s.db.ReleaseFromOffline(ctx, w.ID, s.cfg.OfflineAfter, s.cfg.Limit, meta)
+		if err != nil {
+			return rep, fmt.Errorf("release the tasks of offline worker %s: %w", w.ID, err)
+		}
+		rep.ReleasedOffline += len(released)
+		s.actions.WithLabelValues("released_offline").Add(float64(len(released)))
 	}
 
 	stuck, err := s.db.StuckTasks(ctx, now.Add(-s.cfg.StuckAfter), now.Add(-s.cfg.OfflineAfter), s.cfg.Limit)

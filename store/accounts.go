@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -81,28 +82,13 @@ func (db *DB) DeactivateUser(ctx context.Context, id, reason string, meta events
 		if _, err := u.Deactivate(reason, nil, meta.Actor.ID); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, `SELECT id FROM worker_tasks
-			WHERE assigned_to = $1 AND status IN ('pending', 'in_progress') ORDER BY id`, id)
-		if err != nil {
-			return mapErr(err)
-		}
-		held, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return mapErr(err)
-		}
 		why := "worker deactivated"
 		if reason != "" {
 			why += ": " + reason
 		}
-		released := []string{}
-		for _, taskID := range held {
-			_, _, err := db.UpdateTask(ctx, tx, taskID, meta, func(t *events.Task) ([]events.Payload, error) {
-				return t.ReleaseFromDeactivated(id, why)
-			})
-			if err != nil {
-				return fmt.Errorf("release task %s: %w", taskID, err)
-			}
-			released = append(released, taskID)
+		released, err := db.releaseHeld(ctx, tx, id, []events.Status{events.StatusPending, events.StatusInProgress}, why, meta, 0)
+		if err != nil {
+			return err
 		}
 		ps, err := u.Deactivate(reason, released, meta.Actor.ID)
 		if err != nil {
@@ -112,6 +98,40 @@ func (db *DB) DeactivateUser(ctx context.Context, id, reason string, meta events
 		return err
 	})
 	return after, err
+}
+
+// releaseHeld gives the tasks workerID holds in one of statuses back to the
+// pool (at most limit of them; 0: all), each with task.released and why, in
+// tx, and returns their ids. The caller has locked the worker's row, so no
+// claim of that worker runs meanwhile; a task that has moved on since it was
+// listed is left as it is.
+func (db *DB) releaseHeld(ctx context.Context, tx pgx.Tx, workerID string, statuses []events.Status, why string, meta events.Meta, limit int) ([]string, error) {
+	rows, err := tx.Query(ctx, `SELECT id FROM worker_tasks
+		WHERE assigned_to = $1 AND status = ANY($2) ORDER BY id LIMIT nullif($3, 0)`, workerID, statuses, limit)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	held, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	released := []string{}
+	for _, taskID := range held {
+		_, _, err := db.UpdateTask(ctx, tx, taskID, meta, func(t *events.Task) ([]events.Payload, error) {
+			if !slices.Contains(statuses, t.Status) {
+				return nil, errMovedOn
+			}
+			return t.ReleaseHeld(workerID, why)
+		})
+		if errors.Is(err, errMovedOn) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("release task %s: %w", taskID, err)
+		}
+		released = append(released, taskID)
+	}
+	return released, nil
 }
 
 // CredentialsByID returns the user id and its password hash.

@@ -13,7 +13,8 @@ type ReactorStats struct {
 	RetriesSkipped      int `json:"retries_skipped"`
 	// Stuck: tasks in progress whose holder is offline or silent past the
 	// offline threshold (the stuck detector fails them after its own
-	// threshold).
+	// threshold), and pending tasks pre-assigned to a worker silent past it
+	// (the stuck detector gives them back to the pool).
 	Stuck int `json:"stuck"`
 	// Outbox counts Telegram messages; nil until the outbox table exists.
 	Outbox     *OutboxStats `json:"outbox"`
@@ -26,17 +27,13 @@ type OutboxStats struct {
 	Dead    int `json:"dead"`
 }
 
-// stuckCount reads the tasks in progress only (worker_tasks_status), which
-// worker capacity bounds.
-const stuckCount = `SELECT
-    (SELECT count(*) FROM worker_tasks t JOIN users u ON u.id = t.assigned_to
-      WHERE t.status = 'in_progress'
-        AND (NOT u.online OR coalesce(u.last_activity_at, t.started_at) < $1)),
+// stuckCount counts the stuck tasks (stuckInProgress, stuckPending).
+var stuckCount = `SELECT (SELECT count(*) FROM (` + stuckInProgress("$1") + `) s)
+  + (SELECT count(*) FROM (` + stuckPending("$1") + `) s),
     to_regclass('telegram_outbox') IS NOT NULL`
 
 // reactorStats fills the reactors' part of the admin stats; the retry
-// totals come from task_counts (Stats). Stuck reads the tasks in progress
-// only, which worker capacity bounds.
+// totals come from task_counts (Stats).
 func (db *DB) reactorStats(ctx context.Context) (ReactorStats, error) {
 	var rs ReactorStats
 	var outbox bool

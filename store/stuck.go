@@ -75,6 +75,75 @@ func (db *DB) MarkWorkerOffline(ctx context.Context, id string, threshold time.D
 	return err == nil, err
 }
 
+// silentSince is when worker u was last heard from: its last heartbeat, or
+// when it went offline if it never sent one.
+const silentSince = `coalesce(u.last_activity_at, u.offline_since)`
+
+// Stuck tasks, as the stats count them and the stuck list shows them, each
+// set read from its own small side: the tasks in progress (which worker
+// capacity bounds) whose holder is offline or silent since before (an SQL
+// expression), and the pending tasks pre-assigned to a worker silent since
+// before, read from those few workers through worker_tasks_preassigned,
+// never from the backlog. The stuck detector fails the first kind after its
+// stuck threshold and gives the second back to the pool on its next tick.
+func stuckInProgress(before string) string {
+	return `SELECT t.id FROM worker_tasks t JOIN users u ON u.id = t.assigned_to
+		WHERE t.status = 'in_progress' AND (NOT u.online OR coalesce(u.last_activity_at, t.started_at) < ` + before + `)`
+}
+
+func stuckPending(before string) string {
+	// = ANY(ARRAY(...)): the silent workers are read first, then an index
+	// probe each; a join here was planned as a walk of every pre-assigned task.
+	return `SELECT t.id FROM worker_tasks t WHERE t.status = 'pending'
+		AND t.assigned_to = ANY(ARRAY(SELECT u.id FROM users u WHERE u.is_worker AND ` + silentSince + ` < ` + before + `))`
+}
+
+// OfflineHolders lists workers offline and not heard from since before that
+// still hold pending tasks pre-assigned to them, which nobody else can claim.
+func (db *DB) OfflineHolders(ctx context.Context, before time.Time, limit int) ([]SilentWorker, error) {
+	rows, err := db.pool.Query(ctx, `SELECT u.id, u.full_name, u.last_activity_at FROM users u
+		WHERE u.is_worker AND NOT u.online AND `+silentSince+` < $1
+		  AND EXISTS (SELECT 1 FROM worker_tasks t WHERE t.assigned_to = u.id AND t.status = 'pending')
+		ORDER BY `+silentSince+`, u.id LIMIT $2`, before, limit)
+	if err != nil {
+		return nil, mapErr(fmt.Errorf("offline holders: %w", err))
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SilentWorker, error) {
+		var w SilentWorker
+		err := r.Scan(&w.ID, &w.Name, &w.LastActivityAt)
+		return w, err
+	})
+	return out, mapErr(err)
+}
+
+// ReleaseFromOffline gives the pending tasks pre-assigned to worker id back
+// to the pool (at most limit), each with task.released and a reason that
+// says since when the worker is silent, if it is still offline and silent
+// since before threshold ago; deactivation releases a worker's tasks the
+// same way. It returns the tasks released.
+func (db *DB) ReleaseFromOffline(ctx context.Context, id string, threshold time.Duration, limit int, meta events.Meta) ([]string, error) {
+	var released []string
+	err := db.WithTx(ctx, func(tx pgx.Tx) error {
+		var silent *time.Time
+		err := tx.QueryRow(ctx, `SELECT `+silentSince+` FROM users u
+			WHERE u.id = $1 AND u.is_worker AND NOT u.online FOR UPDATE`, id).Scan(&silent)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil // came back online meanwhile
+		}
+		if err != nil {
+			return mapErr(fmt.Errorf("release from offline worker: %w", err))
+		}
+		if silent == nil || db.Now().Sub(*silent) < threshold {
+			return nil
+		}
+		why := fmt.Sprintf("worker offline: not heard from since %s (offline threshold %d s); released to the pool",
+			silent.UTC().Format(time.RFC3339), int(threshold/time.Second))
+		released, err = db.releaseHeld(ctx, tx, id, []events.Status{events.StatusPending}, why, meta, limit)
+		return err
+	})
+	return released, err
+}
+
 // StuckTask is a task in progress whose holder has gone silent.
 type StuckTask struct {
 	ID            string

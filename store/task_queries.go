@@ -21,7 +21,8 @@ type TaskFilter struct {
 	Unassigned bool // pending tasks nobody holds: the queue
 	Retries    bool // retry tasks only (retry_count > 0)
 	// Stuck keeps tasks in progress whose holder is offline or silent past
-	// the offline threshold (as the stats count them).
+	// the offline threshold, and pending tasks pre-assigned to a worker
+	// silent past it (as the stats count them).
 	Stuck bool
 	// Search keeps tasks whose title contains it, case-insensitively (the
 	// trigram index of task_titles, migration 014).
@@ -117,8 +118,8 @@ func (db *DB) listTasksSQL(f TaskFilter) (string, []any, error) {
 		where = append(where, "t.retry_count > 0")
 	}
 	if f.Stuck {
-		where = append(where, `t.status = 'in_progress' AND EXISTS (SELECT 1 FROM users u WHERE u.id = t.assigned_to
-			AND (NOT u.online OR coalesce(u.last_activity_at, t.started_at) < `+arg(db.Now().Add(-db.offlineAfter))+`))`)
+		before := arg(db.Now().Add(-db.offlineAfter))
+		where = append(where, `t.id IN (`+stuckInProgress(before)+` UNION ALL `+stuckPending(before)+`)`)
 	}
 	if f.Search != "" {
 		where = append(where, "t.id IN (SELECT id FROM task_titles WHERE title ILIKE "+arg("%"+escapeLike(f.Search)+"%")+")")

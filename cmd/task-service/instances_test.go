@@ -366,8 +366,10 @@ func TestInstancesStuckDetector(t *testing.T) {
 		w := c.worker(fmt.Sprintf("silent%d", i), perWorker)
 		silentIDs = append(silentIDs, w.id)
 		cl := w.clients[i%len(w.clients)]
-		require.NoError(t, cl.Heartbeat(c.ctx, client.Heartbeat{Status: "working"}))
 		for range perWorker {
+			// Alive until its tasks are claimed: the detector gives the
+			// pre-assigned tasks of a silent worker back to the pool.
+			require.NoError(t, cl.Heartbeat(c.ctx, client.Heartbeat{Status: "working"}))
 			task, err := c.admin.CreateTask(c.ctx, client.NewTask{Title: "Long job", TaskTypeID: tt.ID, AssignedTo: w.id})
 			require.NoError(t, err)
 			got, err := cl.Claim(c.ctx)
