@@ -142,6 +142,8 @@ func TestBadInput(t *testing.T) {
 		return fmt.Sprintf(`{"task":{"task_type_id":%q,"title":"t","params":%s}%s}`, typeID, params, timing)
 	}
 	sched := func(timing string) string { return schedOf(tt.ID, `{"days":1}`, timing) }
+	deep := func(n int) string { return strings.Repeat("[", n) + strings.Repeat("]", n) }
+	const D = api.MaxJSONDepth
 
 	cases := []struct {
 		name, method, path, auth, body string
@@ -266,6 +268,32 @@ func TestBadInput(t *testing.T) {
 		{"number beyond numeric", "POST", W + "/tasks/" + held.ID + "/result", una, `{"result":1e1000000}`, 400, "validation_failed", ""},
 		{"number beyond numeric in params", "POST", A + "/tasks", admin, task(`"params":{"days":1,"big":-1e200000}`), 400, "validation_failed", ""},
 		{"metadata too big", "POST", W + "/heartbeat", una, `{"metadata":` + strings.Repeat(`{"a":`, 9000) + `1` + strings.Repeat("}", 9000) + `}`, 400, "validation_failed", ""},
+
+		// Nesting past MaxJSONDepth levels inside a field, refused before the
+		// body is parsed, naming the field.
+		{"result nested too deep", "POST", W + "/tasks/" + held.ID + "/result", una, `{"result":` + deep(D+1) + `}`, 400, "validation_failed", "result"},
+		{"result nested 9,000 deep", "POST", W + "/tasks/" + held.ID + "/result", una, `{"result":` + deep(9000) + `}`, 400, "validation_failed", "result"},
+		{"params nested too deep", "POST", A + "/tasks", admin, task(`"params":{"days":1,"x":` + deep(D) + `}`), 400, "validation_failed", "params"},
+		{"edited params nested too deep", "PUT", A + "/tasks/" + pending.ID, admin, `{"params":{"days":1,"x":` + deep(D) + `}}`, 400, "validation_failed", "params"},
+		{"heartbeat metadata nested too deep", "POST", W + "/heartbeat", una, `{"metadata":{"a":` + deep(D) + `}}`, 400, "validation_failed", "metadata"},
+		{"param_schema nested too deep", "POST", A + "/task-types", admin, `{"name":"deep","param_schema":{"a":` + deep(D) + `}}`, 400, "validation_failed", "param_schema"},
+		{"schedule params nested too deep", "POST", S, admin, schedOf(tt.ID, `{"days":1,"x":`+deep(D)+`}`, `"cron":"@daily"`), 400, "validation_failed", "task.params"},
+		{"schedule edit params nested too deep", "PUT", S + "/" + live.ID, admin, `{"task":{"params":{"days":1,"x":` + deep(D) + `}}}`, 400, "validation_failed", "task.params"},
+		{"completions: result nested too deep", "POST", W + "/tasks/completions", una, fmt.Sprintf(`[{"id":%q,"status":"completed","result":%s}]`, held.ID, deep(D+1)), 400, "validation_failed", "[0].result"},
+		{"a typed field nested deep", "POST", A + "/tasks", admin, task(`"priority":` + deep(D+5)), 400, "validation_failed", "priority"},
+
+		// A lone UTF-16 surrogate cannot be held as text: refused in plain
+		// strings as in free-form JSON, naming the field.
+		{"lone surrogate in title", "POST", A + "/tasks", admin, fmt.Sprintf(`{"title":"a\ud800b","task_type_id":%q,"params":{"days":1}}`, tt.ID), 400, "validation_failed", "title"},
+		{"lone low surrogate in an update", "POST", W + "/tasks/" + held.ID + "/updates", una, `{"message":"\udc00"}`, 400, "validation_failed", "message"},
+		{"high surrogate without its low half", "PUT", W + "/tasks/" + held.ID + "/status", una, `{"status":"failed","reason":"x\ud83d\u0041"}`, 400, "validation_failed", "reason"},
+		{"lone surrogate in a result", "POST", W + "/tasks/" + held.ID + "/result", una, `{"result":{"k":["ok","\ud800"]}}`, 400, "validation_failed", "result.k.1"},
+		{"lone surrogate in a metadata key", "POST", W + "/heartbeat", una, `{"metadata":{"\ud800":1}}`, 400, "validation_failed", "metadata"},
+		{"lone surrogate in a worker's name", "POST", A, admin, `{"email":"s@example.com","password":"long-enough","full_name":"\udfff"}`, 400, "validation_failed", "full_name"},
+		{"lone surrogate in a schedule's name", "POST", S, admin, sched(`"cron":"@daily","name":"\udbff"`), 400, "validation_failed", "name"},
+		{"lone surrogate in a completion", "POST", W + "/tasks/completions", una, fmt.Sprintf(`[{"id":%q,"status":"failed","reason":"\ud800"}]`, held.ID), 400, "validation_failed", "[0].reason"},
+		{"a surrogate pair is text", "POST", W + "/tasks/" + held.ID + "/updates", duo, `{"message":"\ud83d\ude00"}`, 403, "forbidden", ""},
+		{"escaped backslash before ud800 is text", "POST", W + "/tasks/" + held.ID + "/updates", duo, `{"message":"C:\\ud800"}`, 403, "forbidden", ""},
 
 		// Oversize bodies.
 		{"oversize task", "POST", A + "/tasks", admin, big, 413, "too_large", ""},
@@ -514,3 +542,29 @@ func (b *bundle) badInputSchedules(t *testing.T, tt *events.TaskType) (live, gon
 
 func jwtDecode(s string) ([]byte, error) { return base64.RawURLEncoding.DecodeString(s) }
 func jwtEncode(b []byte) string          { return base64.RawURLEncoding.EncodeToString(b) }
+
+// TestNestingAtTheBound: free-form JSON nested exactly MaxJSONDepth levels
+// is stored as sent, wherever the request puts it.
+func TestNestingAtTheBound(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := b.ctx
+	tt := b.newType(t, "deep")
+	w := b.newWorker(t, "Deep", 1)
+	deep := strings.Repeat("[", api.MaxJSONDepth) + "1" + strings.Repeat("]", api.MaxJSONDepth)
+	obj := strings.Repeat(`{"a":`, api.MaxJSONDepth-1) + "1" + strings.Repeat("}", api.MaxJSONDepth-1)
+	params := json.RawMessage(`{"days":1,"x":` + obj + `}`)
+
+	task, err := b.admin.CreateTask(ctx, client.NewTask{Title: "deep", TaskTypeID: tt.ID, Params: params})
+	require.NoError(t, err)
+	require.JSONEq(t, string(params), string(task.Params))
+	_, err = w.Claim(ctx)
+	require.NoError(t, err)
+	require.NoError(t, w.Do(ctx, http.MethodPost, "/api/v1/worker/heartbeat", json.RawMessage(`{"metadata":{"m":`+obj+`}}`), nil))
+	require.NoError(t, w.Do(ctx, http.MethodPost, "/api/v1/worker/tasks/"+task.ID+"/result", json.RawMessage(`{"result":`+deep+`}`), nil))
+	got, err := b.admin.Task(ctx, task.ID)
+	require.NoError(t, err)
+	require.JSONEq(t, deep, string(got.Result))
+	_, err = b.admin.CreateSchedule(ctx, client.NewSchedule{Task: events.ScheduleTemplate{TaskTypeID: tt.ID, Title: "deep", Params: params}, Cron: "@daily"})
+	require.NoError(t, err, "task.params may be as deep as a task's params")
+}

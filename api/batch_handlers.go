@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -122,6 +123,9 @@ func decodeFinishItems(c echo.Context) ([]store.Finish, error) {
 	}
 	if len(raw) == 0 || raw[0] != '[' {
 		return nil, events.Invalid("body", "must be a JSON array of {id, status, result?, reason?, kind?}")
+	}
+	if err := checkDepth(raw, 1+envelopeOf(reflect.TypeFor[finishItem]()), ""); err != nil {
+		return nil, err
 	}
 	var elems []json.RawMessage
 	if err := json.Unmarshal(raw, &elems); err != nil {

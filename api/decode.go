@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"reflect"
 	"strings"
 	"time"
 
@@ -47,6 +48,9 @@ func decodeRaw(raw []byte, v any, emptyOK bool) error {
 	if raw[0] != '{' {
 		return events.Invalid("body", "must be a JSON object")
 	}
+	if err := checkDepth(raw, envelopeOf(reflect.TypeOf(v)), ""); err != nil {
+		return err
+	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -55,7 +59,7 @@ func decodeRaw(raw []byte, v any, emptyOK bool) error {
 	if dec.More() {
 		return events.Invalid("body", "has data after the JSON object")
 	}
-	return checkJSON(raw)
+	return checkJSON(raw, "")
 }
 
 // readBody reads the request body (bounded by guardBody) without the white

@@ -30,6 +30,7 @@ func FuzzDecode(f *testing.F) {
 		"\ufeff{}", "{\"title\":\"a\"}\n", "{\"title\":\"a\"}\x00",
 		`{"title":"a\u0000"}`, `{"params":{"k":["x","\u0000"]}}`, `{"params":{"\u0000":1}}`, `{"reason":"C:\\u0000"}`,
 		`{"metadata":{"a":{"b":"\u0000"}}}`, `{"sop":"\\\u0000"}`, "{\"title\":\"a\x00\"}",
+		`{"params":` + strings.Repeat(`[`, 65) + strings.Repeat(`]`, 65) + `}`, `{"title":"\udc00\ud800"}`, `{"title":"\ud83d\ude00"}`,
 	}
 	for _, s := range seeds {
 		f.Add([]byte(s), false)
@@ -63,6 +64,12 @@ func FuzzDecode(f *testing.F) {
 			check(false, err)
 			if err == nil && holdsNUL(reflect.ValueOf(v)) {
 				t.Fatalf("%s: body %q decoded with a NUL character inside: %+v", target.name, body, v)
+			}
+			if err == nil && firstLoneSurrogate(body) >= 0 {
+				t.Fatalf("%s: body %q decoded with a lone surrogate inside", target.name, body)
+			}
+			if err == nil && checkDepth(body, 1, "") != nil {
+				t.Fatalf("%s: body %q decoded with a value nested deeper than %d levels", target.name, body, MaxJSONDepth)
 			}
 			// Through a small body limit too, so the 413 path is fuzzed.
 			limited := http.MaxBytesReader(nil, readCloser{bytes.NewReader(body)}, 64)

@@ -1,7 +1,6 @@
 package ui
 
 import (
-	"encoding/json"
 	"net/http"
 	"net/url"
 	"strings"
@@ -86,11 +85,7 @@ func (u *UI) events(c echo.Context) error {
 	if err != nil {
 		return u.fail(c, err)
 	}
-	d.Rows = make([]eventRow, len(views))
-	for i, v := range views {
-		raw, _ := json.MarshalIndent(v, "", "  ")
-		d.Rows[i] = eventRow{EventView: v, Raw: string(raw)}
-	}
+	d.Rows = eventRows(views)
 	if len(evs) > 0 {
 		d.After = evs[0].Position().String()
 	} else {

@@ -88,7 +88,7 @@ func scheduleValues(s *events.Schedule) url.Values {
 	v.Set("task.task_type_id", s.Task.TaskTypeID)
 	v.Set("task.title", s.Task.Title)
 	v.Set("task.description", s.Task.Description)
-	v.Set("task.params", prettyJSON(s.Task.Params))
+	v.Set("task.params", formJSON(s.Task.Params))
 	v.Set("task.priority", string(s.Task.Priority))
 	v.Set("task.assigned_to", s.Task.AssignedTo)
 	if s.Interval != nil {
@@ -116,14 +116,14 @@ func scheduleBody(f url.Values) ([]byte, error) {
 	get := func(k string) string { return strings.TrimSpace(f.Get(k)) }
 	task := map[string]any{"task_type_id": get("task.task_type_id"), "title": get("task.title"),
 		"description": f.Get("task.description"), "priority": get("task.priority"), "assigned_to": get("task.assigned_to")}
-	params := get("task.params")
-	if params == "" {
-		params = "{}"
+	params, err := formValueJSON("task.params", get("task.params"))
+	if err != nil {
+		return nil, err
 	}
-	if !json.Valid([]byte(params)) {
-		return nil, events.Invalid("task.params", "is not valid JSON")
+	if params == nil {
+		params = json.RawMessage("{}")
 	}
-	task["params"] = json.RawMessage(params)
+	task["params"] = params
 	body := map[string]any{"name": get("name"), "task": task, "cron": get("cron"), "time_zone": get("time_zone"),
 		"overlap": get("overlap"), "interval": nil, "start_at": nil, "end_at": nil, "max_runs": 0}
 	num := func(field string) (int, error) {

@@ -1,7 +1,6 @@
 package ui
 
 import (
-	"encoding/json"
 	"errors"
 	"net/http"
 	"net/url"
@@ -29,18 +28,29 @@ type taskData struct {
 	Action   string                // the action whose form failed
 	Errs     map[string]formErrors // its errors by field, under its name
 	Form     url.Values            // what was sent
-	Params   string                // params as pretty JSON, for the edit form
+	Params   string                // params as JSON, for the edit form
+	Shown    shownJSON             // params as the page shows them
+	Result   shownJSON
 	MaxRetry int
 	// Files is for the task data page (issue 14): the uploads to list in
 	// the "task-data" slot.
 	Files any
 }
 
-// eventRow is a timeline line: the API's view of the event and its raw
-// JSON for the expander.
+// eventRow is a timeline line: the API's view of the event and its JSON
+// for the expander.
 type eventRow struct {
 	api.EventView
-	Raw string
+	Raw shownJSON
+}
+
+// eventRows are the timeline lines of views.
+func eventRows(views []api.EventView) []eventRow {
+	rows := make([]eventRow, len(views))
+	for i, v := range views {
+		rows[i] = eventRow{EventView: v, Raw: showJSON(compactJSON(v), maxShownEventJSON, "")}
+	}
+	return rows
 }
 
 func (u *UI) task(c echo.Context) error {
@@ -65,7 +75,9 @@ func (u *UI) renderTask(c echo.Context, status int, action string, errs formErro
 	if d.D.TaskType != nil {
 		d.MaxRetry = d.D.TaskType.MaxRetries
 	}
-	d.Params = prettyJSON(d.D.Params)
+	d.Params = formJSON(d.D.Params)
+	d.Shown = showJSON(d.D.Params, maxShownJSON, "/tasks/"+id+"/params.json")
+	d.Result = showJSON(d.D.Result, maxShownJSON, "/tasks/"+id+"/result.json")
 	if d.Chain, err = u.db.TaskChain(ctx, u.db.Pool(), id); err != nil {
 		return u.fail(c, err)
 	}
@@ -82,11 +94,7 @@ func (u *UI) renderTask(c echo.Context, status int, action string, errs formErro
 	if err != nil {
 		return u.fail(c, err)
 	}
-	d.Events = make([]eventRow, len(views))
-	for i, v := range views {
-		raw, _ := json.MarshalIndent(v, "", "  ")
-		d.Events[i] = eventRow{EventView: v, Raw: string(raw)}
-	}
+	d.Events = eventRows(views)
 	if d.Workers, err = u.db.Workers(ctx); err != nil {
 		return u.fail(c, err)
 	}
@@ -168,13 +176,12 @@ func (u *UI) editTask(c echo.Context) error {
 		if p := events.Priority(f.Get("priority")); p != "" {
 			req.Priority = &p
 		}
-		if raw := strings.TrimSpace(f.Get("params")); raw != "" {
-			if !json.Valid([]byte(raw)) {
-				return "", events.Invalid("params", "is not valid JSON")
-			}
-			req.Params = json.RawMessage(raw)
+		params, err := formValueJSON("params", f.Get("params"))
+		if err != nil {
+			return "", err
 		}
-		_, err := u.api.EditTask(c.Request().Context(), id, req, actor(c))
+		req.Params = params
+		_, err = u.api.EditTask(c.Request().Context(), id, req, actor(c))
 		return "", err
 	})
 }

@@ -128,14 +128,7 @@ func schemaFields(raw json.RawMessage) (fields []schemaField, rawOnly bool) {
 // not parse is sent as text, so the schema's own error names the field.
 func formParams(fields []schemaField, rawOnly bool, form url.Values) (json.RawMessage, error) {
 	if rawOnly {
-		raw := strings.TrimSpace(form.Get("params"))
-		if raw == "" {
-			return nil, nil
-		}
-		if !json.Valid([]byte(raw)) {
-			return nil, events.Invalid("params", "is not valid JSON")
-		}
-		return json.RawMessage(raw), nil
+		return formValueJSON("params", form.Get("params"))
 	}
 	out := map[string]any{}
 	for _, f := range fields {
@@ -173,9 +166,9 @@ func formParams(fields []schemaField, rawOnly bool, form url.Values) (json.RawMe
 			}
 			out[f.Name] = items
 		case "json":
-			var x any
-			if err := json.Unmarshal([]byte(v), &x); err != nil {
-				return nil, events.Invalid("params."+f.Name, "is not valid JSON: %v", err)
+			x, err := formValueJSON("params."+f.Name, v)
+			if err != nil {
+				return nil, err
 			}
 			out[f.Name] = x
 		default:

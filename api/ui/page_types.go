@@ -1,7 +1,6 @@
 package ui
 
 import (
-	"encoding/json"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -43,7 +42,7 @@ func typeValues(tt *events.TaskType) url.Values {
 	v.Set("label", tt.Label)
 	v.Set("description", tt.Description)
 	v.Set("sop", tt.SOP)
-	v.Set("param_schema", prettyJSON(tt.ParamSchema))
+	v.Set("param_schema", formJSON(tt.ParamSchema))
 	v.Set("max_retries", strconv.Itoa(tt.MaxRetries))
 	v.Set("timeout_seconds", strconv.Itoa(tt.TimeoutSeconds))
 	v.Set("retry_backoff_seconds", strconv.Itoa(tt.RetryBackoffSeconds))
@@ -55,12 +54,11 @@ func typeValues(tt *events.TaskType) url.Values {
 func typeRequest(f url.Values) (api.TaskTypeRequest, error) {
 	req := api.TaskTypeRequest{Name: strings.TrimSpace(f.Get("name")), Label: strings.TrimSpace(f.Get("label")),
 		Description: f.Get("description"), SOP: f.Get("sop")}
-	if raw := strings.TrimSpace(f.Get("param_schema")); raw != "" {
-		if !json.Valid([]byte(raw)) {
-			return req, events.Invalid("param_schema", "is not valid JSON")
-		}
-		req.ParamSchema = json.RawMessage(raw)
+	schema, err := formValueJSON("param_schema", f.Get("param_schema"))
+	if err != nil {
+		return req, err
 	}
+	req.ParamSchema = schema
 	num := func(field string) (int, error) {
 		v := strings.TrimSpace(f.Get(field))
 		if v == "" {
@@ -72,7 +70,6 @@ func typeRequest(f url.Values) (api.TaskTypeRequest, error) {
 		}
 		return n, nil
 	}
-	var err error
 	if strings.TrimSpace(f.Get("max_retries")) != "" {
 		n, nerr := num("max_retries")
 		if nerr != nil {

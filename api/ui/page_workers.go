@@ -16,7 +16,7 @@ import (
 type workerRow struct {
 	store.WorkerView
 	Current  []events.Task
-	Metadata string
+	Metadata shownJSON
 }
 
 type workersData struct {
@@ -51,7 +51,8 @@ func (u *UI) renderWorkers(c echo.Context, status int, form url.Values, errs for
 	}
 	d := workersData{Form: form, Errors: errs, Created: created}
 	for _, w := range ws {
-		d.Workers = append(d.Workers, workerRow{WorkerView: w, Current: byWorker[w.ID], Metadata: prettyJSON(w.Metadata)})
+		d.Workers = append(d.Workers, workerRow{WorkerView: w, Current: byWorker[w.ID],
+			Metadata: showJSON(w.Metadata, maxShownEventJSON, "/workers/"+w.ID+"/metadata.json")})
 	}
 	return u.render(c, status, "workers", d)
 }

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"html/template"
 	"io/fs"
@@ -232,7 +231,6 @@ func funcs(as *assets) template.FuncMap {
 			}
 			return id
 		},
-		"prettyJSON": prettyJSON,
 		"seconds": func(p *float64) string {
 			if p == nil {
 				return "—"
@@ -268,17 +266,6 @@ func funcs(as *assets) template.FuncMap {
 			return "f-" + strings.NewReplacer(".", "-", "[", "-", "]", "").Replace(field)
 		},
 	}
-}
-
-func prettyJSON(raw json.RawMessage) string {
-	if len(raw) == 0 || string(raw) == "null" {
-		return ""
-	}
-	var buf bytes.Buffer
-	if err := json.Indent(&buf, raw, "", "  "); err != nil {
-		return string(raw)
-	}
-	return buf.String()
 }
 
 func agoText(d time.Duration) string {

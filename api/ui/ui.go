@@ -89,6 +89,8 @@ func (u *UI) routes() []route {
 		{method: http.MethodGet, path: "/tasks/new", handler: u.newTask},
 		{method: http.MethodPost, path: "/tasks/new", handler: u.createTask},
 		{method: http.MethodGet, path: "/tasks/:id", handler: u.task},
+		{method: http.MethodGet, path: "/tasks/:id/params.json", handler: u.taskJSON("params")},
+		{method: http.MethodGet, path: "/tasks/:id/result.json", handler: u.taskJSON("result")},
 		{method: http.MethodPost, path: "/tasks/:id/cancel", handler: u.cancelTask},
 		{method: http.MethodPost, path: "/tasks/:id/assign", handler: u.assignTask},
 		{method: http.MethodPost, path: "/tasks/:id/retry", handler: u.retryTask},
@@ -101,6 +103,7 @@ func (u *UI) routes() []route {
 		{method: http.MethodPost, path: "/types/:id/archive", handler: u.archiveType},
 		{method: http.MethodGet, path: "/workers", handler: u.workers},
 		{method: http.MethodPost, path: "/workers", handler: u.createWorker},
+		{method: http.MethodGet, path: "/workers/:id/metadata.json", handler: u.workerMetadata},
 		{method: http.MethodGet, path: "/events", handler: u.events},
 
 		// Schedules (issue 13).

@@ -3,19 +3,29 @@ package main_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"mime/multipart"
 	"net/http"
 	"net/textproto"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/clawdbot/task-service/api"
 	"github.com/clawdbot/task-service/api/client"
+	"github.com/clawdbot/task-service/events"
+	"github.com/clawdbot/task-service/projections"
+	"github.com/clawdbot/task-service/store"
 	"github.com/clawdbot/task-service/store/storetest"
 )
 
@@ -173,4 +183,124 @@ func TestDownloadsNeverRun(t *testing.T) {
 	require.False(t, ran, "the upload ran as a script on the admin's page (%s)", outcome)
 	require.Equal(t, "refused", outcome)
 	b.checkConsole()
+}
+
+// TestDeepJSONPagesStayBounded: a result nested 9,000 deep and 16 KiB of
+// heartbeat metadata nested 8,000 deep made /tasks/:id a 324 MB page (the
+// server went to 1.9 GB) and /workers 128 MB. The API now refuses them;
+// written straight to the database, as a release without the depth bound
+// stored them, both pages stay small while the server's resident memory
+// stays under 300 MB, and the whole result still downloads.
+func TestDeepJSONPagesStayBounded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbURL := storetest.NewDB(t)
+	s := startServer(t, dbURL)
+	wc, taskID := dataTask(t, s)
+	admin := client.New(s.base, nil)
+	_, err := admin.Login(ctx, "root@example.com", "root-password")
+	require.NoError(t, err)
+	mine, err := wc.MyTasks(ctx, false)
+	require.NoError(t, err)
+	require.Len(t, mine, 1)
+	workerID := *mine[0].AssignedTo
+
+	// The API refuses such JSON now, naming the field, before parsing it;
+	// and a lone surrogate in a plain string as in free-form JSON.
+	result := strings.Repeat("[", 9000) + "1" + strings.Repeat("]", 9000)
+	metadata := `{"m":` + strings.Repeat("[", 8000) + strings.Repeat("]", 8000) + `}`
+	for _, c := range []struct{ path, body, field string }{
+		{"/api/v1/worker/tasks/" + taskID + "/result", `{"result":` + result + `}`, "result"},
+		{"/api/v1/worker/heartbeat", `{"metadata":` + metadata + `}`, "metadata"},
+		{"/api/v1/worker/tasks/" + taskID + "/updates", `{"message":"half a pair: \ud83d"}`, "message"},
+	} {
+		err := wc.Do(ctx, http.MethodPost, c.path, json.RawMessage(c.body), nil)
+		var apiErr *client.Error
+		require.ErrorAs(t, err, &apiErr, c.path)
+		require.Equal(t, http.StatusBadRequest, apiErr.Status, c.path)
+		require.Equal(t, c.field, apiErr.Field, c.path)
+	}
+	detail, err := admin.Task(ctx, taskID)
+	require.NoError(t, err)
+	require.Equal(t, "null", string(detail.Result))
+	require.Empty(t, detail.Updates)
+
+	pool, err := pgxpool.New(ctx, dbURL)
+	require.NoError(t, err)
+	defer pool.Close()
+	db, err := store.New(pool, store.Config{Projector: projections.Projector{}})
+	require.NoError(t, err)
+	meta := events.Meta{Actor: events.Actor{Kind: events.ActorWorker, ID: workerID}}
+	_, _, err = db.UpdateTask(ctx, pool, taskID, meta, func(t *events.Task) ([]events.Payload, error) {
+		return t.PostResult(workerID, json.RawMessage(result))
+	})
+	require.NoError(t, err)
+	_, err = db.Heartbeat(ctx, workerID, store.HeartbeatParams{Status: "working", Metadata: json.RawMessage(metadata)}, meta)
+	require.NoError(t, err)
+
+	get := func(path string) (int, []byte, error) {
+		req, err := http.NewRequest(http.MethodGet, s.base+path, nil)
+		if err != nil {
+			return 0, nil, err
+		}
+		req.AddCookie(&http.Cookie{Name: api.SessionCookie, Value: admin.Token()})
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, nil, err
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		return resp.StatusCode, body, err
+	}
+	pid := s.cmd.Process.Pid
+	var peak atomic.Int64
+	stop := make(chan struct{})
+	var sampler sync.WaitGroup
+	sampler.Add(1)
+	go func() {
+		defer sampler.Done()
+		for {
+			if r := rss(t, pid); r > peak.Load() {
+				peak.Store(r)
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}()
+	type page struct {
+		path   string
+		status int
+		body   []byte
+		err    error
+	}
+	pages := make([]page, 8)
+	var wg sync.WaitGroup
+	for i := range pages {
+		pages[i].path = map[bool]string{true: "/tasks/" + taskID, false: "/workers"}[i%2 == 0]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pages[i].status, pages[i].body, pages[i].err = get(pages[i].path)
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	sampler.Wait()
+	t.Logf("server resident memory peak %d MB", peak.Load()>>20)
+	for _, p := range pages {
+		require.NoError(t, p.err, p.path)
+		require.Equal(t, http.StatusOK, p.status, p.path)
+		t.Logf("%s: %d bytes", p.path, len(p.body))
+		require.Less(t, len(p.body), 1<<20, "%s: a page of a megabyte or more", p.path)
+		require.Contains(t, string(p.body), "Truncated: the first", p.path)
+	}
+	require.Less(t, peak.Load(), int64(300<<20), "the server's resident memory reached 300 MB")
+
+	status, body, err := get("/tasks/" + taskID + "/result.json")
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, status)
+	require.Equal(t, result, string(body), "the whole result downloads")
 }
