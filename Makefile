@@ -18,6 +18,9 @@
 #   make fuzz       fuzz the API's request decoding for FUZZTIME (default 30s)
 #   make screenshots  regenerate docs/ui/*.png: every admin UI page in a headless Chromium
 #   make bench-ui   server time of every admin UI page, p50/p99, against DATABASE_URL
+#   make soak       SOAK_DURATION (default 30m) of claim-and-complete load on three instances and a
+#                   private PostgreSQL, with kill -9, PostgreSQL restarts and hostile inputs on a loop;
+#                   then counts, taskctl replay --verify and resident memory (prints a summary)
 #   make devdb      start the dev cluster and print its URL
 #   make devdb-stop stop it
 
@@ -213,3 +216,15 @@ bench-data:
 # prints the settings to export. The tests start their own.
 s3dev:
 	@scripts/s3dev.sh start
+
+# The soak run (issue 20, README "The soak run"): TestSoak in cmd/task-service starts its own
+# PostgreSQL 15 cluster (initdb in a temporary directory, a free port, run as the postgres
+# user when root; never the dev cluster) and three task-service instances on it; SOAK_WORKERS
+# workers (16) claim and complete tasks as fast as they go while an instance is killed with
+# SIGKILL, PostgreSQL restarts fast and immediately, and a transaction is held open, one fault
+# every SOAK_FAULT_EVERY (15s), and the hostile inputs of issue 20 come every half second.
+# SOAK_RATE caps task creation per second (0: as fast as the workers take them).
+SOAK_DURATION ?= 30m
+.PHONY: soak
+soak:
+	SOAK_DURATION=$(SOAK_DURATION) $(GO) test -count=1 -timeout 0 -run '^TestSoak$$' -v ./cmd/task-service
