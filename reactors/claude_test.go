@@ -1,6 +1,7 @@
 package reactors_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,7 +30,7 @@ type fakeClaude struct {
 
 	mu       sync.Mutex
 	calls    map[string]int // by mode
-	inTx     int            // calls made while a transaction was open on the test database
+	inTx     int            // advisor calls that began or ended while a batch transaction was open (txChecked)
 	requests []claudeRequest
 }
 
@@ -56,24 +57,6 @@ func newFakeClaude(t *testing.T, e *env) *fakeClaude {
 }
 
 func (f *fakeClaude) serve(w http.ResponseWriter, r *http.Request) {
-	// No batch transaction of the advised reactor may be open while the
-	// advisor is asked: nobody holds its checkpoint row. (The other retry
-	// reactor's may be; it asks nobody.)
-	open := 0
-	tx, err := f.e.pool.Begin(r.Context())
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return
-	}
-	_, err = tx.Exec(r.Context(), `SELECT 1 FROM reactor_checkpoints WHERE name = 'retry_advice' FOR KEY SHARE NOWAIT`)
-	_ = tx.Rollback(r.Context())
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available
-		open = 1
-	} else if err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return
-	}
 	var req claudeRequest
 	body, _ := io.ReadAll(r.Body)
 	if r.Method != http.MethodPost || r.URL.Path != "/v1/messages" || r.Header.Get("x-api-key") != fakeKey ||
@@ -89,7 +72,6 @@ func (f *fakeClaude) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	f.mu.Lock()
 	f.calls[mode]++
-	f.inTx += open
 	f.requests = append(f.requests, req)
 	f.mu.Unlock()
 
@@ -148,6 +130,47 @@ func (f *fakeClaude) count(mode string) int {
 	return f.calls[mode]
 }
 
+// txChecked wraps the advisor so that every call looks, as it begins and
+// as it returns, whether a batch transaction of the advised reactor is open:
+// then someone holds its checkpoint row. (The other retry reactor's may be;
+// it asks nobody.) The look is made in the caller's goroutine, not in the
+// fake's handler: under load the handler may run after the client gave up
+// (its timeout) and the runner went on to its transaction, which is no call
+// made inside one.
+func (f *fakeClaude) txChecked(advisor reactors.Advisor) reactors.Advisor {
+	return checkedAdvisor{f: f, advisor: advisor}
+}
+
+type checkedAdvisor struct {
+	f       *fakeClaude
+	advisor reactors.Advisor
+}
+
+func (c checkedAdvisor) Advise(ctx context.Context, req reactors.AdviceRequest) (reactors.Advice, error) {
+	c.f.lookForTx(ctx)
+	defer c.f.lookForTx(context.WithoutCancel(ctx))
+	return c.advisor.Advise(ctx, req)
+}
+
+// lookForTx counts in inTx a lock held on the advised reactor's checkpoint.
+// It runs in the runner's goroutines, so it reports with Errorf.
+func (f *fakeClaude) lookForTx(ctx context.Context) {
+	tx, err := f.e.pool.Begin(ctx)
+	if err == nil {
+		_, err = tx.Exec(ctx, `SELECT 1 FROM reactor_checkpoints WHERE name = 'retry_advice' FOR KEY SHARE NOWAIT`)
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+	}
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == "55P03": // lock_not_available
+		f.mu.Lock()
+		f.inTx++
+		f.mu.Unlock()
+	case err != nil && ctx.Err() == nil:
+		f.t.Errorf("look for a batch transaction: %v", err)
+	}
+}
+
 func TestRetryAdvice(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -155,7 +178,7 @@ func TestRetryAdvice(t *testing.T) {
 	claude, err := reactors.NewClaude(reactors.ClaudeConfig{APIKey: fakeKey, BaseURL: fake.srv.URL,
 		Model: "claude-test", Timeout: 300 * time.Millisecond})
 	require.NoError(t, err)
-	e.retryReactor("a", claude)
+	e.retryReactor("a", fake.txChecked(claude))
 	tt := e.taskType(events.TaskTypeSpec{Name: "crawl", MaxRetries: 3})
 	w := e.worker("Advised Worker", 20)
 

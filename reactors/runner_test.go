@@ -179,8 +179,11 @@ func TestRunnerLag(t *testing.T) {
 	require.Equal(t, 3, stats.ReactorLag[0].EventsBehind)
 
 	e.retryReactor("a", nil)
-	e.eventually("the lag gauge to drop to 0", func() bool {
-		return gauge(t, e, "taskservice_reactor_lag_events", "retry") == 0
+	// The failures are of kind error: "retry" passes them over at once and
+	// "retry_advice" decides them, so both gauges must drop.
+	e.eventually("the lag gauges to drop to 0", func() bool {
+		return gauge(t, e, "taskservice_reactor_lag_events", "retry") == 0 &&
+			gauge(t, e, "taskservice_reactor_lag_events", "retry_advice") == 0
 	})
 	stats, err = e.db.Stats(e.ctx)
 	require.NoError(t, err)
