@@ -163,8 +163,10 @@ type taskFacts struct {
 	RetryCount int
 	MaxRetries int
 	Result     json.RawMessage
-	// RetryOutcome is the retry decision when it is already taken ("" not yet).
+	// RetryOutcome is the retry decision when it is already taken ("" not
+	// yet), and RetryTaskID the retry it created.
 	RetryOutcome string
+	RetryTaskID  string
 	Schedule     string // the name of the schedule that created the task, if one did
 	// DataFiles and DataBytes sum the task data uploaded for the task.
 	DataFiles int
@@ -226,7 +228,7 @@ func loadFacts(ctx context.Context, tx pgx.Tx, taskIDs, workerIDs []string) (map
 	// An archived type gets no retries (the retry reactor skips them).
 	b.Queue(`SELECT t.id::text, t.title, t.retry_count,
 		    CASE WHEN coalesce(tt.archived, true) THEN 0 ELSE tt.max_retries END, t.result, coalesce(t.retry_outcome, ''),
-		    coalesce(s.name, ''), d.files, d.bytes
+		    coalesce(t.retry_task_id::text, ''), coalesce(s.name, ''), d.files, d.bytes
 		FROM worker_tasks t LEFT JOIN task_types tt ON tt.id = t.task_type_id
 		    LEFT JOIN schedules s ON s.id = t.schedule_id
 		    CROSS JOIN LATERAL (SELECT count(*)::int AS files, coalesce(sum(size_bytes), 0)::bigint AS bytes
@@ -235,7 +237,8 @@ func loadFacts(ctx context.Context, tx pgx.Tx, taskIDs, workerIDs []string) (map
 		for rows.Next() {
 			var id string
 			var f taskFacts
-			if err := rows.Scan(&id, &f.Title, &f.RetryCount, &f.MaxRetries, &f.Result, &f.RetryOutcome, &f.Schedule, &f.DataFiles, &f.DataBytes); err != nil {
+			if err := rows.Scan(&id, &f.Title, &f.RetryCount, &f.MaxRetries, &f.Result, &f.RetryOutcome, &f.RetryTaskID,
+				&f.Schedule, &f.DataFiles, &f.DataBytes); err != nil {
 				return err
 			}
 			tasks[id] = f
@@ -363,24 +366,46 @@ func notificationFor(e events.Envelope, tasks map[string]taskFacts, names map[st
 }
 
 // retryAnswer says whether a failure is retried: the decision when the
-// retry reactor has taken it; before, "pending" for an error with retries
-// left, since the advisor may still skip it.
+// retry reactor has taken it (retryDecided); before, a provisional answer
+// between retryOpen and retryClose: "pending" for an error with retries
+// left (the advisor may still skip it), else "yes" or "no". The sender
+// replaces it with the decision when the same batch carries it
+// (settleRetries), so a message never says "pending" above its own answer.
 func retryAnswer(kind string, t taskFacts, retriesLeft bool) string {
-	switch t.RetryOutcome {
-	case events.RetryOutcomeRetried:
-		return "yes"
-	case events.RetryOutcomeSkipped:
-		return "no (skipped)"
-	case events.RetryOutcomeExhausted:
-		return "no"
+	if t.RetryOutcome != "" {
+		return retryDecided(t.RetryOutcome, t.RetryTaskID)
 	}
+	provisional := "yes"
 	switch {
 	case !retriesLeft:
-		return "no"
+		provisional = "no"
 	case kind == events.FailureError:
-		return "pending"
+		provisional = "pending"
 	}
-	return "yes"
+	return retryOpen + provisional + retryClose
+}
+
+// retryOpen and retryClose mark a provisional retry answer in an outbox
+// row. User text is escaped, so it can never contain them; the sender
+// always removes them.
+const (
+	retryOpen  = "<retry>"
+	retryClose = "</retry>"
+)
+
+// retryDecided is a failure's retry answer once the retry reactor decided:
+// outcome is a worker_tasks.retry_outcome, retryTaskID the retry created.
+func retryDecided(outcome, retryTaskID string) string {
+	switch outcome {
+	case events.RetryOutcomeRetried:
+		if retryTaskID == "" {
+			return "created"
+		}
+		return "created (#" + esc(retryTaskID, budgetName) + ")"
+	case events.RetryOutcomeSkipped:
+		return "skipped"
+	}
+	return "exhausted"
 }
 
 // execer is what both a pool and a pgx.Tx offer for writes.

@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/clawdbot/task-service/events"
 )
 
 // Messages use parse_mode HTML (ADR: docs/adr/004-telegram-outbox.md): only
@@ -136,6 +138,51 @@ func cutRunes(s string, n int) string {
 	}
 	r := []rune(s)
 	return string(r[:n-1]) + "…"
+}
+
+// retryFact is what the log says about an outbox row's event: its task
+// and, for task.retried, the retry it created.
+type retryFact struct{ taskID, retryTaskID string }
+
+// decisionOutcome maps the retry reactor's decisions to their outcomes.
+var decisionOutcome = map[string]string{kindRetried: events.RetryOutcomeRetried,
+	kindRetrySkipped: events.RetryOutcomeSkipped, kindExhausted: events.RetryOutcomeExhausted}
+
+// settleRetries replaces the provisional retry answer of each failure line
+// in rows (one batch, in time order) by the first decision a row of the
+// batch reports for that task, or by the provisional answer itself, so no
+// marker leaves. facts names each row's task by its event.
+func settleRetries(rows []outboxRow, facts map[int64]retryFact) {
+	decided := map[string]string{}
+	for _, r := range rows {
+		f, ok := facts[r.EventSeq]
+		if outcome := decisionOutcome[r.Kind]; ok && outcome != "" {
+			if _, seen := decided[f.taskID]; !seen {
+				decided[f.taskID] = retryDecided(outcome, f.retryTaskID)
+			}
+		}
+	}
+	for i, r := range rows {
+		answer := ""
+		if f, ok := facts[r.EventSeq]; ok && r.Kind == kindFailed {
+			answer = decided[f.taskID]
+		}
+		rows[i].Text = settleRetry(r.Text, answer)
+	}
+}
+
+// settleRetry puts answer (or, if "", the provisional one) in place of the
+// marked provisional answer in text.
+func settleRetry(text, answer string) string {
+	before, rest, ok := strings.Cut(text, retryOpen)
+	if !ok {
+		return text
+	}
+	provisional, after, _ := strings.Cut(rest, retryClose)
+	if answer == "" {
+		answer = provisional
+	}
+	return before + answer + after
 }
 
 // chunk is one sendMessage: its text and the outbox rows it carries.

@@ -46,7 +46,7 @@ func TestTelegramNamesTheSchedule(t *testing.T) {
 	handleAll(t, e.db, NewTelegramReactor(e.cfg), task, nightly.ID, broken.ID)
 	lines := outboxLines(t, e.pool)
 	require.Len(t, lines, 4, "%+v", lines)
-	require.Equal(t, "❌ Crawl failed. Reason: site down. Retry: no (schedule Nightly <crawl>)", lines[0].Plain)
+	require.Equal(t, "❌ Crawl failed. Reason: site down. Retry: exhausted (schedule Nightly <crawl>)", lines[0].Plain)
 	require.Equal(t, "🚨 Crawl failed after 1 attempt. Needs human attention. (schedule Nightly <crawl>)", lines[1].Plain)
 	require.Contains(t, lines[2].Plain, "⚠️ Schedule Weekly digest could not create its task: the template no longer makes a valid task: task.task_type_id: task type")
 	require.True(t, lines[2].Urgent)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -213,16 +214,49 @@ func (s *TelegramSender) claim(ctx context.Context, now time.Time) ([]outboxRow,
 	if err != nil {
 		return nil, fmt.Errorf("telegram: claim outbox rows: %w", err)
 	}
-	slices.SortFunc(out, func(a, b outboxRow) int {
-		if a.Urgent != b.Urgent {
-			if a.Urgent {
-				return -1
-			}
-			return 1
-		}
-		return cmp.Compare(a.ID, b.ID)
-	})
+	// Urgent rows are claimed first; a message tells them in time order.
+	slices.SortFunc(out, func(a, b outboxRow) int { return cmp.Compare(a.ID, b.ID) })
 	return out, nil
+}
+
+// settleRetries gives the failure lines of a claimed batch their retry
+// answer: the decision a row of the same batch reports for the task, else
+// the provisional answer they were written with. The tasks come from the
+// rows' events, read only when a line still has a provisional answer; if
+// that read fails the lines keep theirs.
+func (s *TelegramSender) settleRetries(ctx context.Context, rows []outboxRow) {
+	var seqs []int64
+	open := false
+	for _, r := range rows {
+		if r.Kind == kindFailed || decisionOutcome[r.Kind] != "" {
+			seqs = append(seqs, r.EventSeq)
+			open = open || strings.Contains(r.Text, retryOpen)
+		}
+	}
+	facts := map[int64]retryFact{}
+	if open {
+		var err error
+		if facts, err = s.retryFacts(ctx, seqs); err != nil {
+			s.log.Warn().Err(err).Msg("telegram: cannot read the batch's retry decisions; failures keep their provisional answer")
+		}
+	}
+	settleRetries(rows, facts)
+}
+
+func (s *TelegramSender) retryFacts(ctx context.Context, seqs []int64) (map[int64]retryFact, error) {
+	rows, err := s.db.Query(ctx, `SELECT seq, stream_id::text, coalesce(data->>'retry_task_id', '')
+		FROM task_events WHERE seq = ANY ($1)`, seqs)
+	if err != nil {
+		return nil, err
+	}
+	facts := map[int64]retryFact{}
+	var seq int64
+	var f retryFact
+	_, err = pgx.ForEachRow(rows, []any{&seq, &f.taskID, &f.retryTaskID}, func() error {
+		facts[seq] = f
+		return nil
+	})
+	return facts, err
 }
 
 // deliver sends claimed rows (one message, split at Telegram's limit) to the
@@ -234,6 +268,7 @@ func (s *TelegramSender) deliver(ctx context.Context, rows []outboxRow, leaseEnd
 	stopping := ctx.Done()
 	ctx = context.WithoutCancel(ctx)
 	lease := leaseCtx{end: leaseEnd, stopping: stopping}
+	s.settleRetries(ctx, rows)
 	queue := composeMessages(rows)
 	for i := 0; i < len(queue); i++ {
 		c := queue[i]

@@ -307,7 +307,7 @@ func outboxLines(t *testing.T, pool *pgxpool.Pool) []outboxLine {
 			return l, err
 		}
 		var perr error
-		l.Plain, perr = parseTelegramHTML(html)
+		l.Plain, perr = parseTelegramHTML(settleRetry(html, "")) // as sent alone
 		return l, perr
 	})
 	require.NoError(t, err)
@@ -378,14 +378,14 @@ func TestTelegramReactorTexts(t *testing.T) {
 	handleAll(t, e.db, r, streams...)
 	want := []outboxLine{
 		{kindCompleted, "✅ " + nastyTitle + " completed by Genesis <bot> & co. 847 posts <collected> & stored, 2 files, 3.1 MB", false},
-		{kindFailed, "❌ Reddit Crawl for NVDA failed. Reason: HTTP 429 from <api> & friends. Retry: yes", false},
+		{kindFailed, "❌ Reddit Crawl for NVDA failed. Reason: HTTP 429 from <api> & friends. Retry: created (#00000000-0000-0000-0000-000000000001)", false},
 		{kindRetried, "🔁 Retry 1/3: Reddit Crawl for NVDA back in queue. Hint: Use longer delays.", false},
 		{kindFailed, "🧊 Reddit Crawl for TSLA stuck — Genesis <bot> & co offline. Returning to queue.", false},
-		{kindFailed, "❌ Reddit Crawl for AMD (retry 3) failed. Reason: still broken. Retry: no", false},
+		{kindFailed, "❌ Reddit Crawl for AMD (retry 3) failed. Reason: still broken. Retry: exhausted", false},
 		{kindExhausted, "🚨 Reddit Crawl for AMD failed after 4 attempts. Needs human attention.", true},
-		{kindFailed, "❌ Reddit Crawl for XYZZ failed. Reason: no posts found. Retry: no (skipped)", false},
+		{kindFailed, "❌ Reddit Crawl for XYZZ failed. Reason: no posts found. Retry: skipped", false},
 		{kindRetrySkipped, "⚠️ Reddit Crawl for XYZZ will not be retried: No data found for XYZZ — is this a valid ticker?", true},
-		{kindFailed, "❌ One-shot export failed. Reason: disk full. Retry: no", false},
+		{kindFailed, "❌ One-shot export failed. Reason: disk full. Retry: exhausted", false},
 		{kindExhausted, "🚨 One-shot export failed after 1 attempt. Needs human attention.", true},
 		{kindFailed, "❌ Reddit Crawl for META failed. Reason: HTTP 500. Retry: pending", false},
 		{kindFailed, "❌ Reddit Crawl for MSFT failed. Reason: ran past 30 min. Retry: yes", false},
@@ -397,6 +397,53 @@ func TestTelegramReactorTexts(t *testing.T) {
 	// nothing: rows are unique per event and kind.
 	handleAll(t, e.db, r, streams...)
 	require.Len(t, outboxLines(t, e.pool), len(want))
+}
+
+// TestTelegramBatchSettlesRetries: failure lines written before the retry
+// reactor decided go out with the decision that later rows of the same
+// batch report (a retry created, skipped, exhausted), and the batch is in
+// time order, each urgent line after the failure it follows; a failure
+// whose decision is not in the batch still says "pending".
+func TestTelegramBatchSettlesRetries(t *testing.T) {
+	t.Parallel()
+	e := setupTelegram(t)
+	ctx := context.Background()
+	f := newFixture(t, e.db, 1, "Genesis")
+	r := NewTelegramReactor(e.cfg)
+	retried, skipped, exhausted, undecided := f.task(t, "Crawl NVDA", 0), f.task(t, "Crawl XYZZ", 0),
+		f.task(t, "Crawl AMD (retry 1)", 1), f.task(t, "Crawl META", 0)
+	for _, id := range []string{retried, skipped, exhausted, undecided} {
+		f.fail(t, id, events.FailureError, "HTTP 500")
+	}
+	handleAll(t, e.db, r, retried, skipped, exhausted, undecided) // before any decision
+	retryID := uuid.Must(uuid.NewV7()).String()
+	f.do(t, retried, func(tk *events.Task) ([]events.Payload, error) {
+		return tk.Retried(events.TaskRetried{RetryTaskID: retryID, RetryNumber: 1, MaxRetries: 1})
+	})
+	f.do(t, skipped, func(tk *events.Task) ([]events.Payload, error) { return tk.RetrySkipped("No such ticker.") })
+	f.do(t, exhausted, func(tk *events.Task) ([]events.Payload, error) { return tk.RetriesExhausted(1) })
+	handleAll(t, e.db, r, retried, skipped, exhausted, undecided)
+
+	clock := &fakeClock{}
+	clock.Set(time.Now().Add(time.Minute)) // the window has passed
+	cfg := e.cfg
+	cfg.Now = clock.Now
+	s, err := NewTelegramSender(e.pool, e.hub, cfg)
+	require.NoError(t, err)
+	_, err = s.step(ctx)
+	require.NoError(t, err)
+	msgs := e.bot.messages()
+	require.Len(t, msgs, 1)
+	require.Equal(t, strings.Join([]string{
+		"📬 7 updates",
+		"❌ Crawl NVDA failed. Reason: HTTP 500. Retry: created (#" + retryID + ")",
+		"❌ Crawl XYZZ failed. Reason: HTTP 500. Retry: skipped",
+		"❌ Crawl AMD (retry 1) failed. Reason: HTTP 500. Retry: exhausted",
+		"❌ Crawl META failed. Reason: HTTP 500. Retry: pending",
+		"🔁 Retry 1/1: Crawl NVDA back in queue.",
+		"⚠️ Crawl XYZZ will not be retried: No such ticker.",
+		"🚨 Crawl AMD failed after 2 attempts. Needs human attention.",
+	}, "\n"), msgs[0].Plain)
 }
 
 func TestTelegramKillSwitch(t *testing.T) {
@@ -485,7 +532,7 @@ func TestTelegramBatchingWindow(t *testing.T) {
 	require.NoError(t, err)
 	msgs = e.bot.messages()
 	require.Len(t, msgs, 3)
-	require.Equal(t, "📬 2 updates\n🚨 urgent\n"+d[0], msgs[2].Plain, "urgent first")
+	require.Equal(t, "📬 2 updates\n"+d[0]+"\n🚨 urgent", msgs[2].Plain, "in time order: urgent only skips the window")
 
 	// A full batch does not wait either.
 	cfg.MaxBatch = 4
