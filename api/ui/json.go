@@ -23,9 +23,9 @@ import (
 const (
 	// maxShownJSON bounds the indented JSON a page shows of one value.
 	maxShownJSON = 64 << 10
-	// maxShownEventJSON bounds one event's JSON in a timeline, which
-	// shows many.
-	maxShownEventJSON = 16 << 10
+	// maxShownRowJSON bounds the JSON of one row of a list that shows
+	// many: an event of a timeline, a worker's metadata.
+	maxShownRowJSON = 16 << 10
 	// maxIndentLevels caps the indentation: deeper levels line up with
 	// this one, so a line's indentation is at most 2*maxIndentLevels.
 	maxIndentLevels = 24

@@ -44,7 +44,7 @@ func TestIndentJSONIsBounded(t *testing.T) {
 	require.True(t, strings.HasPrefix(got, "{\n  \"s\": \"éé"))
 	require.NotContains(t, got, "\uFFFD", "never half a character")
 
-	shown := showJSON([]byte(deep), maxShownEventJSON, "/x.json")
+	shown := showJSON([]byte(deep), maxShownRowJSON, "/x.json")
 	require.True(t, shown.Cut)
 	require.EqualValues(t, len(deep), shown.Size)
 	require.Equal(t, "/x.json", shown.Raw)

@@ -48,7 +48,7 @@ type eventRow struct {
 func eventRows(views []api.EventView) []eventRow {
 	rows := make([]eventRow, len(views))
 	for i, v := range views {
-		rows[i] = eventRow{EventView: v, Raw: showJSON(compactJSON(v), maxShownEventJSON, "")}
+		rows[i] = eventRow{EventView: v, Raw: showJSON(compactJSON(v), maxShownRowJSON, "")}
 	}
 	return rows
 }

@@ -52,7 +52,7 @@ func (u *UI) renderWorkers(c echo.Context, status int, form url.Values, errs for
 	d := workersData{Form: form, Errors: errs, Created: created}
 	for _, w := range ws {
 		d.Workers = append(d.Workers, workerRow{WorkerView: w, Current: byWorker[w.ID],
-			Metadata: showJSON(w.Metadata, maxShownEventJSON, "/workers/"+w.ID+"/metadata.json")})
+			Metadata: showJSON(w.Metadata, maxShownRowJSON, "/workers/"+w.ID+"/metadata.json")})
 	}
 	return u.render(c, status, "workers", d)
 }

@@ -192,6 +192,25 @@
       td.textContent = text;
       return td;
     }
+    // An event's JSON as its row shows it, bounded as the server bounds its
+    // rows: at most 16 KiB, indented only when it nests at most 64 levels
+    // (indenting writes a line per level, so deep JSON would grow as the
+    // square of its depth).
+    function eventJSON(ev) {
+      const flat = JSON.stringify(ev);
+      if (flat.length > 16384) return flat.slice(0, 16384) + " … (truncated)";
+      let depth = 0, deepest = 0, inString = false;
+      for (let i = 0; i < flat.length; i++) {
+        const c = flat[i];
+        if (inString) {
+          if (c === "\\") i++;
+          else if (c === '"') inString = false;
+        } else if (c === '"') inString = true;
+        else if (c === "{" || c === "[") deepest = Math.max(deepest, ++depth);
+        else if (c === "}" || c === "]") depth--;
+      }
+      return deepest <= 64 ? JSON.stringify(ev, null, 2) : flat;
+    }
     function row(ev) {
       const tr = document.createElement("tr");
       tr.dataset.position = ev.position;
@@ -216,7 +235,7 @@
       const s = document.createElement("summary");
       s.textContent = ev.summary;
       const pre = document.createElement("pre");
-      pre.textContent = JSON.stringify(ev, null, 2);
+      pre.textContent = eventJSON(ev);
       det.appendChild(s);
       det.appendChild(pre);
       sum.appendChild(det);
