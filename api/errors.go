@@ -57,8 +57,9 @@ func forbidden(msg string) error {
 	return &httpError{status: http.StatusForbidden, body: ErrorBody{Code: "forbidden", Message: msg}}
 }
 
-// unavailableRetryAfter is the Retry-After (seconds) of a 503.
-const unavailableRetryAfter = 5
+// UnavailableRetryAfter is the Retry-After (seconds) of a 503, the admin
+// UI's too.
+const UnavailableRetryAfter = 5
 
 // statusClientClosed is nginx's 499: the client closed the request.
 const statusClientClosed = 499
@@ -149,7 +150,7 @@ func errorHandler(log zerolog.Logger) echo.HTTPErrorHandler {
 			c.Response().Header().Set("Retry-After", strconv.Itoa(he.retryAfter))
 		}
 		if status == http.StatusServiceUnavailable && c.Response().Header().Get("Retry-After") == "" {
-			c.Response().Header().Set("Retry-After", strconv.Itoa(unavailableRetryAfter))
+			c.Response().Header().Set("Retry-After", strconv.Itoa(UnavailableRetryAfter))
 		}
 		if status == http.StatusServiceUnavailable && store.IsUnavailable(err) {
 			log.Warn().Err(err).Str("request_id", requestID(c)).Str("path", c.Path()).Msg("database unavailable")

@@ -265,7 +265,7 @@ func (s *Server) readyz(c echo.Context) error {
 		}
 	}
 	if !ready {
-		c.Response().Header().Set("Retry-After", strconv.Itoa(unavailableRetryAfter))
+		c.Response().Header().Set("Retry-After", strconv.Itoa(UnavailableRetryAfter))
 		return c.JSON(http.StatusServiceUnavailable, envelope{Success: false, Data: checks,
 			Error: &ErrorBody{Code: "unavailable", Message: "not ready"}})
 	}

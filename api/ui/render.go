@@ -11,6 +11,7 @@ import (
 	"mime"
 	"net/http"
 	"path"
+	"strconv"
 	"strings"
 	"time"
 
@@ -142,7 +143,13 @@ type errorData struct {
 // text hidden.
 func (u *UI) fail(c echo.Context, err error) error {
 	status, body := api.Classify(err)
-	if status >= 500 || status < 400 {
+	switch {
+	case status == http.StatusServiceUnavailable:
+		// The database is away (restarting, failing over): the page says
+		// so, with the API's 503 and Retry-After, and it is no server bug.
+		u.log.Warn().Err(err).Str("path", c.Path()).Str("request_id", c.Response().Header().Get(echo.HeaderXRequestID)).Msg("ui page: database unavailable")
+		c.Response().Header().Set("Retry-After", strconv.Itoa(api.UnavailableRetryAfter))
+	case status >= 500 || status < 400:
 		u.log.Error().Err(err).Str("path", c.Path()).Str("request_id", c.Response().Header().Get(echo.HeaderXRequestID)).Msg("ui page failed")
 		status = http.StatusInternalServerError
 	}
