@@ -180,32 +180,37 @@ func (s *Scheduler) Tick(ctx context.Context) (*time.Time, error) {
 	}
 	for {
 		fired, err := s.db.FireDue(ctx, s.cfg.BatchSize, s.cfg.Check)
+		s.record(fired) // committed, even when some schedule's firing failed
 		if err != nil {
 			return nil, err
-		}
-		committed := s.db.Now()
-		for _, f := range fired {
-			s.metrics.firings.WithLabelValues(f.Kind).Inc()
-			s.metrics.missed.Add(float64(f.Missed))
-			ev := s.log.Debug()
-			switch f.Kind {
-			case "fired":
-				s.metrics.delay.Observe(committed.Sub(f.DueAt).Seconds())
-			case "failed":
-				ev = s.log.Warn().Str("reason", f.Reason)
-			}
-			if f.AutoPaused {
-				s.metrics.pauses.Inc()
-				ev = s.log.Warn().Str("reason", f.Reason).Bool("auto_paused", true)
-			}
-			ev.Str("schedule_id", f.ScheduleID).Str("outcome", f.Kind).Time("due_at", f.DueAt).
-				Int("missed", f.Missed).Str("task_id", f.TaskID).Msg("schedule slot handled")
 		}
 		if len(fired) < s.cfg.BatchSize {
 			break
 		}
 	}
 	return s.db.NextDue(ctx)
+}
+
+// record counts and logs the slots a FireDue handled.
+func (s *Scheduler) record(fired []store.Firing) {
+	committed := s.db.Now()
+	for _, f := range fired {
+		s.metrics.firings.WithLabelValues(f.Kind).Inc()
+		s.metrics.missed.Add(float64(f.Missed))
+		ev := s.log.Debug()
+		switch f.Kind {
+		case "fired":
+			s.metrics.delay.Observe(committed.Sub(f.DueAt).Seconds())
+		case "failed":
+			ev = s.log.Warn().Str("reason", f.Reason)
+		}
+		if f.AutoPaused {
+			s.metrics.pauses.Inc()
+			ev = s.log.Warn().Str("reason", f.Reason).Bool("auto_paused", true)
+		}
+		ev.Str("schedule_id", f.ScheduleID).Str("outcome", f.Kind).Time("due_at", f.DueAt).
+			Int("missed", f.Missed).Str("task_id", f.TaskID).Msg("schedule slot handled")
+	}
 }
 
 // ScheduleFailuresReactorName keys the checkpoint of the reactor that

@@ -60,19 +60,23 @@ func (db *DB) FireDue(ctx context.Context, limit int, check ParamsCheck) ([]Firi
 		return out, err
 	}
 	out = nil
+	var errs []error
 	for _, id := range due {
 		fired, _, err := db.fireBatch(ctx, 1, check, []string{id})
 		if errors.As(err, &refused) {
 			var f Firing
-			f, err = db.pauseRefused(ctx, id, refused.cause)
-			fired = []Firing{f}
+			if f, err = db.pauseRefused(ctx, id, refused.cause); err == nil {
+				fired = []Firing{f}
+			}
 		}
 		if err != nil {
-			return out, err
+			// Even then, the schedules after this one fire.
+			errs = append(errs, err)
+			continue
 		}
 		out = append(out, fired...)
 	}
-	return out, nil
+	return out, errors.Join(errs...)
 }
 
 // refusedError is a firing batch whose writes the database refused for

@@ -514,3 +514,28 @@ func TestBadSchedulesFailAlone(t *testing.T) {
 	require.Equal(t, "fired", fired[typo])
 	e.requireFold(t, typo)
 }
+
+// A schedule whose row is out of step with its stream can be neither fired
+// nor paused (every event it would append takes a version already used):
+// the error is reported, and the schedules due with it fire all the same.
+func TestUnpausableScheduleDoesNotStopTheOthers(t *testing.T) {
+	t.Parallel()
+	e := newSchedEnv(t)
+	start := time.Now().Add(time.Hour).Truncate(time.Minute)
+	var ids []string
+	for range 3 {
+		ids = append(ids, e.create(t, func(sp *events.ScheduleSpec) { sp.StartAt = &start; sp.Overlap = events.OverlapAllow }).ID)
+	}
+	stuck := ids[1]
+	_, err := e.db.pool.Exec(e.ctx, `UPDATE schedules SET version = version - 1 WHERE id = $1`, stuck)
+	require.NoError(t, err)
+	e.at(start)
+	fired, err := e.db.FireDue(e.ctx, 100, requireTicker)
+	require.ErrorIs(t, err, events.ErrConflict)
+	kinds := map[string]string{}
+	for _, f := range fired {
+		kinds[f.ScheduleID] = f.Kind
+	}
+	require.Equal(t, map[string]string{ids[0]: "fired", ids[2]: "fired"}, kinds)
+	require.Equal(t, events.ScheduleStateActive, e.get(t, stuck).State)
+}
