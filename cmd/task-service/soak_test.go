@@ -459,7 +459,7 @@ func (s *soak) injectFaults(ctx context.Context) {
 		{"PostgreSQL fast restart", func() error { return s.pg.restart("fast") }},
 		{"kill -9 instance-2", func() error { return s.killAndRestart(s.ins[2]) }},
 		{"PostgreSQL immediate restart", func() error { return s.pg.restart("immediate") }},
-		{"open transaction for 10 s", func() error { return holdTransaction(ctx, s.pg.url, 10*time.Second) }},
+		{"open transaction for 10 s", func() error { return holdTransaction(context.Background(), s.pg.url, 10*time.Second) }},
 	}
 	for i := 0; ; i++ {
 		select {
