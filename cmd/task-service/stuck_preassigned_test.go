@@ -59,7 +59,6 @@ func TestInstancesReleasePreassignedOfOffline(t *testing.T) {
 		require.NoError(t, err)
 		return int(s["stuck"].(float64))
 	}
-	require.Equal(t, 0, stuckNow(), "nobody is silent yet")
 	c.eventually("the silent and the departed worker's tasks to show as stuck", func() bool { return stuckNow() == 3 })
 	list := uiPage(t, ins[0].base+"/tasks?stuck=1", login.Token)
 	for i := range 3 {
