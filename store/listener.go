@@ -200,20 +200,24 @@ type NotifierConfig struct {
 	Hub *Hub
 	// InstanceID is the payload, so this instance's listener ignores it.
 	InstanceID string
-	// Interval is the least time between two NOTIFYs (default 50 ms).
+	// Interval spaces the NOTIFYs of a busy instance (default 50 ms): commits
+	// that follow each other closely share one NOTIFY per Interval. A commit
+	// after a quiet moment (no commit for Interval/10) is announced at once.
 	Interval time.Duration
 	Logger   zerolog.Logger
 }
 
 // Notifier turns local commits into wakes: this instance's hub at once,
-// other instances through at most one NOTIFY per Interval while there were
-// commits. A NOTIFY in every write transaction would serialize commits on
-// PostgreSQL's notify queue lock (DESIGN §4); one per interval costs nothing.
+// other instances through NOTIFY, paced by notifyPacer. A NOTIFY in every
+// write transaction would serialize commits on PostgreSQL's notify queue
+// lock (DESIGN §4); these are separate, few, and cost the writers nothing.
 type Notifier struct {
-	cfg   NotifierConfig
-	dirty atomic.Bool
-	kick  chan struct{}
-	sent  atomic.Int64
+	cfg  NotifierConfig
+	kick chan struct{}
+	sent atomic.Int64
+
+	mu    sync.Mutex
+	pacer notifyPacer
 }
 
 // NewNotifier checks cfg and fills its defaults; it starts nothing.
@@ -227,13 +231,18 @@ func NewNotifier(cfg NotifierConfig) (*Notifier, error) {
 	if cfg.Interval <= 0 {
 		cfg.Interval = 50 * time.Millisecond
 	}
-	return &Notifier{cfg: cfg, kick: make(chan struct{}, 1)}, nil
+	return &Notifier{cfg: cfg, kick: make(chan struct{}, 1), pacer: newNotifyPacer(cfg.Interval)}, nil
 }
 
 // Committed is store.Config.AfterCommit: it never blocks.
 func (n *Notifier) Committed() {
 	n.cfg.Hub.Wake()
-	n.dirty.Store(true)
+	n.mu.Lock()
+	sooner := n.pacer.commit(time.Now())
+	n.mu.Unlock()
+	if !sooner {
+		return // the NOTIFY already due covers it
+	}
 	select {
 	case n.kick <- struct{}{}:
 	default:
@@ -246,30 +255,82 @@ func (n *Notifier) Sent() int64 { return n.sent.Load() }
 // Run sends NOTIFYs until ctx ends, then one last one if commits are pending,
 // so other instances hear about this instance's final writes.
 func (n *Notifier) Run(ctx context.Context) error {
-	var last time.Time
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
 	for {
+		n.mu.Lock()
+		pending, due, now := n.pacer.pending, n.pacer.due, time.Now()
+		sendNow := pending && !now.Before(due)
+		if sendNow {
+			// Recorded before the NOTIFY: a commit from here on needs the next.
+			n.pacer.sending(now)
+		}
+		n.mu.Unlock()
+		if sendNow {
+			n.send(ctx)
+			continue
+		}
+		if pending {
+			timer.Reset(due.Sub(now))
+		}
 		select {
 		case <-ctx.Done():
-			if n.dirty.Swap(false) {
+			n.mu.Lock()
+			last := n.pacer.pending
+			n.mu.Unlock()
+			if last {
 				n.send(context.WithoutCancel(ctx))
 			}
 			return nil
 		case <-n.kick:
+		case <-timer.C:
 		}
-		// The first commit after a quiet spell notifies at once; later ones
-		// wait out the interval and share one NOTIFY.
-		if wait := n.cfg.Interval - time.Since(last); wait > 0 {
-			select {
-			case <-ctx.Done():
-				continue
-			case <-time.After(wait):
-			}
-		}
-		if n.dirty.Swap(false) {
-			n.send(ctx)
-			last = time.Now()
+		timer.Stop()
+	}
+}
+
+// notifyPacer decides when a NOTIFY goes out (DESIGN §4). A commit after a
+// quiet moment (no commit for quiet) is announced at once; a commit close
+// behind another waits for the next NOTIFY, at most one per interval after
+// the last. So sporadic commits wake other instances in milliseconds, and a
+// busy instance sends about one NOTIFY per interval: never more than one
+// per quiet plus one per interval, however the commits fall.
+type notifyPacer struct {
+	interval, quiet time.Duration
+	lastCommit      time.Time
+	lastSent        time.Time
+	pending         bool      // commits not yet announced
+	due             time.Time // when they are, while pending
+}
+
+func newNotifyPacer(interval time.Duration) notifyPacer {
+	return notifyPacer{interval: interval, quiet: interval / 10}
+}
+
+// commit records a commit at now; true when its NOTIFY is due sooner than
+// the one already pending (or none was).
+func (p *notifyPacer) commit(now time.Time) (sooner bool) {
+	quiet := p.lastCommit.IsZero() || now.Sub(p.lastCommit) >= p.quiet
+	p.lastCommit = now
+	due := p.due
+	switch {
+	case quiet:
+		due = now
+	case !p.pending:
+		due = p.lastSent.Add(p.interval)
+		if due.Before(now) {
+			due = now
 		}
 	}
+	sooner = !p.pending || due.Before(p.due)
+	p.due, p.pending = due, true
+	return sooner
+}
+
+// sending records that a NOTIFY for every commit so far goes out at now.
+func (p *notifyPacer) sending(now time.Time) {
+	p.lastSent, p.pending = now, false
 }
 
 func (n *Notifier) send(ctx context.Context) {

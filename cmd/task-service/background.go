@@ -50,7 +50,7 @@ func (c *backgroundConfig) register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.reactors, "reactors", envBool("REACTORS", true), "run the reactors (retry, telegram, schedule failures) on this instance (env REACTORS)")
 	fs.BoolVar(&c.stuckDetector, "stuck-detector", envBool("STUCK_DETECTOR", true), "run the stuck detector on this instance (env STUCK_DETECTOR)")
 	fs.DurationVar(&c.catchUp, "reactor-catch-up", envDuration("REACTOR_CATCH_UP", 5*time.Second), "reactors re-read the log this often even without a wake (env REACTOR_CATCH_UP)")
-	fs.DurationVar(&c.notifyEvery, "notify-interval", envDuration("NOTIFY_INTERVAL", 50*time.Millisecond), "least time between two NOTIFYs to other instances (env NOTIFY_INTERVAL)")
+	fs.DurationVar(&c.notifyEvery, "notify-interval", envDuration("NOTIFY_INTERVAL", 50*time.Millisecond), "spacing of a busy instance's NOTIFYs to other instances; a commit after a tenth of it without commits is announced at once (env NOTIFY_INTERVAL)")
 	fs.DurationVar(&c.stuckTick, "stuck-tick", envDuration("STUCK_TICK", 60*time.Second), "how often the stuck detector looks (env STUCK_TICK)")
 	fs.DurationVar(&c.offlineAfter, "worker-offline-after", envDuration("WORKER_OFFLINE_AFTER", 10*time.Minute), "a worker silent this long is offline (env WORKER_OFFLINE_AFTER)")
 	fs.DurationVar(&c.stuckAfter, "task-stuck-after", envDuration("TASK_STUCK_AFTER", 15*time.Minute), "a task in progress this long with an offline worker is failed for retry (env TASK_STUCK_AFTER)")

@@ -122,7 +122,7 @@ waits for its NOTIFY):
           the waiting claims in-process (store.Hub, at once)
   notify  created through a second instance on the same database: the
           workers' instance hears of it through PostgreSQL NOTIFY/LISTEN,
-          which each instance sends at most once per --notify-interval
+          sent at once after a quiet moment, else once per --notify-interval
 
 Per task it records when the create request left, when its answer came back
 (the commit done) and when the claim answer carrying the task reached a
@@ -189,7 +189,7 @@ func parseBenchWakeFlags(args []string, stdout, stderr io.Writer) (wakeConfig, i
 	fs.DurationVar(&cfg.every, "every", 15*time.Millisecond, "mean gap between two creates")
 	fs.IntVar(&cfg.max, "max", 10, "max of each worker's claim-many (1 to 100)")
 	fs.StringVar(&paths, "paths", strings.Join(allWakePaths, ","), "comma-separated paths: "+strings.Join(allWakePaths, ", "))
-	fs.DurationVar(&cfg.notifyInterval, "notify-interval", 50*time.Millisecond, "least time between two NOTIFYs of an instance (task-service's NOTIFY_INTERVAL)")
+	fs.DurationVar(&cfg.notifyInterval, "notify-interval", 50*time.Millisecond, "spacing of a busy instance's NOTIFYs (task-service's NOTIFY_INTERVAL)")
 	fs.BoolVar(&cfg.jsonOut, "json", false, "print the results as JSON instead of a table")
 	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the timed tasks (both instances, workers and admin included) to this file")
 	usage := func(w io.Writer) {

@@ -1,0 +1,89 @@
+package store
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// pace runs commits (offsets from a start after a quiet spell, in order)
+// through a notifyPacer as Notifier.Run does, and returns how long each
+// commit waited for a NOTIFY and how many went out.
+func pace(interval time.Duration, commits []time.Duration) (waits []time.Duration, sends int) {
+	start := time.Unix(1_000_000, 0)
+	p := newNotifyPacer(interval)
+	var unannounced []time.Duration
+	send := func(at time.Time) {
+		p.sending(at)
+		sends++
+		for _, c := range unannounced {
+			waits = append(waits, at.Sub(start)-c)
+		}
+		unannounced = nil
+	}
+	for _, c := range commits {
+		now := start.Add(c)
+		for p.pending && !p.due.After(now) {
+			send(p.due)
+		}
+		p.commit(now)
+		unannounced = append(unannounced, c)
+		if !p.due.After(now) {
+			send(now)
+		}
+	}
+	if p.pending {
+		send(p.due)
+	}
+	return waits, sends
+}
+
+func every(spacing, total time.Duration) []time.Duration {
+	var out []time.Duration
+	for c := time.Duration(0); c < total; c += spacing {
+		out = append(out, c)
+	}
+	return out
+}
+
+// TestNotifyPacer: a commit after a quiet moment is announced at once, so
+// tasks created one at a time (bench-wake's 15 ms apart) wake other
+// instances without waiting; commits close together share one NOTIFY per
+// interval, so however commits fall an instance sends at most one NOTIFY
+// per quiet moment plus one per interval.
+func TestNotifyPacer(t *testing.T) {
+	const interval = 50 * time.Millisecond
+	waits, sends := pace(interval, []time.Duration{0})
+	require.Equal(t, []time.Duration{0}, waits, "one commit after a quiet spell: at once")
+	require.Equal(t, 1, sends)
+
+	waits, sends = pace(interval, every(15*time.Millisecond, time.Second))
+	require.Equal(t, len(waits), sends, "commits 15 ms apart: one NOTIFY each")
+	require.Equal(t, time.Duration(0), maxOf(waits), "and none waits")
+
+	// A busy instance: a commit every 100 µs for a second, then a pause,
+	// then one more.
+	burst := append(every(100*time.Microsecond, time.Second), time.Second+100*time.Millisecond)
+	waits, sends = pace(interval, burst)
+	require.LessOrEqual(t, sends, 1+20+1, "a second of commits: one NOTIFY per interval (and the first)")
+	require.Equal(t, time.Duration(0), waits[0], "the first commit of the burst is announced at once")
+	require.LessOrEqual(t, maxOf(waits), interval, "no commit waits more than an interval")
+	require.Equal(t, time.Duration(0), waits[len(waits)-1], "after a pause, at once again")
+
+	// The bound holds for any spacing.
+	for _, spacing := range []time.Duration{10 * time.Microsecond, time.Millisecond, 4900 * time.Microsecond,
+		5 * time.Millisecond, 6 * time.Millisecond, 49 * time.Millisecond, 51 * time.Millisecond} {
+		waits, sends := pace(interval, every(spacing, time.Second))
+		require.LessOrEqual(t, sends, int(time.Second/(interval/10)+time.Second/interval)+1, "spacing %s", spacing)
+		require.LessOrEqual(t, maxOf(waits), interval, "spacing %s", spacing)
+	}
+}
+
+func maxOf(ds []time.Duration) time.Duration {
+	var m time.Duration
+	for _, d := range ds {
+		m = max(m, d)
+	}
+	return m
+}
