@@ -45,11 +45,26 @@ func decodeRaw(raw []byte, v any, emptyOK bool) error {
 		}
 		return events.Invalid("body", "is empty; send a JSON object")
 	}
+	if raw[0] == '{' {
+		if err := checkDepth(raw, envelopeOf(reflect.TypeOf(v)), ""); err != nil {
+			return err
+		}
+	}
+	if err := decodeStrict(raw, v); err != nil {
+		return err
+	}
+	return checkJSON(raw, "")
+}
+
+// decodeStrict is decodeRaw without the depth bound and checkJSON, for a
+// body whose parts are checked one by one (a batch, where a bad item fails
+// alone; encoding/json bounds its own nesting).
+func decodeStrict(raw []byte, v any) error {
+	if len(raw) == 0 {
+		return events.Invalid("body", "is empty; send a JSON object")
+	}
 	if raw[0] != '{' {
 		return events.Invalid("body", "must be a JSON object")
-	}
-	if err := checkDepth(raw, envelopeOf(reflect.TypeOf(v)), ""); err != nil {
-		return err
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
@@ -59,7 +74,7 @@ func decodeRaw(raw []byte, v any, emptyOK bool) error {
 	if dec.More() {
 		return events.Invalid("body", "has data after the JSON object")
 	}
-	return checkJSON(raw, "")
+	return nil
 }
 
 // readBody reads the request body (bounded by guardBody) without the white

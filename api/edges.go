@@ -94,7 +94,11 @@ func (s *Server) guardBody(next echo.HandlerFunc) echo.HandlerFunc {
 			return &httpError{status: http.StatusUnsupportedMediaType, body: ErrorBody{Code: "unsupported_media_type", Field: "Content-Type",
 				Message: "this route takes application/json (the API) or application/x-www-form-urlencoded (the admin UI's forms), not " + cutString(ct, 64)}}
 		}
-		r.Body = &guardedBody{r: http.MaxBytesReader(c.Response().Writer, r.Body, MaxBodyBytes), rc: rc}
+		limit := int64(MaxBodyBytes)
+		if l := s.bodyLimits[r.Method+" "+c.Path()]; l > 0 {
+			limit = l
+		}
+		r.Body = &guardedBody{r: http.MaxBytesReader(c.Response().Writer, r.Body, limit), rc: rc}
 		return next(c)
 	}
 }

@@ -77,6 +77,9 @@ func (r route) statuses() []int {
 	if r.role != rolePublic {
 		set[http.StatusUnauthorized], set[http.StatusForbidden] = true, true
 	}
+	if r.idempotent {
+		set[http.StatusUnprocessableEntity] = true // idempotency_key_reused
+	}
 	// Bodies: the edge guard (guardBody) bounds any route's body, also of
 	// the writes that take none.
 	if r.request != nil || !r.rawBody && r.method != http.MethodGet && r.method != http.MethodHead {
@@ -102,6 +105,7 @@ var errorResponses = map[int]string{
 	http.StatusUnsupportedMediaType:  "UnsupportedMediaType",
 	http.StatusRequestTimeout:        "RequestTimeout",
 	http.StatusTooManyRequests:       "TooManyRequests",
+	http.StatusUnprocessableEntity:   "Unprocessable",
 	http.StatusInternalServerError:   "Internal",
 	http.StatusServiceUnavailable:    "Unavailable",
 }
@@ -111,7 +115,7 @@ var errorCodes = []string{
 	"bad_request", "validation_failed", "duplicate", "not_found", "invalid_transition", "conflict",
 	"forbidden", "unauthenticated", "too_large", "method_not_allowed", "rate_limited",
 	"unavailable", "internal", "unsupported_media_type", "timeout", "incomplete_body",
-	"duplicate_task",
+	"duplicate_task", "idempotency_key_reused",
 }
 
 // enums lists the values of the named string types responses carry.
@@ -161,6 +165,11 @@ func (s *Server) OpenAPI() map[string]any {
 				pm["style"], pm["explode"] = "form", true
 			}
 			params = append(params, pm)
+		}
+		if r.idempotent {
+			params = append(params, map[string]any{"name": idempotencyHeader, "in": "header",
+				"description": "a key of your choice (1-255 printable ASCII characters, a UUID say): the same key and body within 24 hours answer the first answer again (header Idempotent-Replayed: true) and create nothing; the same key with another request is a 422 idempotency_key_reused",
+				"schema":      map[string]any{"type": "string", "minLength": 1, "maxLength": maxIdempotencyKey}})
 		}
 		if r.media == mediaEventStream {
 			params = append(params, map[string]any{"name": "Last-Event-ID", "in": "header",

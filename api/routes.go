@@ -41,7 +41,7 @@ func (s *Server) table() []route {
 			status: okay, response: []events.Task{}, errors: []int{bad}},
 		{method: http.MethodGet, path: w + "/tasks/:id", id: "getMyTask", summary: "Read one of this worker's tasks with its type", role: roleWorker, handler: s.workerTask,
 			status: okay, response: store.TaskWithType{}, errors: []int{bad, notFound}},
-		{method: http.MethodPost, path: w + "/tasks/:id/updates", id: "postUpdate", summary: "Post a progress message", role: roleWorker, handler: s.postUpdate,
+		{method: http.MethodPost, path: w + "/tasks/:id/updates", id: "postUpdate", idempotent: true, summary: "Post a progress message", role: roleWorker, handler: s.postUpdate,
 			request: updateRequest{}, status: okay, response: events.Task{}, errors: []int{bad, notFound, conflict}},
 		{method: http.MethodPost, path: w + "/tasks/:id/result", id: "postResult", summary: "Post the structured result", role: roleWorker, handler: s.postResult,
 			request: resultRequest{}, status: okay, response: events.Task{}, errors: []int{bad, notFound, conflict}},
@@ -58,7 +58,7 @@ func (s *Server) table() []route {
 		{method: http.MethodGet, path: w + "/tasks/:id/data/:data_id", id: "downloadMyTaskData", summary: "Download a file of this worker's task or of an earlier attempt (Range supported; on S3 a 302 to a presigned URL)", role: roleWorker, handler: s.downloadMyTaskData, tag: "data",
 			status: okay, media: "*/*", also: []int{http.StatusPartialContent, http.StatusFound}, errors: []int{bad, notFound, http.StatusServiceUnavailable}},
 
-		{method: http.MethodPost, path: a, id: "createWorker", summary: "Create a worker user", role: roleAdmin, handler: s.createWorker,
+		{method: http.MethodPost, path: a, id: "createWorker", idempotent: true, summary: "Create a worker user", role: roleAdmin, handler: s.createWorker,
 			request: createWorkerRequest{}, status: created, response: events.User{}, errors: []int{bad, conflict}},
 		{method: http.MethodGet, path: a, id: "listWorkers", summary: "List workers with their activity", role: roleAdmin, handler: s.listWorkers,
 			status: okay, response: []store.WorkerView{}, errors: []int{}},
@@ -77,7 +77,7 @@ func (s *Server) table() []route {
 		{method: http.MethodGet, path: a + "/stats", id: "getStats", summary: "Counts per status, queue depth, workers online", role: roleAdmin, handler: s.stats, tag: "fleet",
 			status: okay, response: store.Stats{}, errors: []int{}},
 
-		{method: http.MethodPost, path: a + "/task-types", id: "createTaskType", summary: "Create a task type", role: roleAdmin, handler: s.createTaskType,
+		{method: http.MethodPost, path: a + "/task-types", id: "createTaskType", idempotent: true, summary: "Create a task type", role: roleAdmin, handler: s.createTaskType,
 			request: taskTypeRequest{}, status: created, response: events.TaskType{}, errors: []int{bad, conflict}},
 		{method: http.MethodGet, path: a + "/task-types", id: "listTaskTypes", summary: "List task types (archived=true to include archived)", role: roleAdmin, handler: s.listTaskTypes,
 			query:  []param{boolParam("archived", "include archived types")},
@@ -89,8 +89,10 @@ func (s *Server) table() []route {
 		{method: http.MethodPost, path: a + "/task-types/:id/archive", id: "archiveTaskType", summary: "Archive a task type (no new tasks)", role: roleAdmin, handler: s.archiveTaskType,
 			status: okay, response: events.TaskType{}, errors: []int{bad, notFound, conflict}},
 
-		{method: http.MethodPost, path: a + "/tasks", id: "createTask", summary: "Create a task; with a unique_key another live task holds, 409 duplicate_task (its id in error.details.existing_task_id), or with on_duplicate=existing 200 and that task", role: roleAdmin, handler: s.createTask,
+		{method: http.MethodPost, path: a + "/tasks", id: "createTask", idempotent: true, summary: "Create a task; with a unique_key another live task holds, 409 duplicate_task (its id in error.details.existing_task_id), or with on_duplicate=existing 200 and that task", role: roleAdmin, handler: s.createTask,
 			request: createTaskRequest{}, status: created, also: []int{okay}, response: events.Task{}, errors: []int{bad, notFound, conflict}},
+		{method: http.MethodPost, path: a + "/tasks/batch", id: "createTasks", summary: "Create up to 1,000 tasks in one transaction; each item is checked on its own (schema, unique key) and answered in order with its own status and the task's id or its error", role: roleAdmin, handler: s.createTasks,
+			request: createTasksRequest{}, status: okay, response: CreatedBatch{}, errors: []int{bad}, idempotent: true, bodyLimit: MaxBatchBodyBytes},
 		{method: http.MethodGet, path: a + "/tasks", id: "listTasks", summary: "List tasks, newest first, with the queue depth", role: roleAdmin, handler: s.listTasks,
 			query: []param{
 				enumParam("status", "only tasks in this status", events.StatusPending, events.StatusInProgress, events.StatusCompleted, events.StatusFailed, events.StatusCancelled),
@@ -112,7 +114,7 @@ func (s *Server) table() []route {
 			request: reasonRequest{}, emptyBody: true, status: okay, response: events.Task{}, errors: []int{bad, notFound, conflict}},
 		{method: http.MethodPost, path: a + "/tasks/:id/assign", id: "assignTask", summary: "Assign a pending task to a worker, with a reason", role: roleAdmin, handler: s.assignTask,
 			request: assignRequest{}, status: okay, response: events.Task{}, errors: []int{bad, notFound, conflict}},
-		{method: http.MethodPost, path: a + "/tasks/:id/retry", id: "retryTask", summary: "Retry a failed task now, by hand (also after retries were skipped or exhausted)", role: roleAdmin, handler: s.retryTask,
+		{method: http.MethodPost, path: a + "/tasks/:id/retry", id: "retryTask", idempotent: true, summary: "Retry a failed task now, by hand (also after retries were skipped or exhausted)", role: roleAdmin, handler: s.retryTask,
 			request: retryRequest{}, emptyBody: true, status: created, response: events.Task{}, errors: []int{bad, notFound, conflict}},
 		{method: http.MethodGet, path: a + "/tasks/:id/events", id: "listTaskEvents", summary: "The task's history: its events with actor, causation and a one-line summary", role: roleAdmin, handler: s.taskEvents,
 			status: okay, response: []EventView{}, errors: []int{bad, notFound}},

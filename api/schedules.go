@@ -341,7 +341,7 @@ func (s *Server) scheduleRoutes() []route {
 	const tag = "schedules"
 	states := []any{events.ScheduleStateActive, events.ScheduleStatePaused, events.ScheduleStateCancelled, events.ScheduleStateFinished}
 	return []route{
-		{method: http.MethodPost, path: p, id: "createSchedule", summary: "Create a schedule: a task template with an interval, a cron expression in a time zone, or one time", role: roleAdmin, handler: s.createSchedule, tag: tag,
+		{method: http.MethodPost, path: p, id: "createSchedule", idempotent: true, summary: "Create a schedule: a task template with an interval, a cron expression in a time zone, or one time", role: roleAdmin, handler: s.createSchedule, tag: tag,
 			request: ScheduleRequest{}, status: http.StatusCreated, response: events.Schedule{}, errors: []int{bad}},
 		{method: http.MethodGet, path: p, id: "listSchedules", summary: "List schedules, newest first", role: roleAdmin, handler: s.listSchedules, tag: tag,
 			query: []param{
@@ -363,7 +363,7 @@ func (s *Server) scheduleRoutes() []route {
 			status: okay, response: events.Schedule{}, errors: []int{bad, notFound, conflict}},
 		{method: http.MethodPost, path: p + "/:id/cancel", id: "cancelSchedule", summary: "Cancel an active or paused schedule for good", role: roleAdmin, handler: s.cancelSchedule, tag: tag,
 			request: scheduleReasonRequest{}, emptyBody: true, status: okay, response: events.Schedule{}, errors: []int{bad, notFound, conflict}},
-		{method: http.MethodPost, path: p + "/:id/run", id: "runSchedule", summary: "Run the schedule now, once (its regular times stay)", role: roleAdmin, handler: s.runSchedule, tag: tag,
+		{method: http.MethodPost, path: p + "/:id/run", id: "runSchedule", idempotent: true, summary: "Run the schedule now, once (its regular times stay)", role: roleAdmin, handler: s.runSchedule, tag: tag,
 			status: http.StatusCreated, response: ScheduleRun{}, errors: []int{bad, notFound, conflict}},
 		{method: http.MethodGet, path: p + "/:id/executions", id: "listScheduleExecutions", summary: "A schedule's executions, newest first: task, outcome of its retry chain, attempts, timings", role: roleAdmin, handler: s.scheduleExecutions, tag: tag,
 			query: []param{

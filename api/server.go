@@ -60,22 +60,24 @@ type Config struct {
 
 // Server is the HTTP API.
 type Server struct {
-	cfg       Config
-	db        *store.DB
-	log       zerolog.Logger
-	echo      *echo.Echo
-	schemas   *schemas
-	metrics   *metrics
-	routes    []route
-	dummyHash []byte
-	drain     *drainer
-	names     *nameCache
-	tokens    verifiedTokens
-	tail      *broadcaster
-	auth      *authUsers
-	guard     *loginGuard
-	gate      *claimGate      // nil without a hub: long-polls re-check on a timer only
-	uploads   map[string]bool // "METHOD /path" of the routes that stream uploads (rawBody)
+	cfg        Config
+	db         *store.DB
+	log        zerolog.Logger
+	echo       *echo.Echo
+	schemas    *schemas
+	metrics    *metrics
+	routes     []route
+	dummyHash  []byte
+	drain      *drainer
+	names      *nameCache
+	tokens     verifiedTokens
+	tail       *broadcaster
+	auth       *authUsers
+	guard      *loginGuard
+	gate       *claimGate       // nil without a hub: long-polls re-check on a timer only
+	uploads    map[string]bool  // "METHOD /path" of the routes that stream uploads (rawBody)
+	keyLocks   keyLocks         // requests with one Idempotency-Key on this instance, one at a time
+	bodyLimits map[string]int64 // "METHOD /path" of the routes whose bodies may exceed MaxBodyBytes
 }
 
 // route is one endpoint: the table registers handlers and documents them
@@ -95,6 +97,8 @@ type route struct {
 	response     any     // type of the envelope's data, e.g. events.Task{} or []events.Task{}; orNull{T{}} when it may be null
 	media        string  // instead of response: a body that is not the JSON envelope (text/event-stream, text/plain, ...)
 	rawBody      bool    // the body is the bytes of a file (any media type) or multipart/form-data files: task data uploads
+	idempotent   bool    // it creates something: an Idempotency-Key header makes it answer a repeat with its first answer (api/idempotency.go)
+	bodyLimit    int64   // the body's bound (guardBody) when not MaxBodyBytes: the batch of creations
 	also         []int   // success statuses besides status: 206 (a Range of a media body), 302 (a redirect to a presigned URL), 200 (a creation that found its thing already there)
 	// errors are the statuses the handler itself answers with (400, 404,
 	// 409, 503...); 401 and 403 (roles), 413 (bodies) and 500 are added.
@@ -167,14 +171,21 @@ func (s *Server) newEcho() *echo.Echo {
 	e.Use(s.guardBody)
 
 	s.routes = s.table()
-	s.uploads = map[string]bool{}
+	s.uploads, s.bodyLimits = map[string]bool{}, map[string]int64{}
 	for _, r := range s.routes {
 		if r.rawBody {
 			s.uploads[r.method+" "+r.path] = true
 		}
+		if r.bodyLimit > 0 {
+			s.bodyLimits[r.method+" "+r.path] = r.bodyLimit
+		}
 		// Authentication first: an anonymous caller learns nothing about
 		// a route's parameters.
-		h := s.apiRoute(r, r.handler)
+		h := r.handler
+		if r.idempotent {
+			h = s.idempotent(h)
+		}
+		h = s.apiRoute(r, h)
 		if r.role != rolePublic {
 			h = s.requireRole(r.role)(h)
 		}

@@ -207,11 +207,13 @@ func newBroadcaster(s *Server, hub *store.Hub, cfg TailConfig) *broadcaster {
 }
 
 // Run runs the live tail's broadcaster until ctx ends, then closes every
-// stream (each ends cleanly with a comment). Call it once per Server; until
-// it runs, the stream route answers 503.
+// stream (each ends cleanly with a comment), and meanwhile the user cache's
+// refresh and the prune of expired Idempotency-Key answers. Call it once
+// per Server; until it runs, the stream route answers 503.
 func (s *Server) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { s.auth.run(ctx) })
+	wg.Go(func() { s.pruneIdempotencyKeys(ctx) })
 	err := s.tail.run(ctx)
 	wg.Wait()
 	return err

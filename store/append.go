@@ -56,6 +56,7 @@ func queueEvents(b *pgx.Batch, evs []events.Envelope) error {
 // evs are the events b inserts, counted once they commit; task, when
 // given, is their task's state after them (see storeMetrics.observe).
 func (db *DB) send(ctx context.Context, q Querier, b *pgx.Batch, evs []events.Envelope, task *events.Task) error {
+	q = db.ambient(ctx, q)
 	if err := q.SendBatch(ctx, b).Close(); err != nil {
 		return mapErr(err)
 	}

@@ -27,6 +27,7 @@ type createRequest struct {
 // *events.DuplicateTaskError. Outside a caller's transaction, concurrent
 // creations share one round trip and one commit (see batcher).
 func (db *DB) CreateTask(ctx context.Context, q Querier, p NewTaskParams, meta events.Meta) (*events.Task, error) {
+	q = db.ambient(ctx, q)
 	if pool, ok := q.(*pgxpool.Pool); !ok || pool != db.pool {
 		outs, err := db.createTasks(ctx, q, []createRequest{{params: p, meta: meta}})
 		if err != nil {
@@ -58,6 +59,7 @@ func (db *DB) CreateTasks(ctx context.Context, q Querier, ps []NewTaskParams, me
 	for i, p := range ps {
 		reqs[i] = createRequest{params: p, meta: meta}
 	}
+	q = db.ambient(ctx, q)
 	var outs []outcome[*events.Task]
 	run := func(q Querier) (err error) {
 		outs, err = db.createTasks(ctx, q, reqs)

@@ -139,8 +139,12 @@ func (db *DB) Now() time.Time { return db.now().UTC().Truncate(time.Microsecond)
 
 // WithTx runs fn in one transaction, committing when it returns nil. It
 // always rolls back on the way out, under a context that survives the
-// caller's cancellation, so a cancelled request still cleans up.
+// caller's cancellation, so a cancelled request still cleans up. Inside a
+// transaction ctx carries (ContextWithTx), fn runs in that one.
 func (db *DB) WithTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	if tx := txOf(ctx); tx != nil { // the request's transaction (ContextWithTx)
+		return fn(tx)
+	}
 	tx, err := db.pool.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)

@@ -61,6 +61,7 @@ const maxRaces = 5
 // (another write to the same stream) re-reads and decides again; inside one,
 // the conflict aborts the caller's transaction and is returned.
 func (db *DB) UpdateTask(ctx context.Context, q Querier, id string, meta events.Meta, decide TaskDecision) (*events.Task, []events.Envelope, error) {
+	q = db.ambient(ctx, q)
 	_, inTx := q.(pgx.Tx)
 	for attempt := 1; ; attempt++ {
 		t, err := db.GetTask(ctx, q, id)

@@ -316,7 +316,8 @@ type NewWorker struct {
 // CreateWorker creates a worker user.
 func (c *Client) CreateWorker(ctx context.Context, w NewWorker) (*events.User, error) {
 	var out events.User
-	return &out, c.Do(ctx, http.MethodPost, adminBase, w, &out)
+	_, err := c.create(ctx, adminBase, w, &out)
+	return &out, err
 }
 
 // Workers lists workers with their activity.
@@ -353,7 +354,8 @@ type NewTaskType struct {
 // CreateTaskType defines a type of work.
 func (c *Client) CreateTaskType(ctx context.Context, t NewTaskType) (*events.TaskType, error) {
 	var out events.TaskType
-	return &out, c.Do(ctx, http.MethodPost, adminBase+"/task-types", t, &out)
+	_, err := c.create(ctx, adminBase+"/task-types", t, &out)
+	return &out, err
 }
 
 // UpdateTaskType replaces a type's definition.
@@ -409,7 +411,7 @@ func (c *Client) CreateTask(ctx context.Context, t NewTask) (*events.Task, error
 // with OnDuplicate "existing", the task that holds the unique key.
 func (c *Client) CreateTaskOnce(ctx context.Context, t NewTask) (task *events.Task, created bool, err error) {
 	var out events.Task
-	status, err := c.DoStatus(ctx, http.MethodPost, adminBase+"/tasks", t, &out)
+	status, err := c.create(ctx, adminBase+"/tasks", t, &out)
 	if err != nil {
 		return nil, false, err
 	}

@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"net/http"
 	"net/url"
 
 	"github.com/clawdbot/task-service/events"
@@ -16,5 +15,6 @@ func (c *Client) RetryTask(ctx context.Context, id, hint string) (*events.Task, 
 		body = map[string]string{"hint": hint}
 	}
 	var out events.Task
-	return &out, c.Do(ctx, http.MethodPost, adminBase+"/tasks/"+url.PathEscape(id)+"/retry", body, &out)
+	_, err := c.create(ctx, adminBase+"/tasks/"+url.PathEscape(id)+"/retry", body, &out)
+	return &out, err
 }

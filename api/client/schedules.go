@@ -48,7 +48,8 @@ type ScheduleQuery struct {
 // CreateSchedule defines a schedule.
 func (c *Client) CreateSchedule(ctx context.Context, s NewSchedule) (*events.Schedule, error) {
 	var out events.Schedule
-	return &out, c.Do(ctx, http.MethodPost, schedulesBase, s, &out)
+	_, err := c.create(ctx, schedulesBase, s, &out)
+	return &out, err
 }
 
 // UpdateSchedule edits a schedule: the fields given replace the current ones.
@@ -95,7 +96,8 @@ func (c *Client) ScheduleAction(ctx context.Context, id, action, reason string) 
 // RunSchedule fires an extra execution now.
 func (c *Client) RunSchedule(ctx context.Context, id string) (*ScheduleRun, error) {
 	var out ScheduleRun
-	return &out, c.Do(ctx, http.MethodPost, schedulesBase+"/"+url.PathEscape(id)+"/run", nil, &out)
+	_, err := c.create(ctx, schedulesBase+"/"+url.PathEscape(id)+"/run", nil, &out)
+	return &out, err
 }
 
 // ScheduleExecutions reads a page of executions, newest first (before 0: the first page).

@@ -136,6 +136,7 @@ const (
 	ErrorCodeDuplicate            ErrorCode = "duplicate"
 	ErrorCodeDuplicateTask        ErrorCode = "duplicate_task"
 	ErrorCodeForbidden            ErrorCode = "forbidden"
+	ErrorCodeIdempotencyKeyReused ErrorCode = "idempotency_key_reused"
 	ErrorCodeIncompleteBody       ErrorCode = "incomplete_body"
 	ErrorCodeInternal             ErrorCode = "internal"
 	ErrorCodeInvalidTransition    ErrorCode = "invalid_transition"
@@ -162,6 +163,8 @@ func (e ErrorCode) Valid() bool {
 	case ErrorCodeDuplicateTask:
 		return true
 	case ErrorCodeForbidden:
+		return true
+	case ErrorCodeIdempotencyKeyReused:
 		return true
 	case ErrorCodeIncompleteBody:
 		return true
@@ -1376,6 +1379,9 @@ type Unauthorized = Error
 // Unavailable The envelope of every error answer.
 type Unavailable = Error
 
+// Unprocessable The envelope of every error answer.
+type Unprocessable = Error
+
 // UnsupportedMediaType The envelope of every error answer.
 type UnsupportedMediaType = Error
 
@@ -1390,6 +1396,12 @@ type CreateWorkerJSONBody struct {
 	// MaxConcurrentTasks tasks it may hold at once (default 1)
 	MaxConcurrentTasks *int   `json:"max_concurrent_tasks,omitempty"`
 	Password           string `json:"password"`
+}
+
+// CreateWorkerParams defines parameters for CreateWorker.
+type CreateWorkerParams struct {
+	// IdempotencyKey a key of your choice (1-255 printable ASCII characters, a UUID say): the same key and body within 24 hours answer the first answer again (header Idempotent-Replayed: true) and create nothing; the same key with another request is a 422 idempotency_key_reused
+	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
 }
 
 // CreateWorker201JSONResponseBodySuccess defines parameters for CreateWorker.
@@ -1422,6 +1434,12 @@ type CreateTaskTypeJSONBody struct {
 
 	// TimeoutSeconds a task in progress longer than this fails with kind timeout (0: no limit)
 	TimeoutSeconds *int `json:"timeout_seconds,omitempty"`
+}
+
+// CreateTaskTypeParams defines parameters for CreateTaskType.
+type CreateTaskTypeParams struct {
+	// IdempotencyKey a key of your choice (1-255 printable ASCII characters, a UUID say): the same key and body within 24 hours answer the first answer again (header Idempotent-Replayed: true) and create nothing; the same key with another request is a 422 idempotency_key_reused
+	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
 }
 
 // CreateTaskType201JSONResponseBodySuccess defines parameters for CreateTaskType.
@@ -1493,6 +1511,12 @@ type CreateTaskJSONBody struct {
 	UniqueKey *string `json:"unique_key,omitempty"`
 }
 
+// CreateTaskParams defines parameters for CreateTask.
+type CreateTaskParams struct {
+	// IdempotencyKey a key of your choice (1-255 printable ASCII characters, a UUID say): the same key and body within 24 hours answer the first answer again (header Idempotent-Replayed: true) and create nothing; the same key with another request is a 422 idempotency_key_reused
+	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
+}
+
 // CreateTaskJSONBodyOnDuplicate defines parameters for CreateTask.
 type CreateTaskJSONBodyOnDuplicate string
 
@@ -1528,6 +1552,12 @@ type ListTaskEvents200JSONResponseBodySuccess bool
 // RetryTaskJSONBody defines parameters for RetryTask.
 type RetryTaskJSONBody struct {
 	Hint *string `json:"hint,omitempty"`
+}
+
+// RetryTaskParams defines parameters for RetryTask.
+type RetryTaskParams struct {
+	// IdempotencyKey a key of your choice (1-255 printable ASCII characters, a UUID say): the same key and body within 24 hours answer the first answer again (header Idempotent-Replayed: true) and create nothing; the same key with another request is a 422 idempotency_key_reused
+	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
 }
 
 // RetryTask201JSONResponseBodySuccess defines parameters for RetryTask.
@@ -1614,6 +1644,12 @@ type SetTaskStatus200JSONResponseBodySuccess bool
 // PostUpdateJSONBody defines parameters for PostUpdate.
 type PostUpdateJSONBody struct {
 	Message string `json:"message"`
+}
+
+// PostUpdateParams defines parameters for PostUpdate.
+type PostUpdateParams struct {
+	// IdempotencyKey a key of your choice (1-255 printable ASCII characters, a UUID say): the same key and body within 24 hours answer the first answer again (header Idempotent-Replayed: true) and create nothing; the same key with another request is a 422 idempotency_key_reused
+	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
 }
 
 // PostUpdate200JSONResponseBodySuccess defines parameters for PostUpdate.
@@ -2489,7 +2525,7 @@ type ClientInterface interface {
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /api/v1/admin/workers (the `CreateWorker` operationId).
-	CreateWorkerWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	CreateWorkerWithBody(ctx context.Context, params *CreateWorkerParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// CreateWorker Create a worker user
 	//
@@ -2498,7 +2534,7 @@ type ClientInterface interface {
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /api/v1/admin/workers (the `CreateWorker` operationId).
-	CreateWorker(ctx context.Context, body CreateWorkerJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	CreateWorker(ctx context.Context, params *CreateWorkerParams, body CreateWorkerJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetStats Counts per status, queue depth, workers online
 	//
@@ -2514,7 +2550,7 @@ type ClientInterface interface {
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /api/v1/admin/workers/task-types (the `CreateTaskType` operationId).
-	CreateTaskTypeWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	CreateTaskTypeWithBody(ctx context.Context, params *CreateTaskTypeParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// CreateTaskType Create a task type
 	//
@@ -2523,7 +2559,7 @@ type ClientInterface interface {
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /api/v1/admin/workers/task-types (the `CreateTaskType` operationId).
-	CreateTaskType(ctx context.Context, body CreateTaskTypeJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	CreateTaskType(ctx context.Context, params *CreateTaskTypeParams, body CreateTaskTypeJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListTasks List tasks, newest first, with the queue depth
 	//
@@ -2539,7 +2575,7 @@ type ClientInterface interface {
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /api/v1/admin/workers/tasks (the `CreateTask` operationId).
-	CreateTaskWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	CreateTaskWithBody(ctx context.Context, params *CreateTaskParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// CreateTask Create a task; with a unique_key another live task holds, 409 duplicate_task (its id in error.details.existing_task_id), or with on_duplicate=existing 200 and that task
 	//
@@ -2548,7 +2584,7 @@ type ClientInterface interface {
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /api/v1/admin/workers/tasks (the `CreateTask` operationId).
-	CreateTask(ctx context.Context, body CreateTaskJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	CreateTask(ctx context.Context, params *CreateTaskParams, body CreateTaskJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetTask Read a task with parent, retries, assignments and updates; with at=<RFC 3339>, the task as it was then
 	//
@@ -2578,7 +2614,7 @@ type ClientInterface interface {
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /api/v1/admin/workers/tasks/{id}/retry (the `RetryTask` operationId).
-	RetryTaskWithBody(ctx context.Context, id openapi_types.UUID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	RetryTaskWithBody(ctx context.Context, id openapi_types.UUID, params *RetryTaskParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// RetryTask Retry a failed task now, by hand (also after retries were skipped or exhausted)
 	//
@@ -2587,7 +2623,7 @@ type ClientInterface interface {
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /api/v1/admin/workers/tasks/{id}/retry (the `RetryTask` operationId).
-	RetryTask(ctx context.Context, id openapi_types.UUID, body RetryTaskJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	RetryTask(ctx context.Context, id openapi_types.UUID, params *RetryTaskParams, body RetryTaskJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// LoginWithBody Log in; returns a JWT and the user
 	//
@@ -2671,7 +2707,7 @@ type ClientInterface interface {
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /api/v1/worker/tasks/{id}/updates (the `PostUpdate` operationId).
-	PostUpdateWithBody(ctx context.Context, id openapi_types.UUID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	PostUpdateWithBody(ctx context.Context, id openapi_types.UUID, params *PostUpdateParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// PostUpdate Post a progress message
 	//
@@ -2680,7 +2716,7 @@ type ClientInterface interface {
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /api/v1/worker/tasks/{id}/updates (the `PostUpdate` operationId).
-	PostUpdate(ctx context.Context, id openapi_types.UUID, body PostUpdateJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	PostUpdate(ctx context.Context, id openapi_types.UUID, params *PostUpdateParams, body PostUpdateJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // CreateWorkerWithBody Create a worker user
@@ -2690,8 +2726,8 @@ type ClientInterface interface {
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /api/v1/admin/workers (the `CreateWorker` operationId).
-func (c *Client) CreateWorkerWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewCreateWorkerRequestWithBody(c.Server, contentType, body)
+func (c *Client) CreateWorkerWithBody(ctx context.Context, params *CreateWorkerParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateWorkerRequestWithBody(c.Server, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2709,8 +2745,8 @@ func (c *Client) CreateWorkerWithBody(ctx context.Context, contentType string, b
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /api/v1/admin/workers (the `CreateWorker` operationId).
-func (c *Client) CreateWorker(ctx context.Context, body CreateWorkerJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewCreateWorkerRequest(c.Server, body)
+func (c *Client) CreateWorker(ctx context.Context, params *CreateWorkerParams, body CreateWorkerJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateWorkerRequest(c.Server, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2745,8 +2781,8 @@ func (c *Client) GetStats(ctx context.Context, reqEditors ...RequestEditorFn) (*
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /api/v1/admin/workers/task-types (the `CreateTaskType` operationId).
-func (c *Client) CreateTaskTypeWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewCreateTaskTypeRequestWithBody(c.Server, contentType, body)
+func (c *Client) CreateTaskTypeWithBody(ctx context.Context, params *CreateTaskTypeParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateTaskTypeRequestWithBody(c.Server, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2764,8 +2800,8 @@ func (c *Client) CreateTaskTypeWithBody(ctx context.Context, contentType string,
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /api/v1/admin/workers/task-types (the `CreateTaskType` operationId).
-func (c *Client) CreateTaskType(ctx context.Context, body CreateTaskTypeJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewCreateTaskTypeRequest(c.Server, body)
+func (c *Client) CreateTaskType(ctx context.Context, params *CreateTaskTypeParams, body CreateTaskTypeJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateTaskTypeRequest(c.Server, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2800,8 +2836,8 @@ func (c *Client) ListTasks(ctx context.Context, params *ListTasksParams, reqEdit
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /api/v1/admin/workers/tasks (the `CreateTask` operationId).
-func (c *Client) CreateTaskWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewCreateTaskRequestWithBody(c.Server, contentType, body)
+func (c *Client) CreateTaskWithBody(ctx context.Context, params *CreateTaskParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateTaskRequestWithBody(c.Server, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2819,8 +2855,8 @@ func (c *Client) CreateTaskWithBody(ctx context.Context, contentType string, bod
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /api/v1/admin/workers/tasks (the `CreateTask` operationId).
-func (c *Client) CreateTask(ctx context.Context, body CreateTaskJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewCreateTaskRequest(c.Server, body)
+func (c *Client) CreateTask(ctx context.Context, params *CreateTaskParams, body CreateTaskJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateTaskRequest(c.Server, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2889,8 +2925,8 @@ func (c *Client) ListTaskEvents(ctx context.Context, id openapi_types.UUID, reqE
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /api/v1/admin/workers/tasks/{id}/retry (the `RetryTask` operationId).
-func (c *Client) RetryTaskWithBody(ctx context.Context, id openapi_types.UUID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewRetryTaskRequestWithBody(c.Server, id, contentType, body)
+func (c *Client) RetryTaskWithBody(ctx context.Context, id openapi_types.UUID, params *RetryTaskParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRetryTaskRequestWithBody(c.Server, id, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2908,8 +2944,8 @@ func (c *Client) RetryTaskWithBody(ctx context.Context, id openapi_types.UUID, c
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /api/v1/admin/workers/tasks/{id}/retry (the `RetryTask` operationId).
-func (c *Client) RetryTask(ctx context.Context, id openapi_types.UUID, body RetryTaskJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewRetryTaskRequest(c.Server, id, body)
+func (c *Client) RetryTask(ctx context.Context, id openapi_types.UUID, params *RetryTaskParams, body RetryTaskJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRetryTaskRequest(c.Server, id, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -3092,8 +3128,8 @@ func (c *Client) SetTaskStatus(ctx context.Context, id openapi_types.UUID, body 
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /api/v1/worker/tasks/{id}/updates (the `PostUpdate` operationId).
-func (c *Client) PostUpdateWithBody(ctx context.Context, id openapi_types.UUID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewPostUpdateRequestWithBody(c.Server, id, contentType, body)
+func (c *Client) PostUpdateWithBody(ctx context.Context, id openapi_types.UUID, params *PostUpdateParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostUpdateRequestWithBody(c.Server, id, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -3111,8 +3147,8 @@ func (c *Client) PostUpdateWithBody(ctx context.Context, id openapi_types.UUID, 
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /api/v1/worker/tasks/{id}/updates (the `PostUpdate` operationId).
-func (c *Client) PostUpdate(ctx context.Context, id openapi_types.UUID, body PostUpdateJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewPostUpdateRequest(c.Server, id, body)
+func (c *Client) PostUpdate(ctx context.Context, id openapi_types.UUID, params *PostUpdateParams, body PostUpdateJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPostUpdateRequest(c.Server, id, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -3124,18 +3160,18 @@ func (c *Client) PostUpdate(ctx context.Context, id openapi_types.UUID, body Pos
 }
 
 // NewCreateWorkerRequest calls the generic CreateWorker builder with application/json body
-func NewCreateWorkerRequest(server string, body CreateWorkerJSONRequestBody) (*http.Request, error) {
+func NewCreateWorkerRequest(server string, params *CreateWorkerParams, body CreateWorkerJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewCreateWorkerRequestWithBody(server, "application/json", bodyReader)
+	return NewCreateWorkerRequestWithBody(server, params, "application/json", bodyReader)
 }
 
 // NewCreateWorkerRequestWithBody constructs an http.Request for the CreateWorker method, with any body, and a specified content type
-func NewCreateWorkerRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+func NewCreateWorkerRequestWithBody(server string, params *CreateWorkerParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	serverURL, err := url.Parse(server)
@@ -3159,6 +3195,21 @@ func NewCreateWorkerRequestWithBody(server string, contentType string, body io.R
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
 
 	return req, nil
 }
@@ -3191,18 +3242,18 @@ func NewGetStatsRequest(server string) (*http.Request, error) {
 }
 
 // NewCreateTaskTypeRequest calls the generic CreateTaskType builder with application/json body
-func NewCreateTaskTypeRequest(server string, body CreateTaskTypeJSONRequestBody) (*http.Request, error) {
+func NewCreateTaskTypeRequest(server string, params *CreateTaskTypeParams, body CreateTaskTypeJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewCreateTaskTypeRequestWithBody(server, "application/json", bodyReader)
+	return NewCreateTaskTypeRequestWithBody(server, params, "application/json", bodyReader)
 }
 
 // NewCreateTaskTypeRequestWithBody constructs an http.Request for the CreateTaskType method, with any body, and a specified content type
-func NewCreateTaskTypeRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+func NewCreateTaskTypeRequestWithBody(server string, params *CreateTaskTypeParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	serverURL, err := url.Parse(server)
@@ -3226,6 +3277,21 @@ func NewCreateTaskTypeRequestWithBody(server string, contentType string, body io
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
 
 	return req, nil
 }
@@ -3369,18 +3435,18 @@ func NewListTasksRequest(server string, params *ListTasksParams) (*http.Request,
 }
 
 // NewCreateTaskRequest calls the generic CreateTask builder with application/json body
-func NewCreateTaskRequest(server string, body CreateTaskJSONRequestBody) (*http.Request, error) {
+func NewCreateTaskRequest(server string, params *CreateTaskParams, body CreateTaskJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewCreateTaskRequestWithBody(server, "application/json", bodyReader)
+	return NewCreateTaskRequestWithBody(server, params, "application/json", bodyReader)
 }
 
 // NewCreateTaskRequestWithBody constructs an http.Request for the CreateTask method, with any body, and a specified content type
-func NewCreateTaskRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+func NewCreateTaskRequestWithBody(server string, params *CreateTaskParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	serverURL, err := url.Parse(server)
@@ -3404,6 +3470,21 @@ func NewCreateTaskRequestWithBody(server string, contentType string, body io.Rea
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
 
 	return req, nil
 }
@@ -3538,18 +3619,18 @@ func NewListTaskEventsRequest(server string, id openapi_types.UUID) (*http.Reque
 }
 
 // NewRetryTaskRequest calls the generic RetryTask builder with application/json body
-func NewRetryTaskRequest(server string, id openapi_types.UUID, body RetryTaskJSONRequestBody) (*http.Request, error) {
+func NewRetryTaskRequest(server string, id openapi_types.UUID, params *RetryTaskParams, body RetryTaskJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewRetryTaskRequestWithBody(server, id, "application/json", bodyReader)
+	return NewRetryTaskRequestWithBody(server, id, params, "application/json", bodyReader)
 }
 
 // NewRetryTaskRequestWithBody constructs an http.Request for the RetryTask method, with any body, and a specified content type
-func NewRetryTaskRequestWithBody(server string, id openapi_types.UUID, contentType string, body io.Reader) (*http.Request, error) {
+func NewRetryTaskRequestWithBody(server string, id openapi_types.UUID, params *RetryTaskParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -3580,6 +3661,21 @@ func NewRetryTaskRequestWithBody(server string, id openapi_types.UUID, contentTy
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
 
 	return req, nil
 }
@@ -3813,18 +3909,18 @@ func NewSetTaskStatusRequestWithBody(server string, id openapi_types.UUID, conte
 }
 
 // NewPostUpdateRequest calls the generic PostUpdate builder with application/json body
-func NewPostUpdateRequest(server string, id openapi_types.UUID, body PostUpdateJSONRequestBody) (*http.Request, error) {
+func NewPostUpdateRequest(server string, id openapi_types.UUID, params *PostUpdateParams, body PostUpdateJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewPostUpdateRequestWithBody(server, id, "application/json", bodyReader)
+	return NewPostUpdateRequestWithBody(server, id, params, "application/json", bodyReader)
 }
 
 // NewPostUpdateRequestWithBody constructs an http.Request for the PostUpdate method, with any body, and a specified content type
-func NewPostUpdateRequestWithBody(server string, id openapi_types.UUID, contentType string, body io.Reader) (*http.Request, error) {
+func NewPostUpdateRequestWithBody(server string, id openapi_types.UUID, params *PostUpdateParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -3855,6 +3951,21 @@ func NewPostUpdateRequestWithBody(server string, id openapi_types.UUID, contentT
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
 
 	return req, nil
 }
@@ -3910,7 +4021,7 @@ type ClientWithResponsesInterface interface {
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /api/v1/admin/workers (the `CreateWorker` operationId).
-	CreateWorkerWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateWorkerResponse, error)
+	CreateWorkerWithBodyWithResponse(ctx context.Context, params *CreateWorkerParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateWorkerResponse, error)
 
 	// CreateWorkerWithResponse Create a worker user
 	//
@@ -3919,7 +4030,7 @@ type ClientWithResponsesInterface interface {
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /api/v1/admin/workers (the `CreateWorker` operationId).
-	CreateWorkerWithResponse(ctx context.Context, body CreateWorkerJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateWorkerResponse, error)
+	CreateWorkerWithResponse(ctx context.Context, params *CreateWorkerParams, body CreateWorkerJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateWorkerResponse, error)
 
 	// GetStatsWithResponse Counts per status, queue depth, workers online
 	//
@@ -3937,7 +4048,7 @@ type ClientWithResponsesInterface interface {
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /api/v1/admin/workers/task-types (the `CreateTaskType` operationId).
-	CreateTaskTypeWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateTaskTypeResponse, error)
+	CreateTaskTypeWithBodyWithResponse(ctx context.Context, params *CreateTaskTypeParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateTaskTypeResponse, error)
 
 	// CreateTaskTypeWithResponse Create a task type
 	//
@@ -3946,7 +4057,7 @@ type ClientWithResponsesInterface interface {
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /api/v1/admin/workers/task-types (the `CreateTaskType` operationId).
-	CreateTaskTypeWithResponse(ctx context.Context, body CreateTaskTypeJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateTaskTypeResponse, error)
+	CreateTaskTypeWithResponse(ctx context.Context, params *CreateTaskTypeParams, body CreateTaskTypeJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateTaskTypeResponse, error)
 
 	// ListTasksWithResponse List tasks, newest first, with the queue depth
 	//
@@ -3964,7 +4075,7 @@ type ClientWithResponsesInterface interface {
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /api/v1/admin/workers/tasks (the `CreateTask` operationId).
-	CreateTaskWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateTaskResponse, error)
+	CreateTaskWithBodyWithResponse(ctx context.Context, params *CreateTaskParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateTaskResponse, error)
 
 	// CreateTaskWithResponse Create a task; with a unique_key another live task holds, 409 duplicate_task (its id in error.details.existing_task_id), or with on_duplicate=existing 200 and that task
 	//
@@ -3973,7 +4084,7 @@ type ClientWithResponsesInterface interface {
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /api/v1/admin/workers/tasks (the `CreateTask` operationId).
-	CreateTaskWithResponse(ctx context.Context, body CreateTaskJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateTaskResponse, error)
+	CreateTaskWithResponse(ctx context.Context, params *CreateTaskParams, body CreateTaskJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateTaskResponse, error)
 
 	// GetTaskWithResponse Read a task with parent, retries, assignments and updates; with at=<RFC 3339>, the task as it was then
 	//
@@ -4009,7 +4120,7 @@ type ClientWithResponsesInterface interface {
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /api/v1/admin/workers/tasks/{id}/retry (the `RetryTask` operationId).
-	RetryTaskWithBodyWithResponse(ctx context.Context, id openapi_types.UUID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RetryTaskResponse, error)
+	RetryTaskWithBodyWithResponse(ctx context.Context, id openapi_types.UUID, params *RetryTaskParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RetryTaskResponse, error)
 
 	// RetryTaskWithResponse Retry a failed task now, by hand (also after retries were skipped or exhausted)
 	//
@@ -4018,7 +4129,7 @@ type ClientWithResponsesInterface interface {
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /api/v1/admin/workers/tasks/{id}/retry (the `RetryTask` operationId).
-	RetryTaskWithResponse(ctx context.Context, id openapi_types.UUID, body RetryTaskJSONRequestBody, reqEditors ...RequestEditorFn) (*RetryTaskResponse, error)
+	RetryTaskWithResponse(ctx context.Context, id openapi_types.UUID, params *RetryTaskParams, body RetryTaskJSONRequestBody, reqEditors ...RequestEditorFn) (*RetryTaskResponse, error)
 
 	// LoginWithBodyWithResponse Log in; returns a JWT and the user
 	//
@@ -4104,7 +4215,7 @@ type ClientWithResponsesInterface interface {
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /api/v1/worker/tasks/{id}/updates (the `PostUpdate` operationId).
-	PostUpdateWithBodyWithResponse(ctx context.Context, id openapi_types.UUID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostUpdateResponse, error)
+	PostUpdateWithBodyWithResponse(ctx context.Context, id openapi_types.UUID, params *PostUpdateParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostUpdateResponse, error)
 
 	// PostUpdateWithResponse Post a progress message
 	//
@@ -4113,7 +4224,7 @@ type ClientWithResponsesInterface interface {
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /api/v1/worker/tasks/{id}/updates (the `PostUpdate` operationId).
-	PostUpdateWithResponse(ctx context.Context, id openapi_types.UUID, body PostUpdateJSONRequestBody, reqEditors ...RequestEditorFn) (*PostUpdateResponse, error)
+	PostUpdateWithResponse(ctx context.Context, id openapi_types.UUID, params *PostUpdateParams, body PostUpdateJSONRequestBody, reqEditors ...RequestEditorFn) (*PostUpdateResponse, error)
 }
 
 // CreateWorkerResponse201Headers the declared response headers of an HTTP 201 response for CreateWorker
@@ -4156,6 +4267,11 @@ type CreateWorkerResponse415Headers struct {
 	XRequestId *string
 }
 
+// CreateWorkerResponse422Headers the declared response headers of an HTTP 422 response for CreateWorker
+type CreateWorkerResponse422Headers struct {
+	XRequestId *string
+}
+
 // CreateWorkerResponse500Headers the declared response headers of an HTTP 500 response for CreateWorker
 type CreateWorkerResponse500Headers struct {
 	XRequestId *string
@@ -4188,6 +4304,8 @@ type CreateWorkerResponse struct {
 	JSON413 *TooLarge
 	// JSON415 the response for an HTTP 415 `application/json` response
 	JSON415 *UnsupportedMediaType
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *Unprocessable
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *Internal
 	// JSON503 the response for an HTTP 503 `application/json` response
@@ -4208,6 +4326,8 @@ type CreateWorkerResponse struct {
 	Headers413 *CreateWorkerResponse413Headers
 	// Headers415 the parsed response headers for an HTTP 415 response
 	Headers415 *CreateWorkerResponse415Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *CreateWorkerResponse422Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *CreateWorkerResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -4255,6 +4375,11 @@ func (r CreateWorkerResponse) GetJSON413() *TooLarge {
 // GetJSON415 returns the response for an HTTP 415 `application/json` response
 func (r CreateWorkerResponse) GetJSON415() *UnsupportedMediaType {
 	return r.JSON415
+}
+
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r CreateWorkerResponse) GetJSON422() *Unprocessable {
+	return r.JSON422
 }
 
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
@@ -4460,6 +4585,11 @@ type CreateTaskTypeResponse415Headers struct {
 	XRequestId *string
 }
 
+// CreateTaskTypeResponse422Headers the declared response headers of an HTTP 422 response for CreateTaskType
+type CreateTaskTypeResponse422Headers struct {
+	XRequestId *string
+}
+
 // CreateTaskTypeResponse500Headers the declared response headers of an HTTP 500 response for CreateTaskType
 type CreateTaskTypeResponse500Headers struct {
 	XRequestId *string
@@ -4492,6 +4622,8 @@ type CreateTaskTypeResponse struct {
 	JSON413 *TooLarge
 	// JSON415 the response for an HTTP 415 `application/json` response
 	JSON415 *UnsupportedMediaType
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *Unprocessable
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *Internal
 	// JSON503 the response for an HTTP 503 `application/json` response
@@ -4512,6 +4644,8 @@ type CreateTaskTypeResponse struct {
 	Headers413 *CreateTaskTypeResponse413Headers
 	// Headers415 the parsed response headers for an HTTP 415 response
 	Headers415 *CreateTaskTypeResponse415Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *CreateTaskTypeResponse422Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *CreateTaskTypeResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -4559,6 +4693,11 @@ func (r CreateTaskTypeResponse) GetJSON413() *TooLarge {
 // GetJSON415 returns the response for an HTTP 415 `application/json` response
 func (r CreateTaskTypeResponse) GetJSON415() *UnsupportedMediaType {
 	return r.JSON415
+}
+
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r CreateTaskTypeResponse) GetJSON422() *Unprocessable {
+	return r.JSON422
 }
 
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
@@ -4774,6 +4913,11 @@ type CreateTaskResponse415Headers struct {
 	XRequestId *string
 }
 
+// CreateTaskResponse422Headers the declared response headers of an HTTP 422 response for CreateTask
+type CreateTaskResponse422Headers struct {
+	XRequestId *string
+}
+
 // CreateTaskResponse500Headers the declared response headers of an HTTP 500 response for CreateTask
 type CreateTaskResponse500Headers struct {
 	XRequestId *string
@@ -4813,6 +4957,8 @@ type CreateTaskResponse struct {
 	JSON413 *TooLarge
 	// JSON415 the response for an HTTP 415 `application/json` response
 	JSON415 *UnsupportedMediaType
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *Unprocessable
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *Internal
 	// JSON503 the response for an HTTP 503 `application/json` response
@@ -4837,6 +4983,8 @@ type CreateTaskResponse struct {
 	Headers413 *CreateTaskResponse413Headers
 	// Headers415 the parsed response headers for an HTTP 415 response
 	Headers415 *CreateTaskResponse415Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *CreateTaskResponse422Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *CreateTaskResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -4897,6 +5045,11 @@ func (r CreateTaskResponse) GetJSON413() *TooLarge {
 // GetJSON415 returns the response for an HTTP 415 `application/json` response
 func (r CreateTaskResponse) GetJSON415() *UnsupportedMediaType {
 	return r.JSON415
+}
+
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r CreateTaskResponse) GetJSON422() *Unprocessable {
+	return r.JSON422
 }
 
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
@@ -5397,6 +5550,11 @@ type RetryTaskResponse415Headers struct {
 	XRequestId *string
 }
 
+// RetryTaskResponse422Headers the declared response headers of an HTTP 422 response for RetryTask
+type RetryTaskResponse422Headers struct {
+	XRequestId *string
+}
+
 // RetryTaskResponse500Headers the declared response headers of an HTTP 500 response for RetryTask
 type RetryTaskResponse500Headers struct {
 	XRequestId *string
@@ -5431,6 +5589,8 @@ type RetryTaskResponse struct {
 	JSON413 *TooLarge
 	// JSON415 the response for an HTTP 415 `application/json` response
 	JSON415 *UnsupportedMediaType
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *Unprocessable
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *Internal
 	// JSON503 the response for an HTTP 503 `application/json` response
@@ -5453,6 +5613,8 @@ type RetryTaskResponse struct {
 	Headers413 *RetryTaskResponse413Headers
 	// Headers415 the parsed response headers for an HTTP 415 response
 	Headers415 *RetryTaskResponse415Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *RetryTaskResponse422Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *RetryTaskResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -5505,6 +5667,11 @@ func (r RetryTaskResponse) GetJSON413() *TooLarge {
 // GetJSON415 returns the response for an HTTP 415 `application/json` response
 func (r RetryTaskResponse) GetJSON415() *UnsupportedMediaType {
 	return r.JSON415
+}
+
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r RetryTaskResponse) GetJSON422() *Unprocessable {
+	return r.JSON422
 }
 
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
@@ -6477,6 +6644,11 @@ type PostUpdateResponse415Headers struct {
 	XRequestId *string
 }
 
+// PostUpdateResponse422Headers the declared response headers of an HTTP 422 response for PostUpdate
+type PostUpdateResponse422Headers struct {
+	XRequestId *string
+}
+
 // PostUpdateResponse500Headers the declared response headers of an HTTP 500 response for PostUpdate
 type PostUpdateResponse500Headers struct {
 	XRequestId *string
@@ -6511,6 +6683,8 @@ type PostUpdateResponse struct {
 	JSON413 *TooLarge
 	// JSON415 the response for an HTTP 415 `application/json` response
 	JSON415 *UnsupportedMediaType
+	// JSON422 the response for an HTTP 422 `application/json` response
+	JSON422 *Unprocessable
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *Internal
 	// JSON503 the response for an HTTP 503 `application/json` response
@@ -6533,6 +6707,8 @@ type PostUpdateResponse struct {
 	Headers413 *PostUpdateResponse413Headers
 	// Headers415 the parsed response headers for an HTTP 415 response
 	Headers415 *PostUpdateResponse415Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *PostUpdateResponse422Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *PostUpdateResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -6587,6 +6763,11 @@ func (r PostUpdateResponse) GetJSON415() *UnsupportedMediaType {
 	return r.JSON415
 }
 
+// GetJSON422 returns the response for an HTTP 422 `application/json` response
+func (r PostUpdateResponse) GetJSON422() *Unprocessable {
+	return r.JSON422
+}
+
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
 func (r PostUpdateResponse) GetJSON500() *Internal {
 	return r.JSON500
@@ -6633,8 +6814,8 @@ func (r PostUpdateResponse) ContentType() string {
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /api/v1/admin/workers (the `CreateWorker` operationId).
-func (c *ClientWithResponses) CreateWorkerWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateWorkerResponse, error) {
-	rsp, err := c.CreateWorkerWithBody(ctx, contentType, body, reqEditors...)
+func (c *ClientWithResponses) CreateWorkerWithBodyWithResponse(ctx context.Context, params *CreateWorkerParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateWorkerResponse, error) {
+	rsp, err := c.CreateWorkerWithBody(ctx, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -6648,8 +6829,8 @@ func (c *ClientWithResponses) CreateWorkerWithBodyWithResponse(ctx context.Conte
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /api/v1/admin/workers (the `CreateWorker` operationId).
-func (c *ClientWithResponses) CreateWorkerWithResponse(ctx context.Context, body CreateWorkerJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateWorkerResponse, error) {
-	rsp, err := c.CreateWorker(ctx, body, reqEditors...)
+func (c *ClientWithResponses) CreateWorkerWithResponse(ctx context.Context, params *CreateWorkerParams, body CreateWorkerJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateWorkerResponse, error) {
+	rsp, err := c.CreateWorker(ctx, params, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -6678,8 +6859,8 @@ func (c *ClientWithResponses) GetStatsWithResponse(ctx context.Context, reqEdito
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /api/v1/admin/workers/task-types (the `CreateTaskType` operationId).
-func (c *ClientWithResponses) CreateTaskTypeWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateTaskTypeResponse, error) {
-	rsp, err := c.CreateTaskTypeWithBody(ctx, contentType, body, reqEditors...)
+func (c *ClientWithResponses) CreateTaskTypeWithBodyWithResponse(ctx context.Context, params *CreateTaskTypeParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateTaskTypeResponse, error) {
+	rsp, err := c.CreateTaskTypeWithBody(ctx, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -6693,8 +6874,8 @@ func (c *ClientWithResponses) CreateTaskTypeWithBodyWithResponse(ctx context.Con
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /api/v1/admin/workers/task-types (the `CreateTaskType` operationId).
-func (c *ClientWithResponses) CreateTaskTypeWithResponse(ctx context.Context, body CreateTaskTypeJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateTaskTypeResponse, error) {
-	rsp, err := c.CreateTaskType(ctx, body, reqEditors...)
+func (c *ClientWithResponses) CreateTaskTypeWithResponse(ctx context.Context, params *CreateTaskTypeParams, body CreateTaskTypeJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateTaskTypeResponse, error) {
+	rsp, err := c.CreateTaskType(ctx, params, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -6723,8 +6904,8 @@ func (c *ClientWithResponses) ListTasksWithResponse(ctx context.Context, params 
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /api/v1/admin/workers/tasks (the `CreateTask` operationId).
-func (c *ClientWithResponses) CreateTaskWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateTaskResponse, error) {
-	rsp, err := c.CreateTaskWithBody(ctx, contentType, body, reqEditors...)
+func (c *ClientWithResponses) CreateTaskWithBodyWithResponse(ctx context.Context, params *CreateTaskParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateTaskResponse, error) {
+	rsp, err := c.CreateTaskWithBody(ctx, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -6738,8 +6919,8 @@ func (c *ClientWithResponses) CreateTaskWithBodyWithResponse(ctx context.Context
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /api/v1/admin/workers/tasks (the `CreateTask` operationId).
-func (c *ClientWithResponses) CreateTaskWithResponse(ctx context.Context, body CreateTaskJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateTaskResponse, error) {
-	rsp, err := c.CreateTask(ctx, body, reqEditors...)
+func (c *ClientWithResponses) CreateTaskWithResponse(ctx context.Context, params *CreateTaskParams, body CreateTaskJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateTaskResponse, error) {
+	rsp, err := c.CreateTask(ctx, params, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -6798,8 +6979,8 @@ func (c *ClientWithResponses) ListTaskEventsWithResponse(ctx context.Context, id
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /api/v1/admin/workers/tasks/{id}/retry (the `RetryTask` operationId).
-func (c *ClientWithResponses) RetryTaskWithBodyWithResponse(ctx context.Context, id openapi_types.UUID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RetryTaskResponse, error) {
-	rsp, err := c.RetryTaskWithBody(ctx, id, contentType, body, reqEditors...)
+func (c *ClientWithResponses) RetryTaskWithBodyWithResponse(ctx context.Context, id openapi_types.UUID, params *RetryTaskParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RetryTaskResponse, error) {
+	rsp, err := c.RetryTaskWithBody(ctx, id, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -6813,8 +6994,8 @@ func (c *ClientWithResponses) RetryTaskWithBodyWithResponse(ctx context.Context,
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /api/v1/admin/workers/tasks/{id}/retry (the `RetryTask` operationId).
-func (c *ClientWithResponses) RetryTaskWithResponse(ctx context.Context, id openapi_types.UUID, body RetryTaskJSONRequestBody, reqEditors ...RequestEditorFn) (*RetryTaskResponse, error) {
-	rsp, err := c.RetryTask(ctx, id, body, reqEditors...)
+func (c *ClientWithResponses) RetryTaskWithResponse(ctx context.Context, id openapi_types.UUID, params *RetryTaskParams, body RetryTaskJSONRequestBody, reqEditors ...RequestEditorFn) (*RetryTaskResponse, error) {
+	rsp, err := c.RetryTask(ctx, id, params, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -6959,8 +7140,8 @@ func (c *ClientWithResponses) SetTaskStatusWithResponse(ctx context.Context, id 
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /api/v1/worker/tasks/{id}/updates (the `PostUpdate` operationId).
-func (c *ClientWithResponses) PostUpdateWithBodyWithResponse(ctx context.Context, id openapi_types.UUID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostUpdateResponse, error) {
-	rsp, err := c.PostUpdateWithBody(ctx, id, contentType, body, reqEditors...)
+func (c *ClientWithResponses) PostUpdateWithBodyWithResponse(ctx context.Context, id openapi_types.UUID, params *PostUpdateParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PostUpdateResponse, error) {
+	rsp, err := c.PostUpdateWithBody(ctx, id, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -6974,8 +7155,8 @@ func (c *ClientWithResponses) PostUpdateWithBodyWithResponse(ctx context.Context
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /api/v1/worker/tasks/{id}/updates (the `PostUpdate` operationId).
-func (c *ClientWithResponses) PostUpdateWithResponse(ctx context.Context, id openapi_types.UUID, body PostUpdateJSONRequestBody, reqEditors ...RequestEditorFn) (*PostUpdateResponse, error) {
-	rsp, err := c.PostUpdate(ctx, id, body, reqEditors...)
+func (c *ClientWithResponses) PostUpdateWithResponse(ctx context.Context, id openapi_types.UUID, params *PostUpdateParams, body PostUpdateJSONRequestBody, reqEditors ...RequestEditorFn) (*PostUpdateResponse, error) {
+	rsp, err := c.PostUpdate(ctx, id, params, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -7054,6 +7235,13 @@ func ParseCreateWorkerResponse(rsp *http.Response) (*CreateWorkerResponse, error
 			return nil, err
 		}
 		response.JSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Unprocessable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
@@ -7152,6 +7340,16 @@ func ParseCreateWorkerResponse(rsp *http.Response) (*CreateWorkerResponse, error
 			headers.XRequestId = &value
 		}
 		response.Headers415 = &headers
+	case rsp.StatusCode == 422:
+		var headers CreateWorkerResponse422Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers422 = &headers
 	case rsp.StatusCode == 500:
 		var headers CreateWorkerResponse500Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -7377,6 +7575,13 @@ func ParseCreateTaskTypeResponse(rsp *http.Response) (*CreateTaskTypeResponse, e
 		}
 		response.JSON415 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Unprocessable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -7474,6 +7679,16 @@ func ParseCreateTaskTypeResponse(rsp *http.Response) (*CreateTaskTypeResponse, e
 			headers.XRequestId = &value
 		}
 		response.Headers415 = &headers
+	case rsp.StatusCode == 422:
+		var headers CreateTaskTypeResponse422Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers422 = &headers
 	case rsp.StatusCode == 500:
 		var headers CreateTaskTypeResponse500Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -7716,6 +7931,13 @@ func ParseCreateTaskResponse(rsp *http.Response) (*CreateTaskResponse, error) {
 		}
 		response.JSON415 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Unprocessable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -7833,6 +8055,16 @@ func ParseCreateTaskResponse(rsp *http.Response) (*CreateTaskResponse, error) {
 			headers.XRequestId = &value
 		}
 		response.Headers415 = &headers
+	case rsp.StatusCode == 422:
+		var headers CreateTaskResponse422Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers422 = &headers
 	case rsp.StatusCode == 500:
 		var headers CreateTaskResponse500Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -8370,6 +8602,13 @@ func ParseRetryTaskResponse(rsp *http.Response) (*RetryTaskResponse, error) {
 		}
 		response.JSON415 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Unprocessable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -8477,6 +8716,16 @@ func ParseRetryTaskResponse(rsp *http.Response) (*RetryTaskResponse, error) {
 			headers.XRequestId = &value
 		}
 		response.Headers415 = &headers
+	case rsp.StatusCode == 422:
+		var headers RetryTaskResponse422Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers422 = &headers
 	case rsp.StatusCode == 500:
 		var headers RetryTaskResponse500Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -9540,6 +9789,13 @@ func ParsePostUpdateResponse(rsp *http.Response) (*PostUpdateResponse, error) {
 		}
 		response.JSON415 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Unprocessable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON422 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -9647,6 +9903,16 @@ func ParsePostUpdateResponse(rsp *http.Response) (*PostUpdateResponse, error) {
 			headers.XRequestId = &value
 		}
 		response.Headers415 = &headers
+	case rsp.StatusCode == 422:
+		var headers PostUpdateResponse422Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers422 = &headers
 	case rsp.StatusCode == 500:
 		var headers PostUpdateResponse500Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {

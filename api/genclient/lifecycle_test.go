@@ -73,26 +73,26 @@ func TestGeneratedClientLifecycle(t *testing.T) {
 	base := serve(t)
 	admin := login(t, base, "ada@example.com", "admin-password")
 
-	w, err := admin.CreateWorkerWithResponse(ctx, genclient.CreateWorkerJSONRequestBody{
+	w, err := admin.CreateWorkerWithResponse(ctx, &genclient.CreateWorkerParams{}, genclient.CreateWorkerJSONRequestBody{
 		Email: "bot@example.com", Password: "worker-password", FullName: "Bot", MaxConcurrentTasks: ptr(2)})
 	require.NoError(t, err)
 	require.NotNil(t, w.JSON201, "create worker: %d %s", w.StatusCode(), w.Body)
 	require.Equal(t, 2, w.JSON201.Data.MaxConcurrentTasks)
 
-	tt, err := admin.CreateTaskTypeWithResponse(ctx, genclient.CreateTaskTypeJSONRequestBody{Name: "report", MaxRetries: ptr(1),
+	tt, err := admin.CreateTaskTypeWithResponse(ctx, &genclient.CreateTaskTypeParams{}, genclient.CreateTaskTypeJSONRequestBody{Name: "report", MaxRetries: ptr(1),
 		ParamSchema: &map[string]any{"type": "object", "required": []string{"days"}}})
 	require.NoError(t, err)
 	require.NotNil(t, tt.JSON201, "create type: %d %s", tt.StatusCode(), tt.Body)
 
 	// A bad request comes back as the typed error with the field at fault.
-	bad, err := admin.CreateTaskWithResponse(ctx, genclient.CreateTaskJSONRequestBody{Title: "no params", TaskTypeId: uuid.MustParse(tt.JSON201.Data.Id)})
+	bad, err := admin.CreateTaskWithResponse(ctx, &genclient.CreateTaskParams{}, genclient.CreateTaskJSONRequestBody{Title: "no params", TaskTypeId: uuid.MustParse(tt.JSON201.Data.Id)})
 	require.NoError(t, err)
 	require.NotNil(t, bad.JSON400, "%d %s", bad.StatusCode(), bad.Body)
 	require.Equal(t, genclient.ErrorCodeValidationFailed, bad.JSON400.Error.Code)
 	require.Equal(t, "params", *bad.JSON400.Error.Field, "the object missing days")
 
 	high := genclient.CreateTaskJSONBodyPriorityHigh
-	created, err := admin.CreateTaskWithResponse(ctx, genclient.CreateTaskJSONRequestBody{Title: "Weekly report",
+	created, err := admin.CreateTaskWithResponse(ctx, &genclient.CreateTaskParams{}, genclient.CreateTaskJSONRequestBody{Title: "Weekly report",
 		TaskTypeId: uuid.MustParse(tt.JSON201.Data.Id), Params: &map[string]any{"days": 7}, Priority: &high})
 	require.NoError(t, err)
 	require.NotNil(t, created.JSON201, "create task: %d %s", created.StatusCode(), created.Body)
@@ -126,7 +126,7 @@ func TestGeneratedClientLifecycle(t *testing.T) {
 	require.Nil(t, claim(), "nothing else to claim: data is null")
 
 	id := uuid.MustParse(taskID)
-	up, err := bot.PostUpdateWithResponse(ctx, id, genclient.PostUpdateJSONRequestBody{Message: "reading the logs"})
+	up, err := bot.PostUpdateWithResponse(ctx, id, &genclient.PostUpdateParams{}, genclient.PostUpdateJSONRequestBody{Message: "reading the logs"})
 	require.NoError(t, err)
 	require.NotNil(t, up.JSON200, "%d %s", up.StatusCode(), up.Body)
 	var result genclient.PostResultJSONBody_Result
@@ -145,7 +145,7 @@ func TestGeneratedClientLifecycle(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, again.JSON409, "%d %s", again.StatusCode(), again.Body)
 
-	retry, err := admin.RetryTaskWithResponse(ctx, id, genclient.RetryTaskJSONRequestBody{Hint: ptr("use the cached copy")})
+	retry, err := admin.RetryTaskWithResponse(ctx, id, &genclient.RetryTaskParams{}, genclient.RetryTaskJSONRequestBody{Hint: ptr("use the cached copy")})
 	require.NoError(t, err)
 	require.NotNil(t, retry.JSON201, "%d %s", retry.StatusCode(), retry.Body)
 	require.Equal(t, taskID, *retry.JSON201.Data.ParentTaskId)

@@ -75,6 +75,9 @@ func (w *Worker) runTask(killCtx, reportCtx context.Context, slot int, t *claime
 	}
 
 	upd := newUpdater(w.limits, log, func(ctx context.Context, msg string) error {
+		// One key for every attempt: a retry after a lost answer does not
+		// post the message twice.
+		ctx = client.WithIdempotencyKey(ctx, uuid.NewString())
 		return w.api.retry(ctx, "post update", func(ctx context.Context) error { return w.api.c.PostUpdate(ctx, t.ID, msg) })
 	})
 	upd.Start(reportCtx)

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -634,4 +638,45 @@ echo '{"posts":847}'
 	require.NoError(t, f.pool.QueryRow(f.ctx(), `SELECT count(*) FROM task_events d WHERE d.stream_id = $1 AND d.type = 'task.data_uploaded'
 		AND d.version > (SELECT version FROM task_events c WHERE c.stream_id = $1 AND c.type = 'task.completed')`, ok).Scan(&dataAfter))
 	require.Zero(t, dataAfter)
+}
+
+// An update whose answer is lost (the service wrote it, the connection
+// dropped before the answer) is sent again with the same Idempotency-Key,
+// and the service answers it without posting the message twice.
+func TestALostAnswerDoesNotPostAnUpdateTwice(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	email, _ := f.newWorkerAccount("bot", 1)
+	id := f.newTask(f.newType("talker", 0, ""), "say one thing", nil)
+	target, err := url.Parse(f.svc.base())
+	require.NoError(t, err)
+	forward := httputil.NewSingleHostReverseProxy(target)
+	var dropped, keyed atomic.Int64
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasSuffix(r.URL.Path, "/updates") {
+			forward.ServeHTTP(w, r)
+			return
+		}
+		if r.Header.Get("Idempotency-Key") != "" {
+			keyed.Add(1)
+		}
+		if dropped.Add(1) > 1 {
+			forward.ServeHTTP(w, r)
+			return
+		}
+		// The first update reaches the service; its answer is lost.
+		forward.ServeHTTP(httptest.NewRecorder(), r)
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			conn.Close()
+		}
+	}))
+	t.Cleanup(proxy.Close)
+
+	cmd := f.script("hello.sh", `echo "hello once"`)
+	f.startWorker(email, nil, "--command", cmd, "--api", proxy.URL)
+	f.waitStatus(id, events.StatusCompleted, 60*time.Second)
+	require.Equal(t, []string{"hello once"}, f.updates(id))
+	require.GreaterOrEqual(t, dropped.Load(), int64(2), "the update was sent again")
+	require.Equal(t, dropped.Load(), keyed.Load(), "every attempt carried the key")
 }

@@ -16,6 +16,7 @@ import (
 
 var tasksCommand = group("tasks", "Create, list, inspect and steer tasks.", map[string]subcommand{
 	"create": {"create a task of a type", (*app).tasksCreate},
+	"import": {"create the tasks of a JSON Lines file, up to 1,000 a request", (*app).tasksImport},
 	"list":   {"list tasks, newest first", (*app).tasksList},
 	"show":   {"show a task with its assignments, updates and retries (or as it was at a time)", (*app).tasksShow},
 	"cancel": {"cancel a task that has not ended", (*app).tasksCancel},
