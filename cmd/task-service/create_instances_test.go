@@ -124,7 +124,7 @@ func TestInstancesCreateOnceByIdempotencyKey(t *testing.T) {
 	}
 	require.Equal(t, 1, c.count(`SELECT count(*) FROM worker_tasks`))
 	require.Equal(t, 1, c.count(`SELECT count(*) FROM task_events WHERE type = 'task.created'`))
-	require.Equal(t, 1, c.count(`SELECT count(*) FROM idempotency_keys`))
+	require.Equal(t, 1, c.count(`SELECT count(*) FROM idempotency_keys WHERE key = 'retry-me-7f3a'`))
 	c.requireReplayClean()
 }
 
