@@ -2,10 +2,12 @@ package api_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 
 	"github.com/clawdbot/task-service/api/client"
 	"github.com/clawdbot/task-service/events"
+	"github.com/clawdbot/task-service/store/storetest"
 )
 
 // keyed sends a request with an Idempotency-Key and returns the status,
@@ -159,4 +162,58 @@ func TestClientSendsTheIdempotencyKey(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, page.Tasks, 1)
 	require.Equal(t, events.StatusPending, page.Tasks[0].Status)
+}
+
+// A keyed request holds one pool connection for its transaction: the
+// store's reads inside it join that transaction (store.Conn). Before, a
+// schedule's creation read its task type on a second connection, and twice
+// as many concurrent keyed requests as the pool has connections held every
+// connection, each waiting for one more: every instance hung.
+func TestKeyedRequestsDoNotStarveThePool(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	tt := b.newType(t, "report")
+	admin := b.admin.Token()
+	ctx, cancel := context.WithTimeout(b.ctx, 2*time.Minute)
+	defer cancel()
+	n := 2 * storetest.PoolMaxConns
+	paths := []struct{ path, body string }{
+		{"/api/v1/admin/schedules", `{"task":{"task_type_id":"` + tt.ID + `","title":"t","params":{"days":1}},"interval":{"every":1,"unit":"hours"}}`},
+		{"/api/v1/admin/workers/tasks", `{"title":"t","task_type_id":"` + tt.ID + `","params":{"days":1}}`},
+	}
+	statuses := make(chan int, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := paths[i%len(paths)]
+			req, err := http.NewRequestWithContext(ctx, "POST", b.url+r.path, strings.NewReader(r.body))
+			if err != nil {
+				statuses <- 0
+				return
+			}
+			req.Header.Set("Authorization", "Bearer "+admin)
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Idempotency-Key", uuid.NewString())
+			resp, err := b.http.Do(req)
+			if err != nil {
+				statuses <- 0
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			statuses <- resp.StatusCode
+		}()
+	}
+	wg.Wait()
+	close(statuses)
+	created := 0
+	for s := range statuses {
+		if s == http.StatusCreated {
+			created++
+		}
+	}
+	require.Equal(t, n, created, "every keyed creation answered 201 within two minutes")
+	require.Equal(t, n/2, b.count(t, `SELECT count(*) FROM schedules`))
 }

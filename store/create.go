@@ -10,7 +10,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/clawdbot/task-service/events"
 )
@@ -27,8 +26,7 @@ type createRequest struct {
 // *events.DuplicateTaskError. Outside a caller's transaction, concurrent
 // creations share one round trip and one commit (see batcher).
 func (db *DB) CreateTask(ctx context.Context, q Querier, p NewTaskParams, meta events.Meta) (*events.Task, error) {
-	q = db.ambient(ctx, q)
-	if pool, ok := q.(*pgxpool.Pool); !ok || pool != db.pool {
+	if q != Querier(db.pool) || txOf(ctx) != nil {
 		outs, err := db.createTasks(ctx, q, []createRequest{{params: p, meta: meta}})
 		if err != nil {
 			return nil, mapErr(err)

@@ -55,9 +55,44 @@ type Config struct {
 	ScheduleMinInterval time.Duration
 }
 
+// Conn is the pool as the store's statements see it: inside a request's
+// transaction (ContextWithTx) every statement joins that transaction. A
+// request that holds a transaction then never waits on the pool for a
+// second connection, which under concurrent requests would starve them all
+// (each holding one connection, waiting for another).
+type Conn struct{ *pgxpool.Pool }
+
+func (c *Conn) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if tx := txOf(ctx); tx != nil {
+		return tx.Exec(ctx, sql, args...)
+	}
+	return c.Pool.Exec(ctx, sql, args...)
+}
+
+func (c *Conn) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if tx := txOf(ctx); tx != nil {
+		return tx.Query(ctx, sql, args...)
+	}
+	return c.Pool.Query(ctx, sql, args...)
+}
+
+func (c *Conn) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if tx := txOf(ctx); tx != nil {
+		return tx.QueryRow(ctx, sql, args...)
+	}
+	return c.Pool.QueryRow(ctx, sql, args...)
+}
+
+func (c *Conn) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if tx := txOf(ctx); tx != nil {
+		return tx.SendBatch(ctx, b)
+	}
+	return c.Pool.SendBatch(ctx, b)
+}
+
 // DB is the store.
 type DB struct {
-	pool         *pgxpool.Pool
+	pool         *Conn
 	projector    Projector
 	now          func() time.Time
 	afterCommit  func()
@@ -99,7 +134,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*DB, error) {
 	if cfg.ScheduleMinInterval <= 0 {
 		cfg.ScheduleMinInterval = events.DefaultMinInterval
 	}
-	db := &DB{pool: pool, projector: cfg.Projector, now: cfg.Now, afterCommit: cfg.AfterCommit,
+	db := &DB{pool: &Conn{pool}, projector: cfg.Projector, now: cfg.Now, afterCommit: cfg.AfterCommit,
 		offlineAfter: cfg.OfflineAfter, scheduleMinInterval: cfg.ScheduleMinInterval, txHooks: map[pgx.Tx][]func(){}}
 	var err error
 	if db.metrics, err = newStoreMetrics(cfg.Registerer, pool); err != nil {
@@ -131,8 +166,9 @@ func Connect(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, er
 	return pool, nil
 }
 
-// Pool is the underlying pool, for readiness checks and tools.
-func (db *DB) Pool() *pgxpool.Pool { return db.pool }
+// Pool is the pool, for readiness checks, tools and the store's read
+// functions that take a Querier.
+func (db *DB) Pool() *Conn { return db.pool }
 
 // Now is the store's clock.
 func (db *DB) Now() time.Time { return db.now().UTC().Truncate(time.Microsecond) }

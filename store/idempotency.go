@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // IdempotencyTTL is how long an Idempotency-Key's answer is kept: a request
@@ -94,8 +93,8 @@ func (db *DB) PruneIdempotencyKeys(ctx context.Context) (int64, error) {
 
 type requestTx struct{}
 
-// ContextWithTx makes the store's writes made with ctx join tx: every write
-// given the pool (and WithTx) runs in tx instead. The API wraps a request
+// ContextWithTx makes the store's statements made with ctx join tx: every
+// statement given the pool (and WithTx) runs in tx instead (see Conn). The API wraps a request
 // with an Idempotency-Key in one transaction this way, so that what it
 // creates and its recorded answer commit together.
 func ContextWithTx(ctx context.Context, tx pgx.Tx) context.Context {
@@ -107,9 +106,10 @@ func txOf(ctx context.Context) pgx.Tx {
 	return tx
 }
 
-// ambient is q, or the transaction ctx carries when q is the pool.
+// ambient is q, or the transaction ctx carries when q is the pool: for
+// the code that decides by q's type whether it runs in a transaction.
 func (db *DB) ambient(ctx context.Context, q Querier) Querier {
-	if pool, ok := q.(*pgxpool.Pool); ok && pool == db.pool {
+	if q == Querier(db.pool) {
 		if tx := txOf(ctx); tx != nil {
 			return tx
 		}

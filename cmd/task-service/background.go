@@ -130,7 +130,7 @@ func (b *background) addWorkers(cfg config, db *store.DB, reg prometheus.Registe
 
 		// Telegram: the reactor records notifications in the runner's
 		// transactions; the sender delivers them (and stops with the reactors).
-		tgReactor, tgSender, err := bg.telegram.build(db.Pool(), b.hub, reg, log)
+		tgReactor, tgSender, err := bg.telegram.build(db.Pool().Pool, b.hub, reg, log)
 		if err != nil {
 			return err
 		}
