@@ -26,7 +26,7 @@ type createRequest struct {
 // *events.DuplicateTaskError. Outside a caller's transaction, concurrent
 // creations share one round trip and one commit (see batcher).
 func (db *DB) CreateTask(ctx context.Context, q Querier, p NewTaskParams, meta events.Meta) (*events.Task, error) {
-	if q != Querier(db.pool) || txOf(ctx) != nil {
+	if q = db.ambient(ctx, q); q != Querier(db.pool) {
 		outs, err := db.createTasks(ctx, q, []createRequest{{params: p, meta: meta}})
 		if err != nil {
 			return nil, mapErr(err)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // IdempotencyTTL is how long an Idempotency-Key's answer is kept: a request
@@ -109,6 +110,9 @@ func txOf(ctx context.Context) pgx.Tx {
 // ambient is q, or the transaction ctx carries when q is the pool: for
 // the code that decides by q's type whether it runs in a transaction.
 func (db *DB) ambient(ctx context.Context, q Querier) Querier {
+	if p, ok := q.(*pgxpool.Pool); ok && p == db.pool.Pool {
+		q = db.pool
+	}
 	if q == Querier(db.pool) {
 		if tx := txOf(ctx); tx != nil {
 			return tx
