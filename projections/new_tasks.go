@@ -111,13 +111,13 @@ func writeValue(sb *strings.Builder, v any, raw bool) error {
 		}
 		v = *x
 	case time.Time:
-		v = x.Format(time.RFC3339Nano)
+		v = pgTime(x)
 	case *time.Time:
 		if x == nil {
 			sb.WriteString("null")
 			return nil
 		}
-		v = x.Format(time.RFC3339Nano)
+		v = pgTime(*x)
 	}
 	out, err := json.Marshal(v)
 	if err != nil {
@@ -125,4 +125,11 @@ func writeValue(sb *strings.Builder, v any, raw bool) error {
 	}
 	sb.Write(out)
 	return nil
+}
+
+// pgTime is t as text PostgreSQL reads to the microsecond that pgx's binary
+// encoding (every other write, replay's too) keeps: truncated, where the
+// text of its nanoseconds would be rounded.
+func pgTime(t time.Time) string {
+	return t.Truncate(time.Microsecond).Format(time.RFC3339Nano)
 }
