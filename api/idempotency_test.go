@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -176,10 +177,11 @@ func TestKeyedRequestsDoNotStarveThePool(t *testing.T) {
 	admin := b.admin.Token()
 	ctx, cancel := context.WithTimeout(b.ctx, 2*time.Minute)
 	defer cancel()
-	n := 2 * storetest.PoolMaxConns
+	n := 3 * storetest.PoolMaxConns
 	paths := []struct{ path, body string }{
 		{"/api/v1/admin/schedules", `{"task":{"task_type_id":"` + tt.ID + `","title":"t","params":{"days":1}},"interval":{"every":1,"unit":"hours"}}`},
 		{"/api/v1/admin/workers/tasks", `{"title":"t","task_type_id":"` + tt.ID + `","params":{"days":1}}`},
+		{"/api/v1/admin/workers/tasks", `{"title":"t","task_type_id":"` + tt.ID + `","params":{"days":1},"unique_key":"` + uuid.NewString() + `"}`},
 	}
 	statuses := make(chan int, n)
 	var wg sync.WaitGroup
@@ -188,7 +190,8 @@ func TestKeyedRequestsDoNotStarveThePool(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			r := paths[i%len(paths)]
-			req, err := http.NewRequestWithContext(ctx, "POST", b.url+r.path, strings.NewReader(r.body))
+			body := strings.Replace(r.body, `"unique_key":"`, `"unique_key":"`+strconv.Itoa(i), 1)
+			req, err := http.NewRequestWithContext(ctx, "POST", b.url+r.path, strings.NewReader(body))
 			if err != nil {
 				statuses <- 0
 				return
@@ -215,5 +218,6 @@ func TestKeyedRequestsDoNotStarveThePool(t *testing.T) {
 		}
 	}
 	require.Equal(t, n, created, "every keyed creation answered 201 within two minutes")
-	require.Equal(t, n/2, b.count(t, `SELECT count(*) FROM schedules`))
+	require.Equal(t, n/len(paths), b.count(t, `SELECT count(*) FROM schedules`))
+	require.Equal(t, n/len(paths), b.count(t, `SELECT count(*) FROM worker_tasks WHERE unique_key IS NOT NULL`))
 }
