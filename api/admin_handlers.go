@@ -147,6 +147,42 @@ func (s *Server) archiveTaskType(c echo.Context) error {
 	return ok(c, http.StatusOK, tt)
 }
 
+type pauseRequest struct {
+	Reason string `json:"reason" openapi:"required,maxLength=10000" doc:"why: shown on the type, the dashboard and in Telegram"`
+}
+
+func (s *Server) pauseTaskType(c echo.Context) error {
+	id, err := pathID(c, "id")
+	if err != nil {
+		return err
+	}
+	var req pauseRequest
+	if err := decode(c, &req, false); err != nil {
+		return err
+	}
+	tt, err := s.PauseTaskType(c.Request().Context(), id, req.Reason, actor(c, events.ActorAdmin))
+	if err != nil {
+		return err
+	}
+	return ok(c, http.StatusOK, tt)
+}
+
+func (s *Server) resumeTaskType(c echo.Context) error {
+	id, err := pathID(c, "id")
+	if err != nil {
+		return err
+	}
+	var req reasonRequest
+	if err := decode(c, &req, true); err != nil {
+		return err
+	}
+	tt, err := s.ResumeTaskType(c.Request().Context(), id, req.Reason, actor(c, events.ActorAdmin))
+	if err != nil {
+		return err
+	}
+	return ok(c, http.StatusOK, tt)
+}
+
 type createTaskRequest struct {
 	Title       string          `json:"title" openapi:"required,maxLength=500"`
 	Description string          `json:"description,omitempty" openapi:"maxLength=100000"`

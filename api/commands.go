@@ -80,6 +80,21 @@ func (s *Server) ArchiveTaskType(ctx context.Context, id string, meta events.Met
 	return tt, nil
 }
 
+// PauseTaskType stops claims of a type's tasks; they stay pending. The
+// actor (an admin, or a part of the system such as a budget) and the
+// reason are recorded on task_type.paused.
+func (s *Server) PauseTaskType(ctx context.Context, id, reason string, meta events.Meta) (*events.TaskType, error) {
+	return s.db.UpdateTaskType(ctx, id, meta,
+		func(tt *events.TaskType) ([]events.Payload, error) { return tt.Pause(meta.Actor.ID, reason) })
+}
+
+// ResumeTaskType lets claims take a paused type's tasks again; its commit
+// wakes the waiting workers.
+func (s *Server) ResumeTaskType(ctx context.Context, id, reason string, meta events.Meta) (*events.TaskType, error) {
+	return s.db.UpdateTaskType(ctx, id, meta,
+		func(tt *events.TaskType) ([]events.Payload, error) { return tt.Resume(meta.Actor.ID, reason) })
+}
+
 // CreateTask creates a task; its params are checked against its type's
 // schema. A unique key another task holds is an *events.DuplicateTaskError,
 // or that task (created false) when the request says on_duplicate

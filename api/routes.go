@@ -88,6 +88,10 @@ func (s *Server) table() []route {
 			request: taskTypeRequest{}, status: okay, response: events.TaskType{}, errors: []int{bad, notFound, conflict}},
 		{method: http.MethodPost, path: a + "/task-types/:id/archive", id: "archiveTaskType", summary: "Archive a task type (no new tasks)", role: roleAdmin, handler: s.archiveTaskType,
 			status: okay, response: events.TaskType{}, errors: []int{bad, notFound, conflict}},
+		{method: http.MethodPost, path: a + "/task-types/:id/pause", id: "pauseTaskType", summary: "Pause a task type: claims skip its tasks, which stay pending and visible", role: roleAdmin, handler: s.pauseTaskType,
+			request: pauseRequest{}, status: okay, response: events.TaskType{}, errors: []int{bad, notFound, conflict}},
+		{method: http.MethodPost, path: a + "/task-types/:id/resume", id: "resumeTaskType", summary: "Resume a paused task type: waiting workers get its tasks at once", role: roleAdmin, handler: s.resumeTaskType,
+			request: reasonRequest{}, emptyBody: true, status: okay, response: events.TaskType{}, errors: []int{bad, notFound, conflict}},
 
 		{method: http.MethodPost, path: a + "/tasks", id: "createTask", idempotent: true, summary: "Create a task; with a unique_key another live task holds, 409 duplicate_task (its id in error.details.existing_task_id), or with on_duplicate=existing 200 and that task", role: roleAdmin, handler: s.createTask,
 			request: createTaskRequest{}, status: created, also: []int{okay}, response: events.Task{}, errors: []int{bad, notFound, conflict}},

@@ -15,6 +15,20 @@ type TaskTypeUpdated struct {
 
 type TaskTypeArchived struct{}
 
+// TaskTypePaused: claims skip the type's tasks until it is resumed; they
+// stay pending and visible. By is the actor's id (a user, or a part of the
+// system such as a budget), Reason free text.
+type TaskTypePaused struct {
+	By     string `json:"by"`
+	Reason string `json:"reason"`
+}
+
+// TaskTypeResumed: the type's tasks are claimable again.
+type TaskTypeResumed struct {
+	By     string `json:"by"`
+	Reason string `json:"reason,omitempty"`
+}
+
 // TaskTypeSpec is what an admin defines for a type of work.
 type TaskTypeSpec struct {
 	Name                string          `json:"name"`
@@ -25,6 +39,26 @@ type TaskTypeSpec struct {
 	MaxRetries          int             `json:"max_retries"`
 	TimeoutSeconds      int             `json:"timeout_seconds,omitempty"`
 	RetryBackoffSeconds int             `json:"retry_backoff_seconds,omitempty"`
+	TypeLimits
+}
+
+// TypeLimits bound how the fleet claims a type's tasks (DESIGN §13); the
+// zero value bounds nothing.
+type TypeLimits struct {
+	// MaxInProgress is the most tasks of the type in progress at once.
+	MaxInProgress *int `json:"max_in_progress,omitempty"`
+	// RateLimit is the most claims of the type in any sliding window.
+	RateLimit *RateLimit `json:"rate_limit,omitempty"`
+	// ConcurrencyKey is a JSON path into params ($.ticker); tasks with
+	// the same value there share MaxInProgressPerKey.
+	ConcurrencyKey      string `json:"concurrency_key,omitempty"`
+	MaxInProgressPerKey *int   `json:"max_in_progress_per_key,omitempty"`
+}
+
+// RateLimit is Count claims per window of Per (a duration such as "1m").
+type RateLimit struct {
+	Count int    `json:"count"`
+	Per   string `json:"per"`
 }
 
 // User stream payloads. Passwords never enter the log (ADR 002).
@@ -63,6 +97,8 @@ const (
 func (TaskTypeCreated) EventType() string   { return "task_type.created" }
 func (TaskTypeUpdated) EventType() string   { return "task_type.updated" }
 func (TaskTypeArchived) EventType() string  { return "task_type.archived" }
+func (TaskTypePaused) EventType() string    { return "task_type.paused" }
+func (TaskTypeResumed) EventType() string   { return "task_type.resumed" }
 func (UserRegistered) EventType() string    { return "user.registered" }
 func (WorkerWentOnline) EventType() string  { return "worker.went_online" }
 func (WorkerWentOffline) EventType() string { return "worker.went_offline" }
@@ -71,6 +107,8 @@ func init() {
 	register[TaskTypeCreated]()
 	register[TaskTypeUpdated]()
 	register[TaskTypeArchived]()
+	register[TaskTypePaused]()
+	register[TaskTypeResumed]()
 	register[UserRegistered]()
 	register[WorkerWentOnline]()
 	register[WorkerWentOffline]()

@@ -83,6 +83,10 @@ func Summary(e Envelope, names func(userID string) string) string {
 		return fmt.Sprintf("task type %q created (max retries %d)", p.Name, p.MaxRetries)
 	case TaskTypeUpdated:
 		return fmt.Sprintf("task type %q updated", p.Name)
+	case TaskTypePaused:
+		return withText("task type paused by "+who(p.By), p.Reason)
+	case TaskTypeResumed:
+		return withText("task type resumed by "+who(p.By), p.Reason)
 	case TaskTypeArchived:
 		return "task type archived"
 	case UserRegistered:

@@ -11,10 +11,15 @@ import (
 type TaskType struct {
 	ID string `json:"id"`
 	TaskTypeSpec
-	Archived  bool      `json:"archived"`
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
-	Version   int       `json:"version"`
+	Archived bool `json:"archived"`
+	// Paused: claims skip the type's tasks; PausedBy is the actor's id.
+	Paused      bool       `json:"paused"`
+	PauseReason string     `json:"pause_reason,omitempty"`
+	PausedBy    string     `json:"paused_by,omitempty"`
+	PausedAt    *time.Time `json:"paused_at,omitempty"`
+	CreatedAt   time.Time  `json:"created_at"`
+	UpdatedAt   time.Time  `json:"updated_at"`
+	Version     int        `json:"version"`
 }
 
 // Apply folds one event of the type's stream.
@@ -26,6 +31,11 @@ func (tt *TaskType) Apply(e Envelope) {
 		tt.TaskTypeSpec = p.TaskTypeSpec
 	case TaskTypeArchived:
 		tt.Archived = true
+	case TaskTypePaused:
+		at := e.OccurredAt
+		tt.Paused, tt.PauseReason, tt.PausedBy, tt.PausedAt = true, p.Reason, p.By, &at
+	case TaskTypeResumed:
+		tt.Paused, tt.PauseReason, tt.PausedBy, tt.PausedAt = false, "", "", nil
 	}
 	tt.Version = e.Version
 	tt.UpdatedAt = e.OccurredAt
@@ -89,7 +99,7 @@ func (s *TaskTypeSpec) Validate() error {
 	if s.RetryBackoffSeconds < 0 || s.RetryBackoffSeconds > MaxBackoffSeconds {
 		return Invalid("retry_backoff_seconds", "must be between 0 and %d", MaxBackoffSeconds)
 	}
-	return nil
+	return s.TypeLimits.validate()
 }
 
 // Update decides a change of definition; the name may not change.
@@ -104,6 +114,39 @@ func (tt *TaskType) Update(s TaskTypeSpec) ([]Payload, error) {
 		return nil, Invalid("name", "cannot change (was %q)", tt.Name)
 	}
 	return []Payload{TaskTypeUpdated{TaskTypeSpec: s}}, nil
+}
+
+// Gated reports whether claims of the type's tasks go through the claim's
+// limited branch: it is paused or has a limit (DESIGN §13).
+func (tt *TaskType) Gated() bool { return tt.Paused || tt.HasLimits() }
+
+// Pause stops claims of the type's tasks. by is the actor's id.
+func (tt *TaskType) Pause(by, reason string) ([]Payload, error) {
+	if tt.Paused {
+		return nil, &TransitionError{Command: "pause", Status: "paused"}
+	}
+	if tt.Archived {
+		return nil, &TransitionError{Command: "pause", Status: "archived"}
+	}
+	reason = strings.TrimSpace(reason)
+	if reason == "" {
+		return nil, Invalid("reason", "is required: say why the type is paused")
+	}
+	if len(reason) > MaxReasonLen {
+		return nil, Invalid("reason", "is longer than %d bytes", MaxReasonLen)
+	}
+	return []Payload{TaskTypePaused{By: by, Reason: reason}}, nil
+}
+
+// Resume lets claims take the type's tasks again.
+func (tt *TaskType) Resume(by, reason string) ([]Payload, error) {
+	if !tt.Paused {
+		return nil, &TransitionError{Command: "resume", Status: "not paused"}
+	}
+	if len(reason) > MaxReasonLen {
+		return nil, Invalid("reason", "is longer than %d bytes", MaxReasonLen)
+	}
+	return []Payload{TaskTypeResumed{By: by, Reason: strings.TrimSpace(reason)}}, nil
 }
 
 // Archive hides the type from new tasks; existing tasks keep it.

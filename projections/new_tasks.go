@@ -55,9 +55,25 @@ func insertRows(table string, cols []string) string {
 }
 
 var (
-	insertTasks  = insertRows("worker_tasks", TaskColumns)
+	insertTasks  = insertGatedRows()
 	insertTitles = insertRows("task_titles", TitleColumns)
 )
+
+// insertGatedRows is insertRows for worker_tasks, each row's gate read from
+// its type FOR KEY SHARE, as insertTask does for one task (DESIGN §13). A
+// missing type leaves gated NULL, which the column refuses.
+func insertGatedRows() string {
+	cols := make([]string, len(TaskColumns))
+	for i, c := range TaskColumns {
+		cols[i] = "r." + c
+	}
+	return fmt.Sprintf(`WITH r AS MATERIALIZED (SELECT * FROM json_populate_recordset(NULL::worker_tasks, $1::json)),
+tt AS MATERIALIZED (
+    SELECT id, gated, concurrency_key_path FROM task_types WHERE id IN (SELECT task_type_id FROM r) ORDER BY id FOR KEY SHARE)
+INSERT INTO worker_tasks (%s, gated, concurrency_key)
+SELECT %s, tt.gated, CASE WHEN tt.gated THEN %s END FROM r LEFT JOIN tt ON tt.id = r.task_type_id`,
+		strings.Join(TaskColumns, ", "), strings.Join(cols, ", "), KeyOf("r.params", "tt.concurrency_key_path"))
+}
 
 // rowsJSON writes the rows of items as a JSON array of objects keyed by
 // column. Values of the columns in raw are JSON text already (params).

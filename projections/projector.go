@@ -1,6 +1,8 @@
 package projections
 
 import (
+	"slices"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/clawdbot/task-service/events"
@@ -13,7 +15,7 @@ type Projector struct{}
 // task before them (nil for a new task) and after. The counts' delta goes
 // right after the task's row: the order replay's swap locks them in.
 func (Projector) Task(b *pgx.Batch, before, t *events.Task, evs []events.Envelope) {
-	queueTask(b, t)
+	queueTask(b, before, t)
 	queueCounts(b, before, t)
 	queueTaskTitle(b, before, t)
 	for _, e := range evs {
@@ -23,9 +25,18 @@ func (Projector) Task(b *pgx.Batch, before, t *events.Task, evs []events.Envelop
 	}
 }
 
-// TaskType queues the write of a task type's row.
-func (Projector) TaskType(b *pgx.Batch, _, tt *events.TaskType, _ []events.Envelope) {
+// TaskType queues the write of a task type's row and, when its controls
+// changed what its tasks copy from it, locks the type first and regates
+// its open tasks after (see regateTasks).
+func (Projector) TaskType(b *pgx.Batch, before, tt *events.TaskType, _ []events.Envelope) {
+	regate := before != nil && (before.Gated() != tt.Gated() || !slices.Equal(before.KeyPath(), tt.KeyPath()))
+	if regate {
+		b.Queue(lockTypeForGate, tt.ID)
+	}
 	queueTaskType(b, tt)
+	if regate {
+		b.Queue(regateTasks, tt.ID)
+	}
 }
 
 // User queues the write of a user's row.

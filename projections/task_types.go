@@ -10,6 +10,9 @@ import (
 var TaskTypeColumns = []string{
 	"id", "name", "label", "description", "sop", "param_schema", "max_retries",
 	"timeout_seconds", "retry_backoff_seconds", "archived", "created_at", "updated_at", "version",
+	"paused", "pause_reason", "paused_by", "paused_at",
+	"max_in_progress", "rate_limit_count", "rate_limit_seconds", "concurrency_key", "concurrency_key_path",
+	"max_in_progress_per_key",
 }
 
 // TaskTypeRow is the task_types row of a folded type.
@@ -17,7 +20,25 @@ func TaskTypeRow(tt *events.TaskType) []any {
 	return []any{
 		tt.ID, tt.Name, tt.Label, tt.Description, tt.SOP, string(tt.ParamSchema), tt.MaxRetries,
 		tt.TimeoutSeconds, tt.RetryBackoffSeconds, tt.Archived, tt.CreatedAt, tt.UpdatedAt, tt.Version,
+		tt.Paused, tt.PauseReason, tt.PausedBy, tt.PausedAt,
+		tt.MaxInProgress, rateCount(tt.RateLimit), rateSeconds(tt.TypeLimits), tt.ConcurrencyKey, tt.KeyPath(),
+		tt.MaxInProgressPerKey,
 	}
+}
+
+func rateCount(r *events.RateLimit) *int {
+	if r == nil {
+		return nil
+	}
+	return &r.Count
+}
+
+func rateSeconds(l events.TypeLimits) *int {
+	if l.RateLimit == nil {
+		return nil
+	}
+	s := int(l.RateWindow().Seconds())
+	return &s
 }
 
 var upsertTaskType = upsert("task_types", TaskTypeColumns, map[string]string{"param_schema": "jsonb"})
@@ -25,3 +46,28 @@ var upsertTaskType = upsert("task_types", TaskTypeColumns, map[string]string{"pa
 func queueTaskType(b *pgx.Batch, tt *events.TaskType) {
 	b.Queue(upsertTaskType, TaskTypeRow(tt)...)
 }
+
+// lockTypeForGate opens a change of a type's controls. FOR UPDATE
+// conflicts with the FOR KEY SHARE every task insert takes on its type
+// (insertTask) and with the claim's lock on a limited type: it waits for
+// those in flight, and new ones wait for its commit. So regateTasks, a
+// statement of its own whose snapshot is taken after the lock, sees every
+// task of the type, and no task is created with the old gate after it.
+const lockTypeForGate = `SELECT 1 FROM task_types WHERE id = $1 FOR UPDATE`
+
+// regateTasks copies the type's gate and each task's key onto its open
+// tasks (pending or in progress, so a released task keeps them). It reads
+// the type's pending tasks through the status index and those in progress
+// through worker_tasks_held: its cost is the backlog and the tasks in
+// progress, never the history (ADR 017).
+var regateTasks = `UPDATE worker_tasks w
+   SET gated = tt.gated, concurrency_key = ` + gateKey + `
+  FROM task_types tt
+ WHERE tt.id = $1 AND w.id IN (
+        SELECT id FROM worker_tasks WHERE status = 'pending' AND task_type_id = $1
+        UNION ALL
+        SELECT id FROM worker_tasks WHERE status = 'in_progress' AND task_type_id = $1)
+   AND (w.gated, w.concurrency_key) IS DISTINCT FROM (tt.gated, ` + gateKey + `)`
+
+// gateKey is task w's key under type tt: NULL unless tt is gated.
+var gateKey = `CASE WHEN tt.gated THEN ` + KeyOf("w.params", "tt.concurrency_key_path") + ` END`

@@ -123,13 +123,15 @@ const (
 	kindWaiting       = "task.waiting"    // synthetic: see telegram_waiting.go
 	kindSchedulePause = "schedule.paused" // only the automatic pause is announced
 	kindFireFailed    = "schedule.fire_failed"
+	kindTypePaused    = "task_type.paused"
+	kindTypeResumed   = "task_type.resumed"
 	kindHorizonStall  = "horizon.stall" // synthetic, keyed by minus the blocker's start: see monitor.go
 	telegramReactorID = "telegram"
 )
 
 // telegramEventTypes are the events the reactor turns into notifications.
 var telegramEventTypes = []string{kindCompleted, kindFailed, kindRetried, kindExhausted, kindRetrySkipped, kindWentOffline,
-	kindSchedulePause, kindFireFailed}
+	kindSchedulePause, kindFireFailed, kindTypePaused, kindTypeResumed}
 
 // outboxRow is one notification line on its way to Telegram.
 type outboxRow struct {
@@ -190,6 +192,10 @@ func recordNotifications(ctx context.Context, tx pgx.Tx, cfg TelegramConfig, evs
 			workerIDs = append(workerIDs, evs[i].StreamID)
 		case events.SchedulePaused, events.ScheduleFireFailed:
 			taskIDs = append(taskIDs, evs[i].StreamID) // a schedule: loadFacts reads its name
+		case events.TaskTypePaused:
+			taskIDs, workerIDs = append(taskIDs, evs[i].StreamID), append(workerIDs, p.By) // a type: its label
+		case events.TaskTypeResumed:
+			taskIDs, workerIDs = append(taskIDs, evs[i].StreamID), append(workerIDs, p.By)
 		default:
 			taskIDs = append(taskIDs, evs[i].StreamID)
 		}
@@ -253,6 +259,17 @@ func loadFacts(ctx context.Context, tx pgx.Tx, taskIDs, workerIDs []string) (map
 				return err
 			}
 			tasks[id] = taskFacts{Title: name, Schedule: name}
+		}
+		return rows.Err()
+	})
+	// Task type events: the type's label.
+	b.Queue(`SELECT id::text, label FROM task_types WHERE id = ANY ($1::uuid[])`, taskIDs).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var id, label string
+			if err := rows.Scan(&id, &label); err != nil {
+				return err
+			}
+			tasks[id] = taskFacts{Title: label}
 		}
 		return rows.Err()
 	})
@@ -355,6 +372,16 @@ func notificationFor(e events.Envelope, tasks map[string]taskFacts, names map[st
 	case events.ScheduleFireFailed:
 		r.Text = fmt.Sprintf("⚠️ Schedule %s could not create its task: %s", title, esc(p.Reason, budgetReason))
 		r.Urgent = true
+		return r, true
+	case events.TaskTypePaused:
+		r.Text = fmt.Sprintf("⏸️ Task type %s paused by %s: %s. Its tasks wait until it is resumed.", title, name(p.By), esc(p.Reason, budgetReason))
+		r.Urgent = e.Meta.Actor.Kind == events.ActorSystem // a budget, not an admin who knows
+		return r, true
+	case events.TaskTypeResumed:
+		r.Text = fmt.Sprintf("▶️ Task type %s resumed by %s.", title, name(p.By))
+		if strings.TrimSpace(p.Reason) != "" {
+			r.Text = strings.TrimSuffix(r.Text, ".") + ": " + esc(p.Reason, budgetReason)
+		}
 		return r, true
 	default:
 		return r, false

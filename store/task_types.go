@@ -2,8 +2,10 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -12,11 +14,52 @@ import (
 )
 
 const taskTypeColumns = `tt.id, tt.name, tt.label, tt.description, tt.sop, tt.param_schema, tt.max_retries,
- tt.timeout_seconds, tt.retry_backoff_seconds, tt.archived, tt.created_at, tt.updated_at, tt.version`
+ tt.timeout_seconds, tt.retry_backoff_seconds, tt.archived, tt.created_at, tt.updated_at, tt.version,
+ tt.paused, tt.pause_reason, tt.paused_by, tt.paused_at, tt.max_in_progress,
+ CASE WHEN tt.rate_limit_count IS NOT NULL THEN jsonb_build_object('count', tt.rate_limit_count, 'seconds', tt.rate_limit_seconds) END,
+ tt.concurrency_key, tt.max_in_progress_per_key`
 
+// taskTypeDest scans taskTypeColumns; call normalizeTaskType after.
 func taskTypeDest(tt *events.TaskType) []any {
 	return []any{&tt.ID, &tt.Name, &tt.Label, &tt.Description, &tt.SOP, &tt.ParamSchema, &tt.MaxRetries,
-		&tt.TimeoutSeconds, &tt.RetryBackoffSeconds, &tt.Archived, &tt.CreatedAt, &tt.UpdatedAt, &tt.Version}
+		&tt.TimeoutSeconds, &tt.RetryBackoffSeconds, &tt.Archived, &tt.CreatedAt, &tt.UpdatedAt, &tt.Version,
+		&tt.Paused, &tt.PauseReason, &tt.PausedBy, &tt.PausedAt, &tt.MaxInProgress,
+		rateLimitDest{&tt.RateLimit}, &tt.ConcurrencyKey, &tt.MaxInProgressPerKey}
+}
+
+// normalizeTaskType makes timestamps UTC so a read row equals the fold.
+func normalizeTaskType(tt *events.TaskType) {
+	tt.CreatedAt, tt.UpdatedAt = tt.CreatedAt.UTC(), tt.UpdatedAt.UTC()
+	if tt.PausedAt != nil {
+		at := tt.PausedAt.UTC()
+		tt.PausedAt = &at
+	}
+}
+
+// rateLimitDest scans the rate limit's columns, as one jsonb object, back
+// into the spec's form.
+type rateLimitDest struct{ r **events.RateLimit }
+
+func (d rateLimitDest) Scan(src any) error {
+	*d.r = nil
+	if src == nil {
+		return nil
+	}
+	var raw []byte
+	switch v := src.(type) {
+	case []byte:
+		raw = v
+	case string:
+		raw = []byte(v)
+	default:
+		return fmt.Errorf("rate limit: unexpected %T", src)
+	}
+	var c struct{ Count, Seconds int }
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return fmt.Errorf("rate limit: %w", err)
+	}
+	*d.r = &events.RateLimit{Count: c.Count, Per: events.FormatWindow(time.Duration(c.Seconds) * time.Second)}
+	return nil
 }
 
 // GetTaskType reads one task type.
@@ -29,7 +72,7 @@ func (db *DB) GetTaskType(ctx context.Context, q Querier, id string) (*events.Ta
 	if err != nil {
 		return nil, mapErr(fmt.Errorf("get task type: %w", err))
 	}
-	tt.CreatedAt, tt.UpdatedAt = tt.CreatedAt.UTC(), tt.UpdatedAt.UTC()
+	normalizeTaskType(&tt)
 	return &tt, nil
 }
 
@@ -46,7 +89,7 @@ func (db *DB) ListTaskTypes(ctx context.Context, includeArchived bool) ([]events
 		if err := rows.Scan(taskTypeDest(&tt)...); err != nil {
 			return nil, mapErr(err)
 		}
-		tt.CreatedAt, tt.UpdatedAt = tt.CreatedAt.UTC(), tt.UpdatedAt.UTC()
+		normalizeTaskType(&tt)
 		out = append(out, tt)
 	}
 	return out, mapErr(rows.Err())
@@ -70,7 +113,9 @@ func (db *DB) CreateTaskType(ctx context.Context, spec events.TaskTypeSpec, meta
 	return tt, err
 }
 
-// UpdateTaskType changes a type through decide (Update or Archive).
+// UpdateTaskType changes a type through decide (Update, Archive, Pause,
+// Resume). The projector copies a change of its controls onto its open
+// tasks in the same transaction (projections.Projector.TaskType).
 func (db *DB) UpdateTaskType(ctx context.Context, id string, meta events.Meta, decide func(*events.TaskType) ([]events.Payload, error)) (*events.TaskType, error) {
 	tt, err := db.GetTaskType(ctx, db.pool, id)
 	if err != nil {

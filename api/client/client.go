@@ -380,6 +380,18 @@ func (c *Client) TaskType(ctx context.Context, id string) (*events.TaskType, err
 	return &out, c.Do(ctx, http.MethodGet, adminBase+"/task-types/"+url.PathEscape(id), nil, &out)
 }
 
+// PauseTaskType stops claims of a type's tasks, with a reason.
+func (c *Client) PauseTaskType(ctx context.Context, id, reason string) (*events.TaskType, error) {
+	var out events.TaskType
+	return &out, c.Do(ctx, http.MethodPost, adminBase+"/task-types/"+url.PathEscape(id)+"/pause", map[string]string{"reason": reason}, &out)
+}
+
+// ResumeTaskType lets claims take a paused type's tasks again.
+func (c *Client) ResumeTaskType(ctx context.Context, id, reason string) (*events.TaskType, error) {
+	var out events.TaskType
+	return &out, c.Do(ctx, http.MethodPost, adminBase+"/task-types/"+url.PathEscape(id)+"/resume", map[string]string{"reason": reason}, &out)
+}
+
 // NewTask is a task to create.
 type NewTask struct {
 	Title       string          `json:"title"`

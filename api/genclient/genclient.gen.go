@@ -1054,6 +1054,12 @@ type OutboxStats struct {
 	Pending int `json:"pending"`
 }
 
+// RateLimit defines model for RateLimit.
+type RateLimit struct {
+	Count int    `json:"count"`
+	Per   string `json:"per"`
+}
+
 // ReactorLag defines model for ReactorLag.
 type ReactorLag struct {
 	EventsBehind  int       `json:"events_behind"`
@@ -1238,13 +1244,21 @@ type TaskPage struct {
 // TaskType defines model for TaskType.
 type TaskType struct {
 	Archived            bool                    `json:"archived"`
+	ConcurrencyKey      *string                 `json:"concurrency_key,omitempty"`
 	CreatedAt           time.Time               `json:"created_at"`
 	Description         string                  `json:"description"`
 	Id                  string                  `json:"id"`
 	Label               string                  `json:"label"`
+	MaxInProgress       *int                    `json:"max_in_progress,omitempty"`
+	MaxInProgressPerKey *int                    `json:"max_in_progress_per_key,omitempty"`
 	MaxRetries          int                     `json:"max_retries"`
 	Name                string                  `json:"name"`
 	ParamSchema         *map[string]interface{} `json:"param_schema"`
+	PauseReason         *string                 `json:"pause_reason,omitempty"`
+	Paused              bool                    `json:"paused"`
+	PausedAt            *time.Time              `json:"paused_at,omitempty"`
+	PausedBy            *string                 `json:"paused_by,omitempty"`
+	RateLimit           *RateLimit              `json:"rate_limit,omitempty"`
 	RetryBackoffSeconds *int                    `json:"retry_backoff_seconds,omitempty"`
 	Sop                 string                  `json:"sop"`
 	TimeoutSeconds      *int                    `json:"timeout_seconds,omitempty"`

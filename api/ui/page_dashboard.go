@@ -6,6 +6,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/clawdbot/task-service/events"
 	"github.com/clawdbot/task-service/store"
 )
 
@@ -14,7 +15,10 @@ type dashboardData struct {
 	Capacity *store.Capacity
 	Activity *store.Activity
 	TypeName map[string]string
-	Chart    chart
+	// Held are the task types whose tasks claims skip (paused) or ration
+	// (limits), to be shown as such.
+	Held  []events.TaskType
+	Chart chart
 }
 
 func (u *UI) dashboard(c echo.Context) error {
@@ -36,6 +40,9 @@ func (u *UI) dashboard(c echo.Context) error {
 	}
 	for _, t := range types {
 		d.TypeName[t.ID] = t.Name
+		if !t.Archived && t.Gated() {
+			d.Held = append(d.Held, t)
+		}
 	}
 	d.Chart = minuteChart(d.Activity.PerMinute)
 	return u.render(c, http.StatusOK, "dashboard", d)

@@ -163,3 +163,38 @@ func (u *UI) archiveType(c echo.Context) error {
 	}
 	return c.Redirect(http.StatusSeeOther, "/types")
 }
+
+func (u *UI) pauseType(c echo.Context) error {
+	return u.typeAction(c, func(tt *events.TaskType, reason string) error {
+		_, err := u.api.PauseTaskType(c.Request().Context(), tt.ID, reason, actor(c))
+		return err
+	})
+}
+
+func (u *UI) resumeType(c echo.Context) error {
+	return u.typeAction(c, func(tt *events.TaskType, reason string) error {
+		_, err := u.api.ResumeTaskType(c.Request().Context(), tt.ID, reason, actor(c))
+		return err
+	})
+}
+
+// typeAction runs act on the type of the path with the form's reason, then
+// shows the type again (with act's error on its form).
+func (u *UI) typeAction(c echo.Context, act func(tt *events.TaskType, reason string) error) error {
+	tt, err := u.findType(c)
+	if err != nil {
+		return u.fail(c, err)
+	}
+	form, err := c.FormParams()
+	if err != nil {
+		return u.fail(c, events.Invalid("form", "could not be read"))
+	}
+	if err := act(tt, form.Get("reason")); err != nil {
+		fe, status, ferr := errorsOf(err)
+		if ferr != nil {
+			return u.fail(c, ferr)
+		}
+		return u.render(c, status, "type_form", typeForm{Type: tt, Form: typeValues(tt), Errors: fe})
+	}
+	return c.Redirect(http.StatusSeeOther, "/types/"+tt.ID)
+}

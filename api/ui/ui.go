@@ -101,6 +101,8 @@ func (u *UI) routes() []route {
 		{method: http.MethodGet, path: "/types/:id", handler: u.typePage},
 		{method: http.MethodPost, path: "/types/:id", handler: u.updateType},
 		{method: http.MethodPost, path: "/types/:id/archive", handler: u.archiveType},
+		{method: http.MethodPost, path: "/types/:id/pause", handler: u.pauseType},
+		{method: http.MethodPost, path: "/types/:id/resume", handler: u.resumeType},
 		{method: http.MethodGet, path: "/workers", handler: u.workers},
 		{method: http.MethodPost, path: "/workers", handler: u.createWorker},
 		{method: http.MethodGet, path: "/workers/:id/metadata.json", handler: u.workerMetadata},

@@ -138,3 +138,94 @@ func TestRunAtAcrossInstances(t *testing.T) {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// Pause: while a type is paused, 12 workers long-polling across three
+// instances never claim its tasks (those created before the pause, during
+// it and after it), though they take every other task. Its tasks stay
+// pending, and none is left ungated by a creation racing the pause. Resume
+// through another instance: the waiting workers get them at once, woken by
+// the resume's commit (the catch-up ticks are 30 s away).
+func TestPauseAcrossInstances(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts three servers")
+	}
+	t.Parallel()
+	c := newCluster(t, 3, "REACTOR_CATCH_UP=30s", "SCHEDULER_CATCH_UP=30s")
+	crawl, err := c.admin.CreateTaskType(c.ctx, client.NewTaskType{Name: "crawl", Label: "Crawl"})
+	require.NoError(t, err)
+	other, err := c.admin.CreateTaskType(c.ctx, client.NewTaskType{Name: "other", Label: "Other"})
+	require.NoError(t, err)
+	create := func(tt string, n int, tag string) {
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				_, err := c.admin.CreateTask(c.ctx, client.NewTask{Title: fmt.Sprintf("%s %d", tag, i), TaskTypeID: tt})
+				require.NoError(t, err)
+			})
+		}
+		wg.Wait()
+	}
+	create(crawl.ID, 20, "before")
+	// Creations race the pause: whichever commits first, each task ends up gated.
+	racing := make(chan struct{})
+	go func() { defer close(racing); create(crawl.ID, 20, "racing") }()
+	paused, err := c.admin.PauseTaskType(c.ctx, crawl.ID, "Reddit API returns 429")
+	require.NoError(t, err)
+	require.True(t, paused.Paused)
+	<-racing
+	create(crawl.ID, 20, "after")
+	create(other.ID, 30, "other")
+	require.Zero(t, c.count(`SELECT count(*) FROM worker_tasks WHERE task_type_id = $1 AND NOT gated`, crawl.ID),
+		"a task of the paused type is in the claim's indexes")
+
+	ctx, cancel := context.WithCancel(c.ctx)
+	var mu sync.Mutex
+	got := map[string]time.Time{}
+	wait := c.longPollers(ctx, "pauser", 12, 3, func(id string, at time.Time) {
+		mu.Lock()
+		defer mu.Unlock()
+		got[id] = at
+	})
+	c.eventually("every task of the other type done", func() bool {
+		return c.count(`SELECT count(*) FROM worker_tasks WHERE task_type_id = $1 AND status = 'completed'`, other.ID) == 30
+	})
+	time.Sleep(time.Second) // the workers wait on, with the paused type's tasks in the table
+	require.Zero(t, c.count(`SELECT count(*) FROM task_events e JOIN worker_tasks w ON w.id = e.stream_id
+		WHERE e.type = 'task.claimed' AND w.task_type_id = $1`, crawl.ID), "a paused type's task was claimed")
+	require.Equal(t, 60, c.count(`SELECT count(*) FROM worker_tasks WHERE task_type_id = $1 AND status = 'pending'`, crawl.ID))
+	rep, err := replay.Verify(c.ctx, c.pool, replay.VerifyConfig{})
+	require.NoError(t, err)
+	require.True(t, rep.Clean(), "replay --verify while paused: %+v", rep.Differences)
+
+	resumer := client.New(c.ins[2].base, c.hc)
+	resumer.SetToken(c.admin.Token())
+	_, err = resumer.ResumeTaskType(c.ctx, crawl.ID, "limit reset")
+	require.NoError(t, err)
+	resumed := time.Now()
+	c.eventually("every task of the resumed type done", func() bool {
+		return c.count(`SELECT count(*) FROM worker_tasks WHERE task_type_id = $1 AND status = 'completed'`, crawl.ID) == 60
+	})
+	cancel()
+	wait()
+
+	var first time.Time
+	for id, at := range got {
+		if c.count(`SELECT count(*) FROM worker_tasks WHERE id = $1 AND task_type_id = $2`, id, crawl.ID) == 1 &&
+			(first.IsZero() || at.Before(first)) {
+			first = at
+		}
+	}
+	var fromCommit float64
+	require.NoError(t, c.pool.QueryRow(c.ctx, `SELECT extract(epoch FROM min(cl.occurred_at) - max(r.occurred_at))
+		FROM task_events r, task_events cl JOIN worker_tasks w ON w.id = cl.stream_id
+		WHERE r.type = 'task_type.resumed' AND r.stream_id = $1 AND cl.type = 'task.claimed' AND w.task_type_id = $1`,
+		crawl.ID).Scan(&fromCommit))
+	t.Logf("resume -> first claim of its tasks: %.1f ms from the commit (log), %.1f ms from the answer to the worker",
+		fromCommit*1000, ms(first.Sub(resumed)))
+	require.Positive(t, fromCommit, "a task was claimed before the resume")
+	require.Less(t, first.Sub(resumed), 10*time.Second, "the resume woke the waiting workers")
+
+	rep, err = replay.Verify(c.ctx, c.pool, replay.VerifyConfig{})
+	require.NoError(t, err)
+	require.True(t, rep.Clean(), "replay --verify: %+v", rep.Differences)
+}

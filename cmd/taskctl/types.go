@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"strings"
 	"time"
@@ -14,7 +16,9 @@ import (
 var typesCommand = group("types", "Define the kinds of work: each type has an SOP for workers and a JSON Schema for params.", map[string]subcommand{
 	"create": {"create a task type (SOP and schema from files)", (*app).typesCreate},
 	"list":   {"list task types", (*app).typesList},
-	"show":   {"show a type with its SOP and schema", (*app).typesShow},
+	"show":   {"show a type with its SOP and schema, its limits and their use", (*app).typesShow},
+	"pause":  {"stop claims of a type's tasks (they stay pending), with a reason", (*app).typesPause},
+	"resume": {"let claims take a paused type's tasks again", (*app).typesResume},
 })
 
 var typesCreateSpec = cmdSpec{
@@ -102,16 +106,27 @@ func (a *app) typesList(args []string) int {
 		return a.printJSON(types)
 	}
 	tw := a.table()
-	fmt.Fprintln(tw, "NAME\tLABEL\tRETRIES\tTIMEOUT\tBACKOFF\tARCHIVED\tID")
+	fmt.Fprintln(tw, "NAME\tLABEL\tRETRIES\tTIMEOUT\tBACKOFF\tSTATE\tID")
 	for _, t := range types {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%v\t%s\n", t.Name, clip(t.Label, 40), t.MaxRetries,
-			seconds(t.TimeoutSeconds), seconds(t.RetryBackoffSeconds), t.Archived, t.ID)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", t.Name, clip(t.Label, 40), t.MaxRetries,
+			seconds(t.TimeoutSeconds), seconds(t.RetryBackoffSeconds), typeState(&t), t.ID)
 	}
 	tw.Flush()
 	if len(types) == 0 {
 		fmt.Fprintln(a.stdout, "(no task types yet: taskctl types create --help)")
 	}
 	return exitOK
+}
+
+// typeState is archived, "paused: reason" or active.
+func typeState(t *events.TaskType) string {
+	switch {
+	case t.Archived:
+		return "archived"
+	case t.Paused:
+		return "paused: " + clip(t.PauseReason, 60)
+	}
+	return "active"
 }
 
 func seconds(n int) string {
@@ -159,6 +174,9 @@ func (a *app) printType(tt *events.TaskType) {
 	row("Timeout", seconds(tt.TimeoutSeconds))
 	row("Retry backoff", seconds(tt.RetryBackoffSeconds))
 	row("Archived", fmt.Sprint(tt.Archived))
+	if tt.Paused {
+		row("Paused", fmt.Sprintf("%s (by %s, %s)", tt.PauseReason, tt.PausedBy, fmtTimePtr(tt.PausedAt)))
+	}
 	row("Created", fmtTime(tt.CreatedAt))
 	row("Updated", fmtTime(tt.UpdatedAt))
 	tw.Flush()
@@ -176,4 +194,64 @@ func (a *app) printType(tt *events.TaskType) {
 		schema.Write(tt.ParamSchema)
 	}
 	fmt.Fprintf(a.stdout, "\nParams schema:\n%s\n", indent(schema.String()))
+}
+
+var typesPauseSpec = cmdSpec{
+	name: "types pause", args: "TYPE --reason TEXT [--json]",
+	summary: "Pause a task type: claims skip its tasks, which stay pending and visible, until it is resumed.\n" +
+		"Waiting workers get them as soon as it is.",
+	example: `taskctl types pause reddit_crawl --reason "Reddit API returns 429"`,
+}
+
+func (a *app) typesPause(args []string) int {
+	spec := typesPauseSpec
+	fs := flagSet(spec)
+	api := apiFlag(fs)
+	reason := fs.String("reason", "", "why (required): shown on the type, the dashboard and in Telegram")
+	asJSON := fs.Bool("json", false, "print the type as JSON")
+	return a.typeAction(spec, fs, api, args, asJSON, func(ctx context.Context, c *client.Client, id string) (*events.TaskType, error) {
+		if strings.TrimSpace(*reason) == "" {
+			return nil, usagef("--reason is required")
+		}
+		return c.PauseTaskType(ctx, id, *reason)
+	})
+}
+
+var typesResumeSpec = cmdSpec{
+	name: "types resume", args: "TYPE [--reason TEXT] [--json]",
+	summary: "Resume a paused task type: its pending tasks are claimable again at once.",
+	example: `taskctl types resume reddit_crawl --reason "rate limit reset"`,
+}
+
+func (a *app) typesResume(args []string) int {
+	spec := typesResumeSpec
+	fs := flagSet(spec)
+	api := apiFlag(fs)
+	reason := fs.String("reason", "", "why, if worth saying")
+	asJSON := fs.Bool("json", false, "print the type as JSON")
+	return a.typeAction(spec, fs, api, args, asJSON, func(ctx context.Context, c *client.Client, id string) (*events.TaskType, error) {
+		return c.ResumeTaskType(ctx, id, *reason)
+	})
+}
+
+// typeAction runs act on the type named by the one argument and prints it.
+func (a *app) typeAction(spec cmdSpec, fs *flag.FlagSet, api *string, args []string, asJSON *bool,
+	act func(context.Context, *client.Client, string) (*events.TaskType, error)) int {
+	call, code := a.start(fs, spec, args, api, 1, "TYPE (a name or id)")
+	if call == nil {
+		return code
+	}
+	defer call.cancel()
+	tt, err := resolveType(call.ctx, call.c, call.pos[0])
+	if err != nil {
+		return a.fail(spec.name, err)
+	}
+	if tt, err = act(call.ctx, call.c, tt.ID); err != nil {
+		return a.fail(spec.name, err)
+	}
+	if *asJSON {
+		return a.printJSON(tt)
+	}
+	fmt.Fprintf(a.stdout, "Task type %s: %s\n", tt.Name, typeState(tt))
+	return exitOK
 }

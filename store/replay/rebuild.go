@@ -307,7 +307,7 @@ func (r *rebuilder) load(ctx context.Context) error {
 		return fmt.Errorf("write %s: %w", countsTable, err)
 	}
 	r.rep.Rows[countsTable] = 1
-	return nil
+	return deriveGates(ctx, r.conn, `tt.gated`)
 }
 
 // write copies one fold's rows into the fresh tables.
@@ -539,6 +539,9 @@ func (r *rebuilder) applyDelta(ctx context.Context, tx pgx.Tx, p *phase) (int64,
 	if err := r.addCounts(ctx, tx, delta); err != nil {
 		return 0, nil, err
 	}
+	if err := deriveDeltaGates(ctx, tx, f); err != nil {
+		return 0, nil, err
+	}
 	return n, changed, nil
 }
 
@@ -653,7 +656,7 @@ func (r *rebuilder) carryOver(ctx context.Context, tx pgx.Tx) error {
 		}
 		var sets []string
 		for _, c := range cols {
-			if !slices.Contains(t.columns, c) {
+			if !slices.Contains(t.columns, c) && !slices.Contains(t.derived, c) {
 				q := pgx.Identifier{c}.Sanitize()
 				sets = append(sets, q+" = l."+q)
 			}

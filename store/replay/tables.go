@@ -32,6 +32,10 @@ type table struct {
 	// of streams through it, so it must lead an index.
 	stream string
 	rows   func(f *fold) (n int, src pgx.CopyFromSource)
+	// derived are columns computed from other projections after the rows
+	// are written (gates.go): neither compared with the fold nor carried
+	// over from the live table.
+	derived []string
 }
 
 // tables lists every projection rebuilt from events, in the order they are
@@ -56,6 +60,7 @@ func tables() []table {
 			rows: func(f *fold) (int, pgx.CopyFromSource) {
 				return aggregateRows(f.tasks, func(t *events.Task) []any { return projections.TaskRow(t) })
 			},
+			derived: projections.GateColumns,
 		},
 		{
 			name: "task_titles", columns: projections.TitleColumns, key: []string{"id"}, stream: "id",
