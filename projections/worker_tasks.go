@@ -39,7 +39,7 @@ var upsertTask = upsert("worker_tasks", TaskColumns, map[string]string{"params":
 var GateColumns = []string{"gated", "concurrency_key"}
 
 // KeyOf is the SQL of a gated task's concurrency key: the value at its
-// type's key path in its params, '' when they lack it, cut to
+// type's key path in its params, ” when they lack it, cut to
 // events.MaxConcurrencyKey characters so an index entry stays small. params
 // and path are SQL expressions; NULL when the path is.
 func KeyOf(params, path string) string {

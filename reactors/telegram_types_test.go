@@ -22,10 +22,14 @@ func TestTelegramHearsTypesPausedAndResumed(t *testing.T) {
 		_, err := e.db.UpdateTaskType(ctx, f.typeID, meta, decide)
 		require.NoError(t, err)
 	}
-	change(admin, func(tt *events.TaskType) ([]events.Payload, error) { return tt.Pause(admin.Actor.ID, "Reddit <API> returns 429") })
+	change(admin, func(tt *events.TaskType) ([]events.Payload, error) {
+		return tt.Pause(admin.Actor.ID, "Reddit <API> returns 429")
+	})
 	change(admin, func(tt *events.TaskType) ([]events.Payload, error) { return tt.Resume(admin.Actor.ID, "limit reset") })
 	budget := events.Meta{Actor: events.System("budget")}
-	change(budget, func(tt *events.TaskType) ([]events.Payload, error) { return tt.Pause("budget", "spent 100% of 50 USD today") })
+	change(budget, func(tt *events.TaskType) ([]events.Payload, error) {
+		return tt.Pause("budget", "spent 100% of 50 USD today")
+	})
 
 	handleAll(t, e.db, NewTelegramReactor(e.cfg), f.typeID)
 	lines := outboxLines(t, e.pool)
