@@ -18,8 +18,9 @@ import (
 // live types (which the fold verifies). A finished task keeps what it had:
 // nothing reads it there.
 
-// gatesTable names the check of the gate columns in a Report.
-const gatesTable = "worker_tasks.gate"
+// gatesTable is the table whose gate columns are checked: its differences
+// are reported with its others, naming only those columns.
+const gatesTable = "worker_tasks"
 
 // gateOf is task w's gate under type tt (NULL when the type is missing):
 // its gated flag and its key, as the writers set them.
@@ -64,12 +65,10 @@ func streamIDs[T any](m map[key]*T) []string {
 }
 
 // verifyGates compares the live gate columns of every open task with its
-// live type's.
+// live type's, adding what differs to worker_tasks' counts.
 func verifyGates(ctx context.Context, tx pgx.Tx, rep *Report, max int) error {
-	td := TableDiff{}
-	if err := tx.QueryRow(ctx, `SELECT count(*) FROM worker_tasks WHERE status IN ('pending', 'in_progress')`).Scan(&td.Rows); err != nil {
-		return fmt.Errorf("count open tasks: %w", err)
-	}
+	td := rep.Tables[gatesTable]
+	kept := 0
 	rows, err := tx.Query(ctx, `SELECT w.id::text, w.gated::text, w.concurrency_key, g.gated::text, g.key
 		FROM worker_tasks w LEFT JOIN task_types tt ON tt.id = w.task_type_id
 		CROSS JOIN LATERAL (SELECT `+gateOf+`) g(gated, key)
@@ -88,7 +87,7 @@ func verifyGates(ctx context.Context, tx pgx.Tx, rep *Report, max int) error {
 		}
 		td.LiveRows++
 		td.FoldRows++
-		if int(td.LiveRows) > max {
+		if kept++; kept > max {
 			rep.Truncated = true
 			continue
 		}

@@ -46,7 +46,8 @@ func TestGatesAreVerifiedAndRebuilt(t *testing.T) {
 	require.False(t, rep.Clean())
 	require.Len(t, rep.Differences, 1)
 	d := rep.Differences[0]
-	require.Equal(t, "worker_tasks.gate", d.Table)
+	require.Equal(t, "worker_tasks", d.Table)
+	require.Equal(t, []string{"gated", "concurrency_key"}, d.Columns)
 	require.Equal(t, "id="+before[0], d.Key)
 	require.Equal(t, []string{"gated"}, d.Changed)
 
