@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -25,11 +26,18 @@ const (
 	modeStoreCreate = "store+create"
 	modeHTTP        = "http"
 	modeHTTPBatch   = "http-batch"
-	// modeRiver is the peer, run by --river: not a mode of its own.
-	modeRiver = "river"
+	modeHTTPCreate  = "http-create"
+	// modeRiver and modeRiverInsert are the peers, run by --river: not
+	// modes of their own.
+	modeRiver       = "river"
+	modeRiverInsert = "river-insert"
 )
 
-var allModes = []string{modeBare, modeStore, modeStoreCreate, modeHTTP, modeHTTPBatch}
+var allModes = []string{modeBare, modeStore, modeStoreCreate, modeHTTP, modeHTTPBatch, modeHTTPCreate}
+
+// drains reports whether a mode times claim + complete (every mode but
+// http-create, which times creation).
+func drains(mode string) bool { return mode != modeHTTPCreate }
 
 // benchConfig is what the flags of `taskctl bench` say.
 type benchConfig struct {
@@ -43,6 +51,7 @@ type benchConfig struct {
 	jsonOut     bool
 	cpuProfile  string
 	batchSizes  []int
+	createBatch int
 	riverBin    string
 }
 
@@ -108,11 +117,19 @@ scratch database, at each worker count:
                 then completes them in one request (.../tasks/completions);
                 once per batch size. Its queue holds at least workers x
                 batch x 5 tasks, so that the drain's tail stays short.
+  http-create   creation, not a drain (docs/adr/018): each worker (an admin
+                client) creates tasks --create-batch at a time through
+                POST .../tasks/batch until the run's tasks exist; its
+                "claim" latency is a batch request's. It creates at least
+                workers x --create-batch x 3 tasks.
 
 With --river PATH (scripts/riverbench, built by make bench), each round of
 worker counts starts and ends with River's tuned burn-down (100 workers,
 in-process, no HTTP, no events) on its own database of the same server, and
-every line of the round is also given as a ratio to the mean of those two.
+every drain of the round is also given as a ratio to the mean of those two.
+With http-create, the round also starts and ends with River's InsertMany of
+the same number of jobs, --create-batch a call, from as many goroutines as
+the round has workers; http-create's ratio is to the mean of those two.
 
 The queue is pre-filled before timing starts (bare: COPY; store, http:
 store.CreateTask), and each run drains it, or stops at --duration. Runs with
@@ -186,6 +203,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchConfig, int) {
 	fs.BoolVar(&cfg.jsonOut, "json", false, "print the results as JSON instead of a table")
 	var batches string
 	fs.StringVar(&batches, "batch-sizes", "10,100", "http-batch: tasks per claim and per completion request, comma-separated (1 to 100)")
+	fs.IntVar(&cfg.createBatch, "create-batch", 1000, "http-create: tasks per batch request, and River's jobs per InsertMany (1 to 1000)")
 	fs.StringVar(&cfg.riverBin, "river", "", "riverbench binary (go build in scripts/riverbench): run River's burn-down as the peer of every round")
 	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of each timed run to PREFIX-MODE-WORKERS.pprof (the in-process server included)")
 	fs.Usage = func() {
@@ -246,6 +264,9 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchConfig, int) {
 	if cfg.tasks < 1 {
 		return usageErr("--tasks must be positive")
 	}
+	if cfg.createBatch < 1 || cfg.createBatch > 1000 {
+		return usageErr("--create-batch must be from 1 to 1000")
+	}
 	if cfg.duration < 0 {
 		return usageErr("--duration must not be negative")
 	}
@@ -258,6 +279,13 @@ func (cfg benchConfig) tasksFor(w int) int {
 		return cfg.tasks
 	}
 	return min(cfg.tasks, max(1000, cfg.tasks*w/16))
+}
+
+// createTasksFor is the number of tasks http-create (and River's
+// InsertMany beside it) creates with w clients: enough for three batch
+// requests each, so that no client idles while the others work.
+func (cfg benchConfig) createTasksFor(w int) int {
+	return max(cfg.tasksFor(w), w*cfg.createBatch*3)
 }
 
 func validDBName(s string) bool {
@@ -297,40 +325,63 @@ func bench(ctx context.Context, cfg benchConfig, progress io.Writer) (*benchRepo
 		Started: time.Now().UTC(), Database: cfg.benchDB, API: env.apiLabel(), Postgres: env.pgVersion,
 		GoVersion: runtime.Version(), NumCPU: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0),
 	}
-	runRiver := func() (*benchResult, error) {
-		r, err := env.runRiver(ctx, cfg.tasks)
+	peer := func(mode string, w int) (*benchResult, error) {
+		var r *benchResult
+		var err error
+		if mode == modeRiverInsert {
+			r, err = env.runRiverInsert(ctx, cfg.createTasksFor(w), cfg.createBatch, w)
+		} else {
+			r, err = env.runRiver(ctx, cfg.tasks)
+		}
 		if err != nil {
-			return nil, fmt.Errorf("river: %w", err)
+			return nil, fmt.Errorf("%s: %w", mode, err)
 		}
 		fmt.Fprintf(progress, "bench: %-15s %3d workers: %6d tasks in %6.2fs = %8.0f tasks/s\n",
 			r.Mode, r.Workers, r.Tasks, r.Seconds, r.TasksPerSec)
+		report.Runs = append(report.Runs, *r)
 		return r, nil
+	}
+	// The peers of a round: River's burn-down for the drains, its
+	// InsertMany for http-create.
+	var peers []string
+	if cfg.riverBin != "" {
+		if slices.ContainsFunc(cfg.modes, drains) {
+			peers = append(peers, modeRiver)
+		}
+		if contains(cfg.modes, modeHTTPCreate) {
+			peers = append(peers, modeRiverInsert)
+		}
 	}
 	for _, w := range cfg.workers {
 		var bare *benchResult
-		// River runs at the start and at the end of each round, and every
-		// line of the round is a ratio to the mean of the two: on a shared
-		// machine one run of the peer can land on a burst of someone
-		// else's load.
-		var first *benchResult
+		// Each peer runs at the start and at the end of each round, and
+		// every line of the round is a ratio to the mean of its peer's
+		// two: on a shared machine one run of the peer can land on a burst
+		// of someone else's load.
 		round := len(report.Runs)
-		if cfg.riverBin != "" {
-			r, err := runRiver()
+		rates := map[string]float64{}
+		for _, p := range peers {
+			r, err := peer(p, w)
 			if err != nil {
 				return nil, err
 			}
-			first = r
-			report.Runs = append(report.Runs, *r)
+			rates[p] = r.TasksPerSec / 2
 		}
 		for _, m := range cfg.modes {
 			batches := []int{0}
-			if m == modeHTTPBatch {
+			switch m {
+			case modeHTTPBatch:
 				batches = cfg.batchSizes
+			case modeHTTPCreate:
+				batches = []int{cfg.createBatch}
 			}
 			for _, batch := range batches {
 				n := cfg.tasksFor(w)
-				if batch > 0 {
+				switch m {
+				case modeHTTPBatch:
 					n = max(n, w*batch*5)
+				case modeHTTPCreate:
+					n = cfg.createTasksFor(w)
 				}
 				r, err := env.run(ctx, m, w, n, batch)
 				if err != nil {
@@ -338,7 +389,7 @@ func bench(ctx context.Context, cfg benchConfig, progress io.Writer) (*benchRepo
 				}
 				if m == modeBare {
 					bare = r
-				} else if bare != nil {
+				} else if bare != nil && drains(m) {
 					r.TasksPerSecVsBare = ratio(r.TasksPerSec, bare.TasksPerSec)
 					r.ClaimP50VsBare = ratio(r.ClaimP50Ms, bare.ClaimP50Ms)
 					r.ClaimP99VsBare = ratio(r.ClaimP99Ms, bare.ClaimP99Ms)
@@ -348,15 +399,20 @@ func bench(ctx context.Context, cfg benchConfig, progress io.Writer) (*benchRepo
 				report.Runs = append(report.Runs, *r)
 			}
 		}
-		if first != nil {
-			last, err := runRiver()
+		for _, p := range peers {
+			r, err := peer(p, w)
 			if err != nil {
 				return nil, err
 			}
-			report.Runs = append(report.Runs, *last)
-			peer := (first.TasksPerSec + last.TasksPerSec) / 2
-			for i := round; i < len(report.Runs); i++ {
-				report.Runs[i].TasksPerSecVsRiver = ratio(report.Runs[i].TasksPerSec, peer)
+			rates[p] += r.TasksPerSec / 2
+		}
+		for i := round; i < len(report.Runs); i++ {
+			r := &report.Runs[i]
+			switch {
+			case r.Mode == modeHTTPCreate:
+				r.TasksPerSecVsRiver = ratio(r.TasksPerSec, rates[modeRiverInsert])
+			case drains(r.Mode) && r.Mode != modeRiverInsert && rates[modeRiver] > 0:
+				r.TasksPerSecVsRiver = ratio(r.TasksPerSec, rates[modeRiver])
 			}
 		}
 	}
@@ -386,7 +442,7 @@ func printBenchTable(w io.Writer, rep *benchReport) {
 	fmt.Fprintln(tw, "mode\tworkers\ttasks\ttasks/s\tx river\tx bare\tclaim p50 ms\tx bare\tclaim p99 ms\tx bare\tcpu us/task: bench\tpostgres\t")
 	for _, r := range rep.Runs {
 		p50, p99 := fmt.Sprintf("%.2f", r.ClaimP50Ms), fmt.Sprintf("%.2f", r.ClaimP99Ms)
-		if r.Mode == modeRiver {
+		if r.Mode == modeRiver || r.Mode == modeRiverInsert {
 			p50, p99 = "-", "-"
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.label(), r.Workers, r.Tasks, r.TasksPerSec,
@@ -394,11 +450,11 @@ func printBenchTable(w io.Writer, rep *benchReport) {
 			fmtOpt(r.BenchCPUUsPerTask), fmtOpt(r.PGCPUUsPerTask))
 	}
 	_ = tw.Flush()
-	fmt.Fprintln(w, "\nx river: tasks/s divided by the mean of River's two burn-downs, at the start and the end of the same round (--river; higher is better).")
+	fmt.Fprintln(w, "\nx river: tasks/s divided by the mean of River's two burn-downs (http-create: River's two InsertMany runs), at the start and the end of the same round (--river; higher is better).")
 	fmt.Fprintln(w, "x bare: the figure divided by bare's at the same worker count (tasks/s: higher is better; latency: lower is better).")
 	fmt.Fprintln(w, "cpu us/task: CPU time per task of this process (workers, HTTP clients and the in-process server together; for river, the riverbench process) and of the database's backends.")
 	fmt.Fprintln(w, "http-batch/N: claims and completions of up to N tasks per request; its claim latency is per claim request.")
-	fmt.Fprintln(w, "store+create times create + claim + complete per task; the other modes time claim + complete on a pre-filled queue.")
+	fmt.Fprintln(w, "store+create times create + claim + complete per task; http-create times creation alone, its claim latency is a batch request's; the other modes time claim + complete on a pre-filled queue.")
 }
 
 func fmtOpt2(v *float64) string {
@@ -409,7 +465,7 @@ func fmtOpt2(v *float64) string {
 }
 
 func fmtRatio(r benchResult, v *float64) string {
-	if r.Mode == modeRiver {
+	if r.Mode == modeRiver || r.Mode == modeRiverInsert {
 		return "-"
 	}
 	if r.Mode == modeBare {

@@ -26,9 +26,13 @@ import (
 	"github.com/clawdbot/task-service/store"
 )
 
-// benchPassword is every bench worker's password; the users live only in
-// the scratch database.
+// benchPassword is every bench user's password; the users live only in the
+// scratch database.
 const benchPassword = "bench-password"
+
+// benchAdmin is the admin that creates tasks over HTTP (http-create's
+// clients, bench-wake); the fixtures make it.
+const benchAdmin = "bench-admin@bench.invalid"
 
 // benchEnv is the scratch database with its fixtures (one task type, one
 // worker user per concurrent worker) and, for the http mode, the server.
@@ -89,7 +93,7 @@ func openBenchEnv(ctx context.Context, cfg benchConfig, maxWorkers int, progress
 			return nil, err
 		}
 	}
-	if contains(cfg.modes, modeHTTP) || contains(cfg.modes, modeHTTPBatch) {
+	if contains(cfg.modes, modeHTTP) || contains(cfg.modes, modeHTTPBatch) || contains(cfg.modes, modeHTTPCreate) {
 		if err := env.startAPI(ctx, benchURL, maxWorkers); err != nil {
 			env.close()
 			return nil, err
@@ -184,6 +188,15 @@ func (env *benchEnv) fixtures(ctx context.Context, n int) error {
 	hash, err := bcrypt.GenerateFromPassword([]byte(benchPassword), bcrypt.MinCost)
 	if err != nil {
 		return err
+	}
+	var admin string
+	err = env.pool.QueryRow(ctx, `SELECT id FROM users WHERE email = $1`, benchAdmin).Scan(&admin)
+	if errors.Is(err, pgx.ErrNoRows) {
+		_, err = env.db.CreateUser(ctx, events.UserRegistered{Email: benchAdmin, FullName: "Bench admin", IsAdmin: true},
+			benchPassword, string(hash), meta)
+	}
+	if err != nil {
+		return fmt.Errorf("bench admin: %w", err)
 	}
 	for i := 1; i <= n; i++ {
 		w := benchWorker{email: fmt.Sprintf("bench-worker-%03d@bench.invalid", i)}
@@ -390,6 +403,22 @@ func (env *benchEnv) prefillBare(ctx context.Context, n int) error {
 		return fmt.Errorf("pre-fill: copy: %w", err)
 	}
 	return env.analyze(ctx)
+}
+
+// verifyCreated checks an http-create run: exactly done tasks, each with
+// one task.created, all pending in task_counts.
+func (env *benchEnv) verifyCreated(ctx context.Context, done int) error {
+	var tasks, created, pending int
+	if err := env.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM worker_tasks),
+		(SELECT count(*) FROM task_events WHERE type = 'task.created'),
+		(SELECT coalesce(sum(pending), 0) FROM task_counts)`).Scan(&tasks, &created, &pending); err != nil {
+		return fmt.Errorf("verify: %w", err)
+	}
+	if tasks != done || created != done || pending != done {
+		return fmt.Errorf("verify: created %d tasks but the table has %d, the log %d task.created and task_counts %d pending",
+			done, tasks, created, pending)
+	}
+	return nil
 }
 
 // verify checks what a run claims it did against the tables: every counted

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -55,7 +56,11 @@ func (env *benchEnv) run(ctx context.Context, mode string, w, n, batch int) (*be
 	if err := env.reset(ctx); err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(env.progress, "bench: %s pre-filling %d tasks\n", label, n)
+	if drains(mode) {
+		fmt.Fprintf(env.progress, "bench: %s pre-filling %d tasks\n", label, n)
+	} else {
+		fmt.Fprintf(env.progress, "bench: %s logging in; the run creates %d tasks\n", label, n)
+	}
 	start := time.Now()
 	steps, cleanup, err := env.prepare(ctx, mode, w, n, batch)
 	if cleanup != nil {
@@ -69,7 +74,7 @@ func (env *benchEnv) run(ctx context.Context, mode string, w, n, batch int) (*be
 	if err := warm(ctx, env.pool, w+2); err != nil {
 		return nil, err
 	}
-	if (mode == modeHTTP || mode == modeHTTPBatch) && env.serverPool != nil {
+	if (mode == modeHTTP || mode == modeHTTPBatch || mode == modeHTTPCreate) && env.serverPool != nil {
 		if err := warm(ctx, env.serverPool, w+2); err != nil {
 			return nil, err
 		}
@@ -80,7 +85,11 @@ func (env *benchEnv) run(ctx context.Context, mode string, w, n, batch int) (*be
 		return nil, err
 	}
 	r.Batch = batch
-	if err := env.verify(ctx, mode, r.Tasks); err != nil {
+	verify := env.verify
+	if mode == modeHTTPCreate {
+		verify = func(ctx context.Context, _ string, done int) error { return env.verifyCreated(ctx, done) }
+	}
+	if err := verify(ctx, mode, r.Tasks); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -129,9 +138,13 @@ func (env *benchEnv) prepare(ctx context.Context, mode string, w, n, batch int) 
 		for i := range steps {
 			steps[i] = env.storeCreateStep(env.workers[i].id, &left)
 		}
-	case modeHTTP, modeHTTPBatch:
-		if err := env.prefillStore(ctx, n); err != nil {
-			return nil, nil, err
+	case modeHTTP, modeHTTPBatch, modeHTTPCreate:
+		var left atomic.Int64
+		left.Store(int64(n))
+		if mode != modeHTTPCreate {
+			if err := env.prefillStore(ctx, n); err != nil {
+				return nil, nil, err
+			}
 		}
 		var transports []*http.Transport
 		cleanup := func() {
@@ -145,13 +158,21 @@ func (env *benchEnv) prepare(ctx context.Context, mode string, w, n, batch int) 
 			tr := &http.Transport{MaxIdleConns: 4, MaxIdleConnsPerHost: 4, IdleConnTimeout: 90 * time.Second}
 			transports = append(transports, tr)
 			c := client.New(env.apiBase, &http.Client{Transport: tr, Timeout: time.Minute})
-			if _, err := c.Login(ctx, env.workers[i].email, benchPassword); err != nil {
-				return nil, cleanup, fmt.Errorf("log in as %s at %s: %w (with --api, the server must use database %s)",
-					env.workers[i].email, env.apiBase, err, env.cfg.benchDB)
+			user := env.workers[i].email
+			if mode == modeHTTPCreate {
+				user = benchAdmin
 			}
-			steps[i] = httpStep(c)
-			if mode == modeHTTPBatch {
+			if _, err := c.Login(ctx, user, benchPassword); err != nil {
+				return nil, cleanup, fmt.Errorf("log in as %s at %s: %w (with --api, the server must use database %s)",
+					user, env.apiBase, err, env.cfg.benchDB)
+			}
+			switch mode {
+			case modeHTTP:
+				steps[i] = httpStep(c)
+			case modeHTTPBatch:
 				steps[i] = httpBatchStep(c, batch)
+			default:
+				steps[i] = env.httpCreateStep(c, batch, &left)
 			}
 		}
 		return steps, cleanup, nil
@@ -294,6 +315,34 @@ func httpBatchStep(c *client.Client, batch int) step {
 			if err := r.Err(); err != nil {
 				return stepped{}, fmt.Errorf("complete %s: %w", r.ID, err)
 			}
+		}
+		return stepped{outcome: claimedOne, tasks: len(tasks), claim: took}, nil
+	}
+}
+
+// httpCreateStep creates up to batch of the tasks left in one batch
+// request (POST .../tasks/batch, with no Idempotency-Key: River's inserts
+// have none either), until none is left.
+func (env *benchEnv) httpCreateStep(c *client.Client, batch int, left *atomic.Int64) step {
+	return func(ctx context.Context) (stepped, error) {
+		end := int(left.Add(-int64(batch))) + batch
+		if end <= 0 {
+			return stepped{outcome: finished}, nil
+		}
+		start := max(0, end-batch)
+		tasks := make([]json.RawMessage, 0, end-start)
+		for i := start; i < end; i++ {
+			tasks = append(tasks, json.RawMessage(fmt.Sprintf(`{"title":"bench task %d","task_type_id":%q,"params":{"n":%d}}`, i, env.typeID, i)))
+		}
+		var out client.CreatedBatch
+		t0 := time.Now()
+		err := c.Do(ctx, http.MethodPost, "/api/v1/admin/workers/tasks/batch", map[string]any{"tasks": tasks}, &out)
+		took := time.Since(t0)
+		if err != nil {
+			return stepped{}, fmt.Errorf("create %d: %w", len(tasks), err)
+		}
+		if out.Created != len(tasks) {
+			return stepped{}, fmt.Errorf("created %d of %d: %+v", out.Created, len(tasks), out.Items[0])
 		}
 		return stepped{outcome: claimedOne, tasks: len(tasks), claim: took}, nil
 	}

@@ -62,11 +62,25 @@ func samplerPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	return pgxpool.NewWithConfig(ctx, cfg)
 }
 
-// runRiver runs riverbench over n jobs and reports it as a run of its own.
-func (env *benchEnv) runRiver(ctx context.Context, n int) (_ *benchResult, err error) {
+// runRiver runs riverbench's burn-down over n jobs and reports it as a run
+// of its own.
+func (env *benchEnv) runRiver(ctx context.Context, n int) (*benchResult, error) {
 	fmt.Fprintf(env.progress, "bench: [river %dw] inserting %d jobs\n", riverWorkers, n)
-	cmd := exec.CommandContext(ctx, env.cfg.riverBin, "--database-url", env.riverURL,
-		"--jobs", strconv.Itoa(n), "--workers", strconv.Itoa(riverWorkers))
+	return env.riverbench(ctx, modeRiver, riverWorkers, "--jobs", strconv.Itoa(n), "--workers", strconv.Itoa(riverWorkers))
+}
+
+// runRiverInsert times riverbench's InsertMany of n jobs, batch a call, from
+// workers goroutines: the peer of http-create.
+func (env *benchEnv) runRiverInsert(ctx context.Context, n, batch, workers int) (*benchResult, error) {
+	fmt.Fprintf(env.progress, "bench: [river-insert %dw] %d jobs, %d a call\n", workers, n, batch)
+	return env.riverbench(ctx, modeRiverInsert, workers, "--mode", "insert", "--jobs", strconv.Itoa(n),
+		"--batch", strconv.Itoa(batch), "--workers", strconv.Itoa(workers))
+}
+
+// riverbench runs the peer with args, times it between its ready and its
+// answer, and reports it as a run of mode.
+func (env *benchEnv) riverbench(ctx context.Context, mode string, workers int, args ...string) (_ *benchResult, err error) {
+	cmd := exec.CommandContext(ctx, env.cfg.riverBin, append([]string{"--database-url", env.riverURL}, args...)...)
 	cmd.Stderr = env.progress
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -108,7 +122,7 @@ func (env *benchEnv) runRiver(ctx context.Context, n int) (_ *benchResult, err e
 		return nil, fmt.Errorf("riverbench: %w", err)
 	}
 	after := sample()
-	r := &benchResult{Mode: modeRiver, Workers: riverWorkers, Tasks: res.Jobs, Seconds: res.Seconds,
+	r := &benchResult{Mode: mode, Workers: workers, Tasks: res.Jobs, Seconds: res.Seconds,
 		TasksPerSec: float64(res.Jobs) / res.Seconds}
 	cpuPerTask(r, before, after)
 	return r, nil

@@ -31,10 +31,6 @@ import (
 	"github.com/clawdbot/task-service/store"
 )
 
-// benchAdminEmail is the admin that creates bench-wake's tasks; it lives
-// only in the scratch database, with benchPassword.
-const benchAdminEmail = "bench-admin@bench.invalid"
-
 // wakeClaimWait is the workers' long-poll wait; it never runs out while
 // tasks keep coming.
 const wakeClaimWait = 30 * time.Second
@@ -50,14 +46,6 @@ func benchWake(ctx context.Context, cfg wakeConfig, progress io.Writer) (*wakeRe
 	dbURL, err := withDatabase(cfg.databaseURL, cfg.benchDB)
 	if err != nil {
 		return nil, err
-	}
-	hash, err := bcrypt.GenerateFromPassword([]byte(benchPassword), bcrypt.MinCost)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := env.db.CreateUser(ctx, events.UserRegistered{Email: benchAdminEmail, FullName: "Bench admin", IsAdmin: true},
-		benchPassword, string(hash), events.Meta{Actor: events.System("bench")}); err != nil {
-		return nil, fmt.Errorf("create the bench admin: %w", err)
 	}
 	secret := make([]byte, 32)
 	if _, err := rand.Read(secret); err != nil {
@@ -86,7 +74,7 @@ func benchWake(ctx context.Context, cfg wakeConfig, progress io.Writer) (*wakeRe
 	admins := map[string]*client.Client{}
 	for _, p := range cfg.paths {
 		c := client.New(instances[p].base, &http.Client{Timeout: time.Minute})
-		if _, err := c.Login(ctx, benchAdminEmail, benchPassword); err != nil {
+		if _, err := c.Login(ctx, benchAdmin, benchPassword); err != nil {
 			return nil, fmt.Errorf("log in as the bench admin at %s: %w", instances[p].base, err)
 		}
 		admins[p] = c

@@ -14,6 +14,10 @@
 //	riverbench -> {"jobs":N,"seconds":S} every job worked
 //	bench      -> (closes stdin)        riverbench stops and exits
 //
+// With --mode insert it measures River's InsertMany instead, the peer of
+// the bench's batch-create lane: --workers goroutines insert --jobs jobs in
+// batches of --batch, timed between the same go and answer lines.
+//
 // Progress goes to stderr.
 package main
 
@@ -27,6 +31,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -59,10 +65,12 @@ func (noopWorker) Work(context.Context, *river.Job[noopArgs]) error { return nil
 func run() error {
 	url := flag.String("database-url", os.Getenv("DATABASE_URL"), "PostgreSQL database for River's tables (it is migrated and its jobs table emptied)")
 	jobs := flag.Int("jobs", 20000, "jobs to insert, then work down")
-	workers := flag.Int("workers", 100, "River's MaxWorkers for the queue")
+	workers := flag.Int("workers", 100, "River's MaxWorkers for the queue (burn-down), or concurrent inserters (insert)")
+	mode := flag.String("mode", "burn-down", "burn-down: work the jobs down; insert: time InsertMany")
+	batch := flag.Int("batch", 1000, "insert: jobs per InsertMany call")
 	flag.Usage = func() {
-		fmt.Fprintf(flag.CommandLine.Output(), "Usage: riverbench --database-url URL [--jobs N] [--workers N]\n\n"+
-			"River's tuned burn-down, driven by taskctl bench --river (see the package doc).\n\n")
+		fmt.Fprintf(flag.CommandLine.Output(), "Usage: riverbench --database-url URL [--mode burn-down|insert] [--jobs N] [--workers N] [--batch N]\n\n"+
+			"River's tuned burn-down or its InsertMany, driven by taskctl bench --river (see the package doc).\n\n")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
@@ -70,7 +78,15 @@ func run() error {
 		return errors.New("set --database-url or DATABASE_URL")
 	}
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, *url)
+	pcfg, err := pgxpool.ParseConfig(*url)
+	if err != nil {
+		return err
+	}
+	if *mode == "insert" {
+		// A connection per inserter, as the bench's server has per worker.
+		pcfg.MaxConns = int32(*workers + 4)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return err
 	}
@@ -98,6 +114,12 @@ func run() error {
 	})
 	if err != nil {
 		return err
+	}
+	if *mode == "insert" {
+		return timeInserts(ctx, client, pool, *jobs, *batch, *workers)
+	}
+	if *mode != "burn-down" {
+		return fmt.Errorf("--mode %q: burn-down or insert", *mode)
 	}
 	if err := insert(ctx, client, *jobs); err != nil {
 		return err
@@ -172,4 +194,65 @@ func insert(ctx context.Context, client *river.Client[pgx.Tx], n int) error {
 func say(v any) {
 	b, _ := json.Marshal(v)
 	fmt.Println(string(b))
+}
+
+// timeInserts times workers goroutines inserting n jobs with InsertMany, in
+// batches of batch, between the bench's go and the answer line; the jobs
+// are never worked.
+func timeInserts(ctx context.Context, client *river.Client[pgx.Tx], pool *pgxpool.Pool, n, batch, workers int) error {
+	var conns []*pgxpool.Conn
+	for range min(workers, int(pool.Config().MaxConns)) {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			return err
+		}
+		conns = append(conns, c)
+	}
+	for _, c := range conns {
+		c.Release()
+	}
+	stdin := bufio.NewReader(os.Stdin)
+	say(map[string]any{"ready": true})
+	if line, err := stdin.ReadString('\n'); err != nil || line != "go\n" {
+		return fmt.Errorf("expected go on stdin, got %q (%v)", line, err)
+	}
+	var next atomic.Int64
+	errs := make(chan error, workers)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range workers {
+		wg.Go(func() {
+			params := make([]river.InsertManyParams, 0, batch)
+			for {
+				first := int(next.Add(int64(batch))) - batch
+				if first >= n {
+					return
+				}
+				params = params[:0]
+				for j := first; j < min(n, first+batch); j++ {
+					params = append(params, river.InsertManyParams{Args: noopArgs{N: j}})
+				}
+				if _, err := client.InsertMany(ctx, params); err != nil {
+					errs <- fmt.Errorf("insert jobs: %w", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	close(errs)
+	if err := <-errs; err != nil {
+		return err
+	}
+	var count int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job`).Scan(&count); err != nil {
+		return err
+	}
+	if count != n {
+		return fmt.Errorf("inserted %d jobs, want %d", count, n)
+	}
+	say(map[string]any{"jobs": n, "seconds": elapsed.Seconds()})
+	_, _ = io.Copy(io.Discard, stdin)
+	return nil
 }
