@@ -9,7 +9,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/clawdbot/task-service/events"
-	"github.com/clawdbot/task-service/store"
 )
 
 type createWorkerRequest struct {
@@ -232,34 +231,23 @@ func (s *Server) createTask(c echo.Context) error {
 }
 
 func (s *Server) listTasks(c echo.Context) error {
-	f := store.TaskFilter{After: c.QueryParam("after")}
+	p := TaskFilterParams{Status: c.QueryParam("status"), TaskTypeID: c.QueryParam("task_type_id"),
+		Priority: c.QueryParam("priority"), AssignedTo: c.QueryParam("assigned_to"), Q: c.QueryParam("q")}
 	var err error
-	if v := c.QueryParam("status"); v != "" {
-		if f.Status = events.Status(v); !f.Status.Valid() {
-			return events.Invalid("status", "must be pending, in_progress, completed, failed or cancelled")
-		}
-	}
-	if v := c.QueryParam("priority"); v != "" {
-		if f.Priority = events.Priority(v); f.Priority.Rank() < 0 {
-			return events.Invalid("priority", "must be urgent, high, medium or low")
-		}
-	}
-	if v := c.QueryParam("task_type_id"); v != "" {
-		if f.TaskTypeID, err = parseUUID("task_type_id", v); err != nil {
-			return err
-		}
-	}
-	if v := c.QueryParam("assigned_to"); v != "" {
-		if f.AssignedTo, err = parseUUID("assigned_to", v); err != nil {
-			return err
-		}
-	}
-	if f.Unassigned, err = boolQuery(c, "unassigned"); err != nil {
+	if p.Unassigned, err = boolQuery(c, "unassigned"); err != nil {
 		return err
 	}
-	if f.Retries, err = boolQuery(c, "retries"); err != nil {
+	if p.Retries, err = boolQuery(c, "retries"); err != nil {
 		return err
 	}
+	if p.Stuck, err = boolQuery(c, "stuck"); err != nil {
+		return err
+	}
+	f, err := p.filter("")
+	if err != nil {
+		return err
+	}
+	f.After = c.QueryParam("after")
 	if v := c.QueryParam("limit"); v != "" {
 		if f.Limit, err = strconv.Atoi(v); err != nil || f.Limit < 1 || f.Limit > 200 {
 			return events.Invalid("limit", "must be a number from 1 to 200")

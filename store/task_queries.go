@@ -27,8 +27,13 @@ type TaskFilter struct {
 	// Search keeps tasks whose title contains it, case-insensitively (the
 	// trigram index of task_titles, migration 014).
 	Search string
-	After  string
-	Limit  int
+	// Cancellable keeps tasks a cancel applies to (not ended); Retryable
+	// failed tasks without a retry yet. The bulk actions set them, so a
+	// count and a walk see only what the action would change.
+	Cancellable bool
+	Retryable   bool
+	After       string
+	Limit       int
 }
 
 // TaskPage is one page of tasks, newest first.
@@ -41,6 +46,12 @@ type TaskPage struct {
 // Cursor is the keyset position after a task in the list order.
 func Cursor(t *events.Task) string {
 	return base64.RawURLEncoding.EncodeToString([]byte(t.CreatedAt.Format(time.RFC3339Nano) + "|" + t.ID))
+}
+
+// CheckCursor checks that s is a cursor of the task list (field "after").
+func CheckCursor(s string) error {
+	_, _, err := parseCursor(s)
+	return err
 }
 
 func parseCursor(s string) (time.Time, string, error) {
@@ -87,18 +98,45 @@ func (db *DB) ListTasks(ctx context.Context, f TaskFilter) (*TaskPage, error) {
 
 // listTasksSQL is the query of one page of f, one row more than f.Limit.
 func (db *DB) listTasksSQL(f TaskFilter) (string, []any, error) {
-	where := []string{"true"}
-	args := []any{}
-	arg := func(v any) string {
-		args = append(args, v)
-		return fmt.Sprintf("$%d", len(args))
+	return db.pageSQL(f, taskColumns, f.Limit+1)
+}
+
+// pageSQL selects cols of the first limit tasks of f in the list order.
+func (db *DB) pageSQL(f TaskFilter, cols string, limit int) (string, []any, error) {
+	var args sqlArgs
+	where, err := db.taskWhere(f, &args)
+	if err != nil {
+		return "", nil, err
 	}
+	lim := args.add(limit)
+	if f.AssignedTo != "" && f.Status == "" {
+		return newestOfBoth(cols, where, lim), args, nil
+	}
+	sql := `SELECT ` + cols + ` FROM worker_tasks t WHERE ` + where +
+		` ORDER BY t.created_at DESC, t.id DESC LIMIT ` + lim
+	return sql, args, nil
+}
+
+// sqlArgs collects a statement's parameters.
+type sqlArgs []any
+
+// add appends v and returns its placeholder.
+func (a *sqlArgs) add(v any) string {
+	*a = append(*a, v)
+	return fmt.Sprintf("$%d", len(*a))
+}
+
+// taskWhere is the condition on worker_tasks t that f sets, one for the
+// list, the count and the bulk walk alike.
+func (db *DB) taskWhere(f TaskFilter, args *sqlArgs) (string, error) {
+	where := []string{"true"}
+	arg := args.add
 	if f.Status != "" {
 		// A literal, not a parameter: worker_tasks_status and the indexes
 		// of one status are partial, and only a literal proves a
 		// predicate, whatever plan caching does (migration 015).
 		if !f.Status.Valid() {
-			return "", nil, events.Invalid("status", "unknown status %q", f.Status)
+			return "", events.Invalid("status", "unknown status %q", f.Status)
 		}
 		where = append(where, "t.status = '"+string(f.Status)+"'")
 	}
@@ -124,32 +162,32 @@ func (db *DB) listTasksSQL(f TaskFilter) (string, []any, error) {
 	if f.Search != "" {
 		where = append(where, "t.id IN (SELECT id FROM task_titles WHERE title ILIKE "+arg("%"+escapeLike(f.Search)+"%")+")")
 	}
+	if f.Cancellable {
+		where = append(where, "t.status IN ('pending', 'in_progress')")
+	}
+	if f.Retryable {
+		where = append(where, "t.status = 'failed' AND t.retry_task_id IS NULL")
+	}
 	if f.After != "" {
 		at, id, err := parseCursor(f.After)
 		if err != nil {
-			return "", nil, err
+			return "", err
 		}
 		where = append(where, fmt.Sprintf("(t.created_at, t.id) < (%s, %s)", arg(at), arg(id)))
 	}
-	limit := arg(f.Limit + 1)
-	if f.AssignedTo != "" && f.Status == "" {
-		return newestOfBoth(strings.Join(where, " AND "), limit), args, nil
-	}
-	sql := `SELECT ` + taskColumns + ` FROM worker_tasks t WHERE ` + strings.Join(where, " AND ") +
-		` ORDER BY t.created_at DESC, t.id DESC LIMIT ` + limit
-	return sql, args, nil
+	return strings.Join(where, " AND "), nil
 }
 
 // newestOfBoth is the newest tasks of one worker that match where: those
 // in progress (worker_tasks_held) and the others (the top of
 // worker_tasks_assignee), each index read in its order, merged. No one
 // index has both (migration 015).
-func newestOfBoth(where, limit string) string {
+func newestOfBoth(cols, where, limit string) string {
 	part := func(status string) string {
 		return `(SELECT t.* FROM worker_tasks t WHERE ` + where + ` AND t.status ` + status +
 			` ORDER BY t.created_at DESC, t.id DESC LIMIT ` + limit + `)`
 	}
-	return `SELECT ` + taskColumns + ` FROM (` + part("<> 'in_progress'") + ` UNION ALL ` + part("= 'in_progress'") +
+	return `SELECT ` + cols + ` FROM (` + part("<> 'in_progress'") + ` UNION ALL ` + part("= 'in_progress'") +
 		`) t ORDER BY t.created_at DESC, t.id DESC LIMIT ` + limit
 }
 
@@ -216,7 +254,7 @@ func (db *DB) WorkerTasks(ctx context.Context, workerID string, all bool) ([]eve
 // worker_tasks_assignee and the tasks in progress. Active: the worker's few
 // pending and in-progress tasks through worker_tasks_holder. Neither reads
 // the worker's history (ADR 010).
-var workerAllTasks = newestOfBoth(`t.assigned_to = $1`, `200`)
+var workerAllTasks = newestOfBoth(taskColumns, `t.assigned_to = $1`, `200`)
 
 const (
 	workerActiveTasks = `SELECT ` + taskColumns + ` FROM worker_tasks t

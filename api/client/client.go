@@ -438,6 +438,8 @@ type TaskQuery struct {
 	AssignedTo string
 	Unassigned bool
 	Retries    bool
+	Stuck      bool
+	Q          string // title contains, ignoring case
 	After      string
 	Limit      int
 }
@@ -461,6 +463,10 @@ func (c *Client) Tasks(ctx context.Context, q TaskQuery) (*store.TaskPage, error
 	if q.Retries {
 		v.Set("retries", "true")
 	}
+	if q.Stuck {
+		v.Set("stuck", "true")
+	}
+	set("q", q.Q)
 	if q.Limit > 0 {
 		v.Set("limit", fmt.Sprint(q.Limit))
 	}

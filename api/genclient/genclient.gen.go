@@ -1479,6 +1479,12 @@ type ListTasksParams struct {
 	// Retries only retry tasks
 	Retries *bool `form:"retries,omitempty" json:"retries,omitempty"`
 
+	// Stuck only tasks held by (or pre-assigned to) a worker silent past the offline threshold
+	Stuck *bool `form:"stuck,omitempty" json:"stuck,omitempty"`
+
+	// Q only tasks whose title contains this, ignoring case (up to 200 characters)
+	Q *string `form:"q,omitempty" json:"q,omitempty"`
+
 	// After the next_cursor of the previous page
 	After *string `form:"after,omitempty" json:"after,omitempty"`
 
@@ -3401,6 +3407,30 @@ func NewListTasksRequest(server string, params *ListTasksParams) (*http.Request,
 		if params.Retries != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "retries", *params.Retries, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Stuck != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "stuck", *params.Stuck, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Q != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "q", *params.Q, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {

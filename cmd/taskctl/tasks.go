@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"net/http"
 	"os"
@@ -382,22 +383,35 @@ func indent(s string) string {
 }
 
 var tasksCancelSpec = cmdSpec{
-	name: "tasks cancel", args: "TASK [--reason TEXT]",
-	summary: "Cancel a task that has not ended; a worker holding it is told on its next call.",
-	example: `taskctl tasks cancel 0190f4c2-7d1e-7a3b-9c4d-5e6f7a8b9c0d --reason "duplicate of PR 41"`,
+	name: "tasks cancel", args: "TASK [--reason TEXT] | --all-matching FILTER FLAGS --reason TEXT [--yes]",
+	summary: "Cancel a task that has not ended; a worker holding it is told on its next call.\n" +
+		"With --all-matching, cancel every task the filter flags match that has not ended, on every\n" +
+		"page, not one: it shows how many first and asks to confirm (--yes skips the question and is\n" +
+		"needed when standard input is not a terminal). Each task gets its own task.cancelled with\n" +
+		"the reason; tasks that end meanwhile are skipped and counted. Progress goes to stderr.",
+	example: `taskctl tasks cancel 0190f4c2-7d1e-7a3b-9c4d-5e6f7a8b9c0d --reason "duplicate of PR 41"
+taskctl tasks cancel --all-matching --type crawl --status pending --reason "upstream API retired"
+taskctl tasks cancel --all-matching --search NVDA --queue --reason "ticker delisted" --yes`,
 }
 
 func (a *app) tasksCancel(args []string) int {
 	spec := tasksCancelSpec
 	fs := flagSet(spec)
 	api := apiFlag(fs)
-	reason := fs.String("reason", "", "why")
-	asJSON := fs.Bool("json", false, "print the task as JSON")
-	call, code := a.start(fs, spec, args, api, 1, "TASK (a task id)")
+	reason := fs.String("reason", "", "why (required with --all-matching)")
+	asJSON := fs.Bool("json", false, "print the task (with --all-matching, the totals) as JSON")
+	bf := addBulkFlags(fs, "cancel")
+	call, code := a.startOneOrAll(fs, spec, args, api, bf, "TASK (a task id)")
 	if call == nil {
 		return code
 	}
 	defer call.cancel()
+	if *bf.all {
+		if strings.TrimSpace(*reason) == "" {
+			return a.fail(spec.name, usagef("--reason is required with --all-matching: say why these tasks are cancelled"))
+		}
+		return a.runBulk(spec, call, bf, "cancel", *reason, *asJSON)
+	}
 	pos, c, ctx := call.pos, call.c, call.ctx
 	t, err := c.CancelTask(ctx, pos[0], *reason)
 	if err != nil {
@@ -408,6 +422,30 @@ func (a *app) tasksCancel(args []string) int {
 	}
 	fmt.Fprintf(a.stdout, "Cancelled task %s: %s\n", t.ID, t.Title)
 	return exitOK
+}
+
+// startOneOrAll is start for a command that acts on one task (a positional
+// TASK) or, with --all-matching, on every task the filter flags match (no
+// positional; filter flags only then).
+func (a *app) startOneOrAll(fs *flag.FlagSet, spec cmdSpec, args []string, api *string, bf *bulkFlags, what string) (*apiCall, int) {
+	pos, code, ok := a.parse(fs, spec, args)
+	if !ok {
+		return nil, code
+	}
+	n := 1
+	if *bf.all {
+		n = 0
+	} else if bf.filterSet() || *bf.yes {
+		return nil, a.fail(spec.name, usagef("filter flags and --yes go with --all-matching"))
+	}
+	if !a.want(spec, fs, pos, n, what) {
+		return nil, exitUsage
+	}
+	c, ctx, cancel, err := a.connect(*api)
+	if err != nil {
+		return nil, a.fail(spec.name, err)
+	}
+	return &apiCall{pos: pos, c: c, ctx: ctx, cancel: cancel}, 0
 }
 
 var tasksAssignSpec = cmdSpec{
@@ -451,10 +489,14 @@ func (a *app) tasksAssign(args []string) int {
 }
 
 var tasksRetrySpec = cmdSpec{
-	name: "tasks retry", args: "TASK [--hint TEXT]",
+	name: "tasks retry", args: "TASK [--hint TEXT] | --all-matching FILTER FLAGS [--hint TEXT] [--yes]",
 	summary: "Retry a failed task now: a new task is created with the failure's context (and your hint)\n" +
-		"for the next attempt, even when the automatic retry skipped it or the retries ran out.",
-	example: `taskctl tasks retry 0190f4c2-7d1e-7a3b-9c4d-5e6f7a8b9c0d --hint "the flaky test is fixed on main; rebase first"`,
+		"for the next attempt, even when the automatic retry skipped it or the retries ran out.\n" +
+		"With --all-matching, retry every failed task without a retry that the filter flags match, on\n" +
+		"every page: it shows how many first and asks to confirm (--yes skips the question and is\n" +
+		"needed when standard input is not a terminal). Progress goes to stderr.",
+	example: `taskctl tasks retry 0190f4c2-7d1e-7a3b-9c4d-5e6f7a8b9c0d --hint "the flaky test is fixed on main; rebase first"
+taskctl tasks retry --all-matching --type crawl --status failed --hint "the API rate limit was raised"`,
 }
 
 func (a *app) tasksRetry(args []string) int {
@@ -462,12 +504,17 @@ func (a *app) tasksRetry(args []string) int {
 	fs := flagSet(spec)
 	api := apiFlag(fs)
 	hint := fs.String("hint", "", "advice for the next attempt")
-	asJSON := fs.Bool("json", false, "print the new task as JSON")
-	call, code := a.start(fs, spec, args, api, 1, "TASK (a failed task's id)")
+	fs.StringVar(hint, "reason", "", "the same as --hint")
+	asJSON := fs.Bool("json", false, "print the new task (with --all-matching, the totals) as JSON")
+	bf := addBulkFlags(fs, "retry")
+	call, code := a.startOneOrAll(fs, spec, args, api, bf, "TASK (a failed task's id)")
 	if call == nil {
 		return code
 	}
 	defer call.cancel()
+	if *bf.all {
+		return a.runBulk(spec, call, bf, "retry", *hint, *asJSON)
+	}
 	pos, c, ctx := call.pos, call.c, call.ctx
 	t, err := c.RetryTask(ctx, pos[0], *hint)
 	var apiErr *client.Error
