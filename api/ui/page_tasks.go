@@ -34,6 +34,9 @@ type tasksData struct {
 	Error    string // a filter the list refused
 	Notice   string // what a bulk action did
 	Problems []string
+	// CancelAll and RetryAll lead to the confirm step of acting on every
+	// task the filter matches; "" when the list is not filtered.
+	CancelAll, RetryAll string
 }
 
 // taskFilter reads the list's filters from the query, checked as the JSON
@@ -105,6 +108,9 @@ func (u *UI) renderTasks(c echo.Context, q url.Values, status int, notice string
 	}
 	d.Queue = page.QueueDepth
 	d.Rows = u.taskRows(page.Tasks, d.Types, d.Workers)
+	if len(listFilter(q)) > 0 {
+		d.CancelAll, d.RetryAll = matchingURL("cancel", q), matchingURL("retry", q)
+	}
 	if page.NextCursor != "" {
 		next := cloneValues(q)
 		next.Set("after", page.NextCursor)

@@ -86,6 +86,8 @@ func (u *UI) routes() []route {
 		{method: http.MethodGet, path: "/", handler: u.dashboard},
 		{method: http.MethodGet, path: "/tasks", handler: u.tasks},
 		{method: http.MethodPost, path: "/tasks/bulk", handler: u.bulk},
+		{method: http.MethodGet, path: "/tasks/matching", handler: u.matching},
+		{method: http.MethodPost, path: "/tasks/matching", handler: u.runMatching},
 		{method: http.MethodGet, path: "/tasks/new", handler: u.newTask},
 		{method: http.MethodPost, path: "/tasks/new", handler: u.createTask},
 		{method: http.MethodGet, path: "/tasks/:id", handler: u.task},
