@@ -126,6 +126,9 @@ func (a *app) runBulk(spec cmdSpec, call *apiCall, bf *bulkFlags, action, reason
 		count = "at least " + count
 	}
 	if dry.Matching == 0 {
+		if asJSON {
+			return a.printJSON(client.BulkResult{Action: action, Skips: []client.BulkSkip{}})
+		}
 		fmt.Fprintf(a.stdout, "No task matching %s can be %s; nothing to do.\n", bf.describe(), verbs[1])
 		return exitOK
 	}
