@@ -161,7 +161,8 @@ func jsonArg(value, file, name string) (json.RawMessage, error) {
 
 var tasksListSpec = cmdSpec{
 	name: "tasks list", args: "[flags]",
-	summary: "List tasks, newest first, one page at a time (--after continues).",
+	summary: "List tasks, newest first, one page at a time (--after continues). The same filter flags\n" +
+		"select what tasks cancel/retry --all-matching act on.",
 	example: "taskctl tasks list --status failed --type code_review --limit 20",
 }
 
@@ -175,6 +176,8 @@ func (a *app) tasksList(args []string) int {
 	worker := fs.String("worker", "", "tasks assigned to this worker (id, email or name)")
 	queue := fs.Bool("queue", false, "only the queue: pending tasks nobody holds")
 	retries := fs.Bool("retries", false, "only retries")
+	stuck := fs.Bool("stuck", false, "only tasks held by (or reserved for) a silent worker")
+	search := fs.String("search", "", "title contains this, ignoring case")
 	limit := fs.Int("limit", 50, "page size (1-200)")
 	after := fs.String("after", "", "continue after this cursor (printed under a full page)")
 	asJSON := fs.Bool("json", false, "print the page as JSON")
@@ -184,7 +187,8 @@ func (a *app) tasksList(args []string) int {
 	}
 	defer call.cancel()
 	c, ctx := call.c, call.ctx
-	q := client.TaskQuery{Status: *status, Priority: *priority, Unassigned: *queue, Retries: *retries, After: *after, Limit: *limit}
+	q := client.TaskQuery{Status: *status, Priority: *priority, Unassigned: *queue, Retries: *retries, Stuck: *stuck, Q: *search,
+		After: *after, Limit: *limit}
 	if *typeRef != "" {
 		tt, err := resolveType(ctx, c, *typeRef)
 		if err != nil {

@@ -40,6 +40,10 @@ func TestTasksActOnAllMatching(t *testing.T) {
 		return count(`SELECT count(*) FROM task_events WHERE type = 'task.cancelled'`)
 	}
 
+	// The list shows what the filter matches, with the same flags.
+	require.Contains(t, e.ok("tasks", "list", "--type", "crawl", "--search", "nvda", "--limit", "5"), "crawl NVDA 1399")
+	require.Contains(t, e.ok("tasks", "list", "--stuck"), "(no tasks)")
+
 	// Standard input is not a terminal and there is no --yes: the count
 	// is shown, nothing changes.
 	var out, errOut bytes.Buffer
