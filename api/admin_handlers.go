@@ -56,14 +56,18 @@ func (s *Server) stats(c echo.Context) error {
 }
 
 type taskTypeRequest struct {
-	Name                string          `json:"name" openapi:"required,maxLength=63" doc:"lower_snake_case, starting with a letter; cannot change"`
-	Label               string          `json:"label,omitempty" openapi:"maxLength=200" doc:"display name (default: the name)"`
-	Description         string          `json:"description,omitempty" openapi:"maxLength=10000"`
-	SOP                 string          `json:"sop,omitempty" openapi:"maxLength=200000" doc:"the standard operating procedure a worker follows"`
-	ParamSchema         json.RawMessage `json:"param_schema,omitempty" doc:"a JSON Schema (draft 2020-12) object that every task's params must satisfy (default: any object)"`
-	MaxRetries          *int            `json:"max_retries,omitempty" openapi:"min=0,max=20" doc:"automatic retries after a failure (default 3)"`
-	TimeoutSeconds      int             `json:"timeout_seconds,omitempty" openapi:"min=0,max=604800" doc:"a task in progress longer than this fails with kind timeout (0: no limit)"`
-	RetryBackoffSeconds int             `json:"retry_backoff_seconds,omitempty" openapi:"min=0,max=3600" doc:"a retry becomes claimable this long after the failure"`
+	Name                string            `json:"name" openapi:"required,maxLength=63" doc:"lower_snake_case, starting with a letter; cannot change"`
+	Label               string            `json:"label,omitempty" openapi:"maxLength=200" doc:"display name (default: the name)"`
+	Description         string            `json:"description,omitempty" openapi:"maxLength=10000"`
+	SOP                 string            `json:"sop,omitempty" openapi:"maxLength=200000" doc:"the standard operating procedure a worker follows"`
+	ParamSchema         json.RawMessage   `json:"param_schema,omitempty" doc:"a JSON Schema (draft 2020-12) object that every task's params must satisfy (default: any object)"`
+	MaxRetries          *int              `json:"max_retries,omitempty" openapi:"min=0,max=20" doc:"automatic retries after a failure (default 3)"`
+	TimeoutSeconds      int               `json:"timeout_seconds,omitempty" openapi:"min=0,max=604800" doc:"a task in progress longer than this fails with kind timeout (0: no limit)"`
+	RetryBackoffSeconds int               `json:"retry_backoff_seconds,omitempty" openapi:"min=0,max=3600" doc:"a retry becomes claimable this long after the failure"`
+	MaxInProgress       *int              `json:"max_in_progress,omitempty" openapi:"min=1,max=100000" doc:"the most tasks of the type in progress across the fleet at once (leave out: no limit)"`
+	RateLimit           *events.RateLimit `json:"rate_limit,omitempty" doc:"the most claims of the type in any sliding window: {count, per} with per a duration such as 1m"`
+	ConcurrencyKey      string            `json:"concurrency_key,omitempty" openapi:"maxLength=200" doc:"a JSON path into params, such as $.ticker: tasks with the same value there share max_in_progress_per_key"`
+	MaxInProgressPerKey *int              `json:"max_in_progress_per_key,omitempty" openapi:"min=1,max=100000" doc:"with concurrency_key: the most tasks of one key in progress at once"`
 }
 
 // spec validates the request into a spec whose schema compiles.
@@ -71,6 +75,8 @@ func (r taskTypeRequest) spec() (events.TaskTypeSpec, error) {
 	spec := events.TaskTypeSpec{
 		Name: r.Name, Label: r.Label, Description: r.Description, SOP: r.SOP, ParamSchema: r.ParamSchema,
 		MaxRetries: events.DefaultMaxRetries, TimeoutSeconds: r.TimeoutSeconds, RetryBackoffSeconds: r.RetryBackoffSeconds,
+		TypeLimits: events.TypeLimits{MaxInProgress: r.MaxInProgress, RateLimit: r.RateLimit, ConcurrencyKey: r.ConcurrencyKey,
+			MaxInProgressPerKey: r.MaxInProgressPerKey},
 	}
 	if r.MaxRetries != nil {
 		spec.MaxRetries = *r.MaxRetries
@@ -144,6 +150,18 @@ func (s *Server) archiveTaskType(c echo.Context) error {
 		return err
 	}
 	return ok(c, http.StatusOK, tt)
+}
+
+func (s *Server) taskTypeUsage(c echo.Context) error {
+	id, err := pathID(c, "id")
+	if err != nil {
+		return err
+	}
+	u, err := s.db.TypeUsage(c.Request().Context(), id)
+	if err != nil {
+		return err
+	}
+	return ok(c, http.StatusOK, u)
 }
 
 type pauseRequest struct {

@@ -88,6 +88,8 @@ func (s *Server) table() []route {
 			request: taskTypeRequest{}, status: okay, response: events.TaskType{}, errors: []int{bad, notFound, conflict}},
 		{method: http.MethodPost, path: a + "/task-types/:id/archive", id: "archiveTaskType", summary: "Archive a task type (no new tasks)", role: roleAdmin, handler: s.archiveTaskType,
 			status: okay, response: events.TaskType{}, errors: []int{bad, notFound, conflict}},
+		{method: http.MethodGet, path: a + "/task-types/:id/usage", id: "getTaskTypeUsage", summary: "A task type's limits in use now: tasks in progress, claims in the rate window, keys at their limit", role: roleAdmin, handler: s.taskTypeUsage,
+			status: okay, response: store.TypeUsage{}, errors: []int{bad, notFound}},
 		{method: http.MethodPost, path: a + "/task-types/:id/pause", id: "pauseTaskType", summary: "Pause a task type: claims skip its tasks, which stay pending and visible", role: roleAdmin, handler: s.pauseTaskType,
 			request: pauseRequest{}, status: okay, response: events.TaskType{}, errors: []int{bad, notFound, conflict}},
 		{method: http.MethodPost, path: a + "/task-types/:id/resume", id: "resumeTaskType", summary: "Resume a paused task type: waiting workers get its tasks at once", role: roleAdmin, handler: s.resumeTaskType,

@@ -80,9 +80,9 @@ func Summary(e Envelope, names func(userID string) string) string {
 	case TaskDue:
 		return "due: its run_at " + p.RunAt.UTC().Format("2006-01-02T15:04:05Z") + " came"
 	case TaskTypeCreated:
-		return fmt.Sprintf("task type %q created (max retries %d)", p.Name, p.MaxRetries)
+		return withLimits(fmt.Sprintf("task type %q created (max retries %d)", p.Name, p.MaxRetries), p.TypeLimits)
 	case TaskTypeUpdated:
-		return fmt.Sprintf("task type %q updated", p.Name)
+		return withLimits(fmt.Sprintf("task type %q updated", p.Name), p.TypeLimits)
 	case TaskTypePaused:
 		return withText("task type paused by "+who(p.By), p.Reason)
 	case TaskTypeResumed:
@@ -198,4 +198,12 @@ func HumanBytes(n int64) string {
 		}
 	}
 	return ""
+}
+
+// withLimits adds a type's limits, when it has any, to its summary.
+func withLimits(s string, l TypeLimits) string {
+	if l := l.Describe(); l != "" {
+		return s + "; limits: " + l
+	}
+	return s
 }

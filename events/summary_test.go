@@ -22,6 +22,7 @@ func TestSummary(t *testing.T) {
 	}
 	at := time.Date(2026, 11, 21, 23, 0, 0, 0, time.UTC)
 	later := at.Add(30 * time.Second)
+	ten, one := 10, 1
 	worker := events.Meta{Actor: events.Actor{Kind: events.ActorWorker, ID: genesis}}
 	system := events.Meta{Actor: events.System("stuck-detector")}
 	long := strings.Repeat("word ", 100)
@@ -58,6 +59,9 @@ func TestSummary(t *testing.T) {
 		{"edited", events.TaskEdited{Title: "New title", Priority: events.PriorityUrgent}, worker, "", `edited: "New title" (urgent)`},
 		{"type created", events.TaskTypeCreated{TaskTypeSpec: events.TaskTypeSpec{Name: "crawl", MaxRetries: 3}}, worker, "", `task type "crawl" created (max retries 3)`},
 		{"type updated", events.TaskTypeUpdated{TaskTypeSpec: events.TaskTypeSpec{Name: "crawl"}}, worker, "", `task type "crawl" updated`},
+		{"type updated with limits", events.TaskTypeUpdated{TaskTypeSpec: events.TaskTypeSpec{Name: "crawl", TypeLimits: events.TypeLimits{
+			MaxInProgress: &ten, RateLimit: &events.RateLimit{Count: 50, Per: "1m"}, ConcurrencyKey: "$.ticker", MaxInProgressPerKey: &one}}},
+			worker, "", `task type "crawl" updated; limits: at most 10 in progress; 50 claims per 1m; 1 in progress per $.ticker`},
 		{"type archived", events.TaskTypeArchived{}, worker, "", "task type archived"},
 		{"worker registered", events.UserRegistered{Email: "g@x.io", FullName: "Genesis", IsWorker: true}, worker, "", "worker Genesis <g@x.io> registered"},
 		{"admin registered", events.UserRegistered{Email: "a@x.io", FullName: "Ada", IsAdmin: true}, worker, "", "admin Ada <a@x.io> registered"},

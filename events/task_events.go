@@ -39,6 +39,9 @@ type TaskAssigned struct {
 
 type TaskClaimed struct {
 	WorkerID string `json:"worker_id"`
+	// TaskTypeID is set on the claim of a task of a paused or limited type:
+	// the type's rate window is counted from these events (DESIGN §13).
+	TaskTypeID string `json:"task_type_id,omitempty"`
 }
 
 // TaskReleased: the holder gave the task back to the pool.

@@ -1,6 +1,7 @@
 package events
 
 import (
+	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
@@ -20,6 +21,22 @@ const (
 // HasLimits reports whether any limit is set.
 func (l TypeLimits) HasLimits() bool {
 	return l.MaxInProgress != nil || l.RateLimit != nil || l.MaxInProgressPerKey != nil
+}
+
+// Describe is the limits in words, for summaries and taskctl: "at most 10 in
+// progress; 50 claims per 1m; 1 in progress per $.ticker"; "" when none.
+func (l TypeLimits) Describe() string {
+	var parts []string
+	if l.MaxInProgress != nil {
+		parts = append(parts, fmt.Sprintf("at most %d in progress", *l.MaxInProgress))
+	}
+	if r := l.RateLimit; r != nil {
+		parts = append(parts, fmt.Sprintf("%d claims per %s", r.Count, r.Per))
+	}
+	if l.MaxInProgressPerKey != nil {
+		parts = append(parts, fmt.Sprintf("%d in progress per %s", *l.MaxInProgressPerKey, l.ConcurrencyKey))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // RateWindow is the rate limit's window; zero when there is none.

@@ -31,7 +31,8 @@ type DueTimerConfig struct {
 
 // DueTimer wakes the claims when a held task's time comes (DESIGN §13).
 // Each instance runs one, with one timer set for the earliest run_at of a
-// scheduled task; the timer is re-armed on every hub wake (a local commit,
+// scheduled task or the end of a full rate window (a limited type with
+// tasks waiting regains room then); the timer is re-armed on every hub wake (a local commit,
 // or another instance's NOTIFY: a task created or edited with a run_at) and
 // on a slow catch-up tick. When it fires, the instance appends task.due to
 // every task whose run_at came (one statement per batch, SKIP LOCKED, so
@@ -125,8 +126,8 @@ func (d *DueTimer) Run(ctx context.Context) error {
 		}
 		if fired && made == 0 && err == nil {
 			// The time came and another instance made the tasks due (or
-			// they were edited): its commit is visible now, so let this
-			// instance's claims look without waiting for its NOTIFY.
+			// they were edited), or a rate window ended: let this
+			// instance's claims look now, without waiting for a NOTIFY.
 			d.cfg.Hub.Wake()
 		}
 		now := d.db.Now()
@@ -150,8 +151,10 @@ func (d *DueTimer) Run(ctx context.Context) error {
 }
 
 // Tick makes due every scheduled task whose run_at has come, batch after
-// batch, and returns how many it made due and the next run_at of a task
-// still waiting (nil when none).
+// batch, and returns how many it made due and when to look next: the next
+// run_at of a task still waiting (one already past means another instance
+// holds it) or the next end of a full rate window, whichever comes first
+// (nil when neither).
 func (d *DueTimer) Tick(ctx context.Context) (int, *time.Time, error) {
 	made := 0
 	for {
@@ -169,6 +172,9 @@ func (d *DueTimer) Tick(ctx context.Context) (int, *time.Time, error) {
 			break
 		}
 	}
-	next, err := d.db.NextRunAt(ctx)
-	return made, next, err
+	next, err := d.db.NextWakeAt(ctx)
+	if err != nil {
+		return made, nil, err
+	}
+	return made, next, nil
 }

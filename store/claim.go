@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -38,26 +39,62 @@ type TaskWithType struct {
 // claimWorkersSetting), and Claim runs it again alone, waiting for its lock
 // (lockWorkersWaiting). The set travels in a transaction-local setting
 // because both statements go in one round trip.
+//
+// The same statement locks the rows of the limited types that have work
+// (lockGates): the claim's limited branch takes their tasks only for the
+// types whose rows this batch holds (claimGatesSetting). Those it does not
+// get (another batch is claiming them, or an admin is changing the type)
+// are left to that batch, never waited for. With no limited type the
+// lookup is one probe of an empty index.
 const (
 	lockWorkersSkipping = `WITH locked AS MATERIALIZED (
     SELECT id FROM users WHERE id = ANY($1::uuid[]) AND is_worker ORDER BY id FOR NO KEY UPDATE SKIP LOCKED
-)
+), ` + lockGates + `
 SELECT u.id, l.id IS NOT NULL,
-       set_config('` + claimWorkersSetting + `', (SELECT COALESCE(array_agg(id), '{}')::text FROM locked), true)
+       set_config('` + claimWorkersSetting + `', (SELECT COALESCE(array_agg(id), '{}')::text FROM locked), true),
+       set_config('` + claimGatesSetting + `', (SELECT COALESCE(array_agg(id), '{}')::text FROM gates), true)
   FROM users u LEFT JOIN locked l ON l.id = u.id WHERE u.id = ANY($1::uuid[]) AND u.is_worker`
 	lockWorkersWaiting = `WITH locked AS MATERIALIZED (
     SELECT id FROM users WHERE id = ANY($1::uuid[]) AND is_worker ORDER BY id FOR NO KEY UPDATE
-)
-SELECT id, true, set_config('` + claimWorkersSetting + `', (SELECT COALESCE(array_agg(id), '{}')::text FROM locked), true)
+), ` + lockGates + `
+SELECT id, true, set_config('` + claimWorkersSetting + `', (SELECT COALESCE(array_agg(id), '{}')::text FROM locked), true),
+       set_config('` + claimGatesSetting + `', (SELECT COALESCE(array_agg(id), '{}')::text FROM gates), true)
   FROM locked`
+	// lockGates locks the rows of the unpaused limited types with tasks a
+	// claim of this batch could take: unassigned, or assigned to one of its
+	// workers ($1), when one of the workers it locked has a free slot. A
+	// batch that could take nothing must not hold a type's row: the batches
+	// it makes skip the type would miss the room a completion just freed,
+	// and nothing would wake them again. The check is correlated with the
+	// type, so it runs only when a limited type has work.
+	lockGates = `gates AS MATERIALIZED (
+    SELECT tt.id FROM task_types tt
+     WHERE tt.gated AND NOT tt.paused
+       AND (EXISTS (SELECT 1 FROM worker_tasks w WHERE w.task_type_id = tt.id AND ` + gatedPool + `)
+         OR EXISTS (SELECT 1 FROM worker_tasks w WHERE w.assigned_to = ANY($1::uuid[]) AND w.task_type_id = tt.id AND ` + gatedMine + `))
+       AND EXISTS (SELECT 1 FROM locked l JOIN users u ON u.id = l.id
+                    WHERE tt.id IS NOT NULL AND u.active
+                      AND u.max_concurrent_tasks > (SELECT count(*) FROM worker_tasks h WHERE h.assigned_to = l.id AND h.status = 'in_progress'))
+     ORDER BY tt.id FOR NO KEY UPDATE SKIP LOCKED
+)`
 	// claimWorkersSetting holds, for the rest of a claim's transaction, the
 	// workers whose rows it locked. Unset (or reset to '' after an earlier
-	// transaction) means none.
+	// transaction) means none. claimGatesSetting holds the limited types.
 	claimWorkersSetting = "task_service.claim_workers"
+	claimGatesSetting   = "task_service.claim_gates"
+
+	// gatedPool and gatedMine are exactly the predicates of
+	// worker_tasks_gated and worker_tasks_gated_assigned (migration 022),
+	// written as literals so that every plan proves them.
+	gatedPool = `w.status = 'pending' AND w.gated AND NOT w.scheduled AND w.assigned_to IS NULL`
+	gatedMine = `w.status = 'pending' AND w.gated AND NOT w.scheduled AND w.assigned_to IS NOT NULL`
+	// gatedRunning counts type $t's gated tasks in progress (of key $k when
+	// given) through worker_tasks_gated_running.
+	gatedRunning = `(SELECT count(*) FROM worker_tasks r WHERE r.task_type_id = $t AND r.status = 'in_progress' AND r.gated$k)`
 )
 
 // claimTasks is the claim (DESIGN §3) for a batch of distinct workers, in
-// one statement. Each worker asks for up to want tasks ($6; 1 for the
+// one statement. Each worker asks for up to want tasks ($4; 1 for the
 // single claim) and gets at most its free slots (max_concurrent_tasks less
 // the tasks it holds in progress): first the claimable tasks assigned to
 // it, then tasks from the pool (priority, then FIFO). The pool's first
@@ -66,8 +103,38 @@ SELECT id, true, set_config('` + claimWorkersSetting + `', (SELECT COALESCE(arra
 // on. Everything is picked with SKIP LOCKED; the tasks are marked in progress
 // and one task.claimed and one assignment row appended per task. A worker
 // with no free slot locks nothing, nor does a worker whose row lockWorkers
-// did not lock. k numbers each worker's tasks in claim
-// order: its own assigned ones first, then the pool's.
+// did not lock. k numbers each worker's tasks in claim order: its own
+// assigned ones first, then the pool's.
+//
+// Tasks that wait for their run_at or whose type is paused or limited are
+// in neither index the pool and a worker's own tasks are read from (their
+// predicates say NOT scheduled AND NOT gated): the claim never reads them.
+// The tasks of the limited types whose rows lockGates locked come through
+// the limited branch (ADR 017):
+//   - lim: each type's room now, the least of max_in_progress less its
+//     tasks in progress, rate_limit.count less its claims in the window
+//     (counted from task.claimed, which carries the type for these tasks),
+//     and what the batch could take. The lock statement ran first, so this
+//     snapshot sees every earlier claim of the type.
+//   - gkeys: for a type with a concurrency key, the keys to take from,
+//     walked from the key after the type's cursor (round robin over keys
+//     with work, through worker_tasks_gated), each with the tasks it may
+//     give: max_in_progress_per_key less its tasks in progress, at most
+//     what it has. The walk stops once the room is covered; the keys it
+//     passes at their limit are at most the type's tasks in progress.
+//   - gcand: the candidates, picked with SKIP LOCKED: per key for a keyed
+//     type, from the head of the type's queue for another, and for each
+//     worker its own tasks of the type. A type without a key has no key on
+//     any task (a change of key rewrites them under the type's lock), so
+//     ordering by the key first is the index's order and changes nothing:
+//     without it the plan sorted the type's whole backlog.
+//   - gok: the candidates within each key's and then each type's room, in
+//     claim order, a worker's own tasks first (as for the others). These
+//     go to it after its other own tasks (gmine); the rest join the pool's
+//     in one order (offer).
+//
+// With no limited type, these CTEs are empty and cost a few scans of
+// nothing: types without controls pay nothing else.
 //
 // Every SELECT CTE is MATERIALIZED: evaluated once, before the UPDATE. A
 // CTE used once is otherwise inlined into the UPDATE, and when the UPDATE
@@ -92,10 +159,11 @@ SELECT id, true, set_config('` + claimWorkersSetting + `', (SELECT COALESCE(arra
 // copies its row, the whole object, for every row it meets: quadratic
 // again (ADR 016).
 //
-// cnt keeps task_counts (ADR 010): every picked task was pending, those of
-// the pool unassigned (queued), and all of them are updated (each is locked
-// by its pick), so the batch moves n from pending to in progress and the
-// pool's from the queue. Nothing is written when nothing was claimed.
+// cnt keeps task_counts (ADR 010): every picked task was pending and due,
+// those of the offer unassigned (queued), and all of them are updated (each
+// is locked by its pick), so the batch moves n from pending to in progress
+// and the offer's from the queue. Nothing is written when nothing was
+// claimed. cur moves each keyed type's cursor to the last key it served.
 //
 // held counts the worker's tasks in progress through worker_tasks_held
 // (migration 015), whose predicate is exactly that. The status and
@@ -106,7 +174,7 @@ SELECT id, true, set_config('` + claimWorkersSetting + `', (SELECT COALESCE(arra
 // worker's tasks in progress (ADR 016).
 // A LATERAL join, so that it runs once per worker: as a scalar subquery in
 // a flattened select list it ran again for the WHERE.
-const claimTasks = `WITH req AS (
+var claimTasks = `WITH req AS (
     SELECT worker, want, ord FROM unnest($1::uuid[], $4::int[]) WITH ORDINALITY AS r(worker, want, ord)
 ), elig AS MATERIALIZED (
     SELECT r.worker, r.ord, least(r.want, u.max_concurrent_tasks - held.n)::int AS want
@@ -120,21 +188,72 @@ const claimTasks = `WITH req AS (
         SELECT id, priority_rank, created_at FROM worker_tasks
          WHERE status = 'pending' AND assigned_to = e.worker AND NOT scheduled AND NOT gated AND available_at <= $2
          ORDER BY priority_rank, created_at, id LIMIT e.want FOR UPDATE SKIP LOCKED) m
+), lim AS MATERIALIZED (
+    ` + limitedTypes("$2", "(SELECT coalesce(sum(want), 0) FROM elig)",
+	"tt.id = ANY(NULLIF(current_setting('"+claimGatesSetting+"', true), '')::uuid[])") + `
+), gkeys AS MATERIALIZED (
+    SELECT l.id AS type_id, k.key, k.take, k.step FROM lim l CROSS JOIN LATERAL (` + keyWalk + `) k
+     WHERE l.keyed AND l.room > 0
+), gcand AS MATERIALIZED (
+    SELECT k.type_id, p.key, NULL::uuid AS worker, p.id, p.priority_rank, p.created_at
+      FROM gkeys k CROSS JOIN LATERAL (
+        SELECT w.id, w.concurrency_key AS key, w.priority_rank, w.created_at FROM worker_tasks w
+         WHERE w.task_type_id = k.type_id AND w.concurrency_key = k.key AND ` + gatedPool + ` AND w.available_at <= $2
+         ORDER BY w.priority_rank, w.created_at, w.id LIMIT k.take FOR UPDATE SKIP LOCKED) p
+    UNION ALL
+    SELECT l.id, NULL, NULL, p.id, p.priority_rank, p.created_at
+      FROM lim l CROSS JOIN LATERAL (
+        SELECT w.id, w.priority_rank, w.created_at FROM worker_tasks w
+         WHERE w.task_type_id = l.id AND ` + gatedPool + ` AND w.available_at <= $2
+         ORDER BY w.concurrency_key, w.priority_rank, w.created_at, w.id LIMIT l.room FOR UPDATE SKIP LOCKED) p
+     WHERE NOT l.keyed AND l.room > 0
+    UNION ALL
+    SELECT l.id, p.key, e.worker, p.id, p.priority_rank, p.created_at
+      FROM elig e CROSS JOIN lim l CROSS JOIN LATERAL (
+        SELECT w.id, w.concurrency_key AS key, w.priority_rank, w.created_at FROM worker_tasks w
+         WHERE w.assigned_to = e.worker AND w.task_type_id = l.id AND ` + gatedMine + ` AND w.available_at <= $2
+         ORDER BY w.priority_rank, w.created_at, w.id LIMIT least(e.want, l.room) FOR UPDATE SKIP LOCKED) p
+     WHERE l.room > 0
+), gfree AS MATERIALIZED (
+    SELECT c.*, row_number() OVER (PARTITION BY c.type_id, c.key ORDER BY c.worker IS NULL, c.priority_rank, c.created_at, c.id) AS kr,
+           CASE WHEN l.keyed THEN l.per_key - ` + running("c.type_id", "c.key") + ` END AS kfree, l.room
+      FROM gcand c JOIN lim l ON l.id = c.type_id
+), gok AS MATERIALIZED (
+    SELECT x.* FROM (
+        SELECT f.*, row_number() OVER (PARTITION BY f.type_id ORDER BY f.worker IS NULL, f.priority_rank, f.created_at, f.id) AS tr
+          FROM gfree f WHERE f.kfree IS NULL OR f.kr <= f.kfree) x
+     WHERE x.tr <= x.room
+), gmine AS MATERIALIZED (
+    SELECT x.worker, x.id, x.k FROM (
+        SELECT g.worker, g.id, e.want, n.have + row_number() OVER (PARTITION BY g.worker ORDER BY g.priority_rank, g.created_at, g.id) AS k
+          FROM gok g JOIN elig e ON e.worker = g.worker
+         CROSS JOIN LATERAL (SELECT count(*) AS have FROM mine WHERE mine.worker = g.worker) n) x
+     WHERE x.k <= x.want
 ), rest AS MATERIALIZED (
     SELECT e.worker, n.have, e.want - n.have AS need,
            (sum(e.want - n.have) OVER (ORDER BY e.ord) - (e.want - n.have))::int AS before
-      FROM elig e CROSS JOIN LATERAL (SELECT count(*)::int AS have FROM mine WHERE mine.worker = e.worker) n
+      FROM elig e CROSS JOIN LATERAL (SELECT count(*)::int AS have FROM (SELECT worker FROM mine UNION ALL SELECT worker FROM gmine) h
+                                       WHERE h.worker = e.worker) n
      WHERE e.want > n.have
 ), pool AS MATERIALIZED (
     SELECT coalesce(array_agg(p.id ORDER BY p.priority_rank, p.created_at, p.id), '{}') AS ids FROM (
         SELECT id, priority_rank, created_at FROM worker_tasks
          WHERE status = 'pending' AND assigned_to IS NULL AND NOT scheduled AND NOT gated AND available_at <= $2
          ORDER BY priority_rank, created_at, id LIMIT (SELECT coalesce(sum(need), 0) FROM rest) FOR UPDATE SKIP LOCKED) p
+), offer AS MATERIALIZED (
+    SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM gok WHERE worker IS NULL) THEN (SELECT ids FROM pool) ELSE (
+        SELECT coalesce(array_agg(o.id ORDER BY o.priority_rank, o.created_at, o.id), '{}') FROM (
+            SELECT w.id, w.priority_rank, w.created_at FROM worker_tasks w WHERE w.id = ANY((SELECT ids FROM pool)::uuid[])
+            UNION ALL
+            SELECT id, priority_rank, created_at FROM gok WHERE worker IS NULL
+            ORDER BY priority_rank, created_at, id LIMIT (SELECT coalesce(sum(need), 0) FROM rest)) o) END AS ids
 ), picked AS MATERIALIZED (
     SELECT id, worker, k FROM mine
     UNION ALL
-    SELECT s.id, r.worker, r.have + s.i FROM rest r CROSS JOIN pool
-     CROSS JOIN LATERAL unnest(pool.ids[r.before + 1 : r.before + r.need]) WITH ORDINALITY AS s(id, i)
+    SELECT id, worker, k FROM gmine
+    UNION ALL
+    SELECT s.id, r.worker, r.have + s.i FROM rest r CROSS JOIN offer
+     CROSS JOIN LATERAL unnest(offer.ids[r.before + 1 : r.before + r.need]) WITH ORDINALITY AS s(id, i)
 ), pm AS MATERIALIZED (
     SELECT array_agg(id) AS ids, jsonb_object_agg(id, jsonb_build_array(worker, k)) AS m FROM picked
 ), t AS (
@@ -144,18 +263,86 @@ const claimTasks = `WITH req AS (
     RETURNING w.*, ((SELECT m FROM pm) -> w.id::text ->> 1)::bigint AS k
 ), ev AS (
     INSERT INTO task_events (stream_type, stream_id, version, type, data, meta, occurred_at)
-    SELECT 'task', t.id, t.version, 'task.claimed', $3::jsonb -> t.assigned_to::text -> 0, $3::jsonb -> t.assigned_to::text -> 1, $2 FROM t
+    SELECT 'task', t.id, t.version, 'task.claimed',
+           CASE WHEN t.gated THEN ($3::jsonb -> t.assigned_to::text -> 0) || jsonb_build_object('task_type_id', t.task_type_id)
+                ELSE $3::jsonb -> t.assigned_to::text -> 0 END,
+           $3::jsonb -> t.assigned_to::text -> 1, $2 FROM t
 ), asg AS (
     INSERT INTO task_assignments (task_id, version, worker_id, assigned_by, kind, reason, at)
     SELECT t.id, t.version, t.assigned_to, t.assigned_to, 'claimed', '', $2 FROM t
 ), cnt AS (
     INSERT INTO task_counts AS c (pid, pending, queued, in_progress)
-    SELECT pg_backend_pid(), -n, -(SELECT cardinality(ids) FROM pool), n FROM (SELECT count(*) AS n FROM t) x WHERE n > 0
+    SELECT pg_backend_pid(), -n, -(SELECT cardinality(ids) FROM offer), n FROM (SELECT count(*) AS n FROM t) x WHERE n > 0
     ON CONFLICT (pid) DO UPDATE SET pending = c.pending + excluded.pending, queued = c.queued + excluded.queued,
         in_progress = c.in_progress + excluded.in_progress
+), cur AS (
+    UPDATE task_types tt SET key_cursor = c.key
+      FROM (SELECT type_id, (array_agg(key ORDER BY step DESC))[1] AS key FROM gkeys GROUP BY type_id) c
+     WHERE tt.id = c.type_id
 )
 SELECT ` + taskColumns + `, ` + taskTypeColumns + `, t.k
   FROM t JOIN task_types tt ON tt.id = t.task_type_id`
+
+// limitedTypes selects the unpaused limited types that where picks, with
+// what the claim's limited branch needs of each: whether it has a key, the
+// per-key limit, its cursor, and its room at time now (SQL), at most bound:
+// the least of max_in_progress less its tasks in progress and
+// rate_limit.count less its claims in the window, counted from their
+// task.claimed events through task_events_gated_claims.
+func limitedTypes(now, bound, where string) string {
+	return `SELECT tt.id, tt.concurrency_key_path IS NOT NULL AS keyed, tt.max_in_progress_per_key AS per_key, tt.key_cursor,
+           least(coalesce(tt.max_in_progress - ` + running("tt.id", "") + `, 2147483647),
+                 coalesce(tt.rate_limit_count - win.n, 2147483647), ` + bound + `)::int AS room
+      FROM task_types tt
+     CROSS JOIN LATERAL (SELECT count(*) AS n FROM task_events e
+         WHERE tt.rate_limit_count IS NOT NULL AND e.type = 'task.claimed' AND e.data ? 'task_type_id'
+           AND e.data->>'task_type_id' = tt.id::text AND e.occurred_at > ` + now + ` - make_interval(secs => tt.rate_limit_seconds)) win
+     WHERE ` + where + ` AND tt.gated AND NOT tt.paused`
+}
+
+// running is the SQL count of type typ's gated tasks in progress, of key
+// when given.
+func running(typ, key string) string {
+	k := ""
+	if key != "" {
+		k = " AND r.concurrency_key = " + key
+	}
+	return strings.NewReplacer("$t", typ, "$k", k).Replace(gatedRunning)
+}
+
+// keyWalk lists, for limited type l (a row of lim), the keys a claim takes
+// from and how many tasks each may give: from the first key after the
+// type's cursor, in key order, wrapping round to the first key once, until
+// the keys' takes cover l.room or every key with work was seen. take is
+// max_in_progress_per_key less the key's tasks in progress, at most its
+// claimable tasks; a key at its limit gives 0 and is passed.
+var keyWalk = `WITH RECURSIVE walk(key, first, looped, take, total, step) AS (
+        SELECT s.key, s.key, false, tk.take, tk.take, 1
+          FROM (SELECT coalesce((SELECT w.concurrency_key FROM worker_tasks w WHERE w.task_type_id = l.id
+                                    AND w.concurrency_key > l.key_cursor AND ` + gatedPool + ` ORDER BY w.concurrency_key LIMIT 1),
+                                ` + firstKey + `) AS key) s
+         CROSS JOIN LATERAL (SELECT ` + keyTake("s.key") + ` AS take) tk
+         WHERE s.key IS NOT NULL
+      UNION ALL
+        SELECT n.key, v.first, n.looped, tk.take, v.total + tk.take, v.step + 1
+          FROM walk v
+         CROSS JOIN LATERAL (SELECT coalesce(a.key, CASE WHEN NOT v.looped THEN ` + firstKey + ` END) AS key, v.looped OR a.key IS NULL AS looped
+               FROM (SELECT (SELECT w.concurrency_key FROM worker_tasks w WHERE w.task_type_id = l.id
+                                AND w.concurrency_key > v.key AND ` + gatedPool + ` ORDER BY w.concurrency_key LIMIT 1) AS key) a) n
+         CROSS JOIN LATERAL (SELECT ` + keyTake("n.key") + ` AS take) tk
+         WHERE v.total < l.room AND n.key IS NOT NULL AND NOT (n.looped AND n.key >= v.first)
+    ) SELECT key, take, step FROM walk WHERE take > 0`
+
+// firstKey is the first key of limited type l with claimable tasks.
+var firstKey = `(SELECT w.concurrency_key FROM worker_tasks w WHERE w.task_type_id = l.id AND w.concurrency_key IS NOT NULL
+                 AND ` + gatedPool + ` ORDER BY w.concurrency_key LIMIT 1)`
+
+// keyTake is how many tasks of key the claim may take for limited type l.
+func keyTake(key string) string {
+	return `greatest(0, least(l.per_key - ` + running("l.id", key) + `,
+        (SELECT count(*) FROM (SELECT 1 FROM worker_tasks w WHERE w.task_type_id = l.id AND w.concurrency_key = ` + key + `
+                                  AND ` + gatedPool + ` LIMIT l.per_key) x)))::int`
+}
 
 // indexLookupsOnly opens each batch of claims or completions. These
 // statements start from at most batchMax requests, and every lookup they
@@ -293,11 +480,11 @@ func (db *DB) runClaims(ctx context.Context, reqs []claimRequest, lockSQL string
 		return nil, fmt.Errorf("claim: lock workers: %w", err)
 	}
 	var (
-		id       string
-		isLocked bool
-		setting  string
+		id                 string
+		isLocked           bool
+		workerSet, gateSet string
 	)
-	if _, err := pgx.ForEachRow(rows, []any{&id, &isLocked, &setting}, func() error { locked[id] = isLocked; return nil }); err != nil {
+	if _, err := pgx.ForEachRow(rows, []any{&id, &isLocked, &workerSet, &gateSet}, func() error { locked[id] = isLocked; return nil }); err != nil {
 		return nil, fmt.Errorf("claim: lock workers: %w", err)
 	}
 

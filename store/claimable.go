@@ -20,16 +20,33 @@ type Claimable struct {
 // waiting claims run (api, ADR 016). It is one read: unlike a claim that
 // finds nothing, it takes no lock and no transaction id and writes no WAL.
 // Tasks that another transaction is claiming right now still count.
+//
+// The limited types' tasks count as the claim's limited branch would take
+// them now: up to each type's room, and for a keyed type up to each key's
+// (the same walk over its keys, without locks). So a limit that is full
+// wakes no waiter, and the slot a completion frees wakes as many as it can
+// serve.
 func (db *DB) Claimable(ctx context.Context, workers []string, limit int) (Claimable, error) {
 	var c Claimable
-	err := db.pool.QueryRow(ctx, `SELECT
-  (SELECT count(*) FROM (SELECT 1 FROM worker_tasks
-     WHERE status = 'pending' AND assigned_to IS NULL AND NOT scheduled AND NOT gated AND available_at <= $1 LIMIT $3) p)::int,
-  ARRAY(SELECT DISTINCT assigned_to::text FROM worker_tasks
-     WHERE status = 'pending' AND assigned_to = ANY($2::uuid[]) AND NOT scheduled AND NOT gated AND available_at <= $1)`,
-		db.Now(), workers, limit).Scan(&c.Pool, &c.Assigned)
+	err := db.pool.QueryRow(ctx, claimableSQL, db.Now(), workers, limit).Scan(&c.Pool, &c.Assigned)
 	if err != nil {
 		return Claimable{}, fmt.Errorf("claimable: %w", err)
 	}
 	return c, nil
 }
+
+var claimableSQL = `WITH lim AS MATERIALIZED (
+    ` + limitedTypes("$1::timestamptz", "$3", "true") + `
+)
+SELECT
+  (SELECT count(*) FROM (SELECT 1 FROM worker_tasks
+     WHERE status = 'pending' AND assigned_to IS NULL AND NOT scheduled AND NOT gated AND available_at <= $1 LIMIT $3) p)::int
+  + coalesce((SELECT sum(CASE WHEN l.keyed THEN (SELECT sum(k.take) FROM (` + keyWalk + `) k)
+                ELSE (SELECT count(*) FROM (SELECT 1 FROM worker_tasks w WHERE w.task_type_id = l.id AND w.concurrency_key IS NULL
+                                               AND ` + gatedPool + ` LIMIT l.room) x) END)
+              FROM lim l WHERE l.room > 0), 0)::int,
+  ARRAY(SELECT DISTINCT assigned_to::text FROM worker_tasks
+     WHERE status = 'pending' AND assigned_to = ANY($2::uuid[]) AND NOT scheduled AND NOT gated AND available_at <= $1
+    UNION
+    SELECT DISTINCT w.assigned_to::text FROM lim l JOIN worker_tasks w ON w.assigned_to = ANY($2::uuid[]) AND w.task_type_id = l.id
+     WHERE l.room > 0 AND ` + gatedMine + `)`

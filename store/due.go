@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -62,17 +61,31 @@ func (db *DB) MakeDue(ctx context.Context, max int) ([]time.Time, error) {
 	return runAts, nil
 }
 
-// NextRunAt is the earliest run_at of a task still waiting for it (one
-// probe of worker_tasks_scheduled); nil when no task waits.
-func (db *DB) NextRunAt(ctx context.Context) (*time.Time, error) {
-	var at time.Time
-	err := db.pool.QueryRow(ctx, `SELECT available_at FROM worker_tasks WHERE status = 'pending' AND scheduled
-		ORDER BY available_at, id LIMIT 1`).Scan(&at)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil
-	}
+// NextWakeAt is when the due timer must look next (nil: no time is known):
+// the earliest run_at of a task still waiting for it (one probe of
+// worker_tasks_scheduled), or the earliest end of a full rate window of a
+// limited type with tasks waiting for it, whichever comes first. A window
+// is full until its rate_limit.count-th latest claim is a window old: one
+// backward walk of task_events_gated_claims per rate-limited type, at most
+// count entries; with no rate-limited type, one probe of
+// task_types_limited.
+func (db *DB) NextWakeAt(ctx context.Context) (*time.Time, error) {
+	var at *time.Time
+	err := db.pool.QueryRow(ctx, `SELECT least(
+    (SELECT available_at FROM worker_tasks WHERE status = 'pending' AND scheduled ORDER BY available_at, id LIMIT 1),
+    (SELECT min(s.at) FROM task_types tt
+      CROSS JOIN LATERAL (SELECT e.occurred_at + make_interval(secs => tt.rate_limit_seconds) AS at FROM task_events e
+          WHERE e.type = 'task.claimed' AND e.data ? 'task_type_id' AND e.data->>'task_type_id' = tt.id::text
+          ORDER BY e.occurred_at DESC OFFSET tt.rate_limit_count - 1 LIMIT 1) s
+      WHERE tt.gated AND NOT tt.paused AND tt.rate_limit_count IS NOT NULL AND s.at > $1
+        AND (EXISTS (SELECT 1 FROM worker_tasks w WHERE w.task_type_id = tt.id AND `+gatedPool+`)
+          OR EXISTS (SELECT 1 FROM worker_tasks w WHERE w.task_type_id = tt.id AND `+gatedMine+`))))`, db.Now()).Scan(&at)
 	if err != nil {
-		return nil, mapErr(fmt.Errorf("next run_at: %w", err))
+		return nil, mapErr(fmt.Errorf("next wake: %w", err))
 	}
-	return &at, nil
+	if at != nil {
+		utc := at.UTC()
+		at = &utc
+	}
+	return at, nil
 }

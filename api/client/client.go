@@ -349,6 +349,11 @@ type NewTaskType struct {
 	MaxRetries          *int            `json:"max_retries,omitempty"`
 	TimeoutSeconds      int             `json:"timeout_seconds,omitempty"`
 	RetryBackoffSeconds int             `json:"retry_backoff_seconds,omitempty"`
+	// Limits (DESIGN §13); nil or empty: none.
+	MaxInProgress       *int              `json:"max_in_progress,omitempty"`
+	RateLimit           *events.RateLimit `json:"rate_limit,omitempty"`
+	ConcurrencyKey      string            `json:"concurrency_key,omitempty"`
+	MaxInProgressPerKey *int              `json:"max_in_progress_per_key,omitempty"`
 }
 
 // CreateTaskType defines a type of work.
@@ -378,6 +383,12 @@ func (c *Client) TaskTypes(ctx context.Context, includeArchived bool) ([]events.
 func (c *Client) TaskType(ctx context.Context, id string) (*events.TaskType, error) {
 	var out events.TaskType
 	return &out, c.Do(ctx, http.MethodGet, adminBase+"/task-types/"+url.PathEscape(id), nil, &out)
+}
+
+// TaskTypeUsage reads how much of a type's limits is in use now.
+func (c *Client) TaskTypeUsage(ctx context.Context, id string) (*store.TypeUsage, error) {
+	var out store.TypeUsage
+	return &out, c.Do(ctx, http.MethodGet, adminBase+"/task-types/"+url.PathEscape(id)+"/usage", nil, &out)
 }
 
 // PauseTaskType stops claims of a type's tasks, with a reason.

@@ -1056,8 +1056,10 @@ type OutboxStats struct {
 
 // RateLimit defines model for RateLimit.
 type RateLimit struct {
-	Count int    `json:"count"`
-	Per   string `json:"per"`
+	Count int `json:"count"`
+
+	// Per the window: a whole number of seconds from 1s to 24h, such as 30s, 1m or 1h
+	Per string `json:"per"`
 }
 
 // ReactorLag defines model for ReactorLag.
@@ -1426,10 +1428,18 @@ type GetStats200JSONResponseBodySuccess bool
 
 // CreateTaskTypeJSONBody defines parameters for CreateTaskType.
 type CreateTaskTypeJSONBody struct {
-	Description *string `json:"description,omitempty"`
+	// ConcurrencyKey a JSON path into params, such as $.ticker: tasks with the same value there share max_in_progress_per_key
+	ConcurrencyKey *string `json:"concurrency_key,omitempty"`
+	Description    *string `json:"description,omitempty"`
 
 	// Label display name (default: the name)
 	Label *string `json:"label,omitempty"`
+
+	// MaxInProgress the most tasks of the type in progress across the fleet at once (leave out: no limit)
+	MaxInProgress *int `json:"max_in_progress,omitempty"`
+
+	// MaxInProgressPerKey with concurrency_key: the most tasks of one key in progress at once
+	MaxInProgressPerKey *int `json:"max_in_progress_per_key,omitempty"`
 
 	// MaxRetries automatic retries after a failure (default 3)
 	MaxRetries *int `json:"max_retries,omitempty"`
@@ -1439,6 +1449,14 @@ type CreateTaskTypeJSONBody struct {
 
 	// ParamSchema a JSON Schema (draft 2020-12) object that every task's params must satisfy (default: any object)
 	ParamSchema *map[string]interface{} `json:"param_schema,omitempty"`
+
+	// RateLimit the most claims of the type in any sliding window: {count, per} with per a duration such as 1m
+	RateLimit *struct {
+		Count int `json:"count"`
+
+		// Per the window: a whole number of seconds from 1s to 24h, such as 30s, 1m or 1h
+		Per string `json:"per"`
+	} `json:"rate_limit,omitempty"`
 
 	// RetryBackoffSeconds a retry becomes claimable this long after the failure
 	RetryBackoffSeconds *int `json:"retry_backoff_seconds,omitempty"`

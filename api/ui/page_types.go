@@ -10,6 +10,7 @@ import (
 
 	"github.com/clawdbot/task-service/api"
 	"github.com/clawdbot/task-service/events"
+	"github.com/clawdbot/task-service/store"
 )
 
 type typesData struct {
@@ -27,6 +28,7 @@ func (u *UI) types(c echo.Context) error {
 // typeForm is the create/edit form of a task type.
 type typeForm struct {
 	Type   *events.TaskType // nil when creating
+	Usage  *store.TypeUsage // its limits' use now, when it exists
 	Form   url.Values
 	Errors formErrors
 }
@@ -46,6 +48,17 @@ func typeValues(tt *events.TaskType) url.Values {
 	v.Set("max_retries", strconv.Itoa(tt.MaxRetries))
 	v.Set("timeout_seconds", strconv.Itoa(tt.TimeoutSeconds))
 	v.Set("retry_backoff_seconds", strconv.Itoa(tt.RetryBackoffSeconds))
+	if tt.MaxInProgress != nil {
+		v.Set("max_in_progress", strconv.Itoa(*tt.MaxInProgress))
+	}
+	if tt.RateLimit != nil {
+		v.Set("rate_limit_count", strconv.Itoa(tt.RateLimit.Count))
+		v.Set("rate_limit_per", tt.RateLimit.Per)
+	}
+	v.Set("concurrency_key", tt.ConcurrencyKey)
+	if tt.MaxInProgressPerKey != nil {
+		v.Set("max_in_progress_per_key", strconv.Itoa(*tt.MaxInProgressPerKey))
+	}
 	return v
 }
 
@@ -83,6 +96,31 @@ func typeRequest(f url.Values) (api.TaskTypeRequest, error) {
 	if req.RetryBackoffSeconds, err = num("retry_backoff_seconds"); err != nil {
 		return req, err
 	}
+	// Limits: an empty field is no limit.
+	optional := func(field string) (*int, error) {
+		if strings.TrimSpace(f.Get(field)) == "" {
+			return nil, nil
+		}
+		n, err := num(field)
+		return &n, err
+	}
+	if req.MaxInProgress, err = optional("max_in_progress"); err != nil {
+		return req, err
+	}
+	count, err := optional("rate_limit_count")
+	if err != nil {
+		return req, events.Invalid("rate_limit.count", "must be a whole number")
+	}
+	if per := strings.TrimSpace(f.Get("rate_limit_per")); count != nil || per != "" {
+		req.RateLimit = &events.RateLimit{Per: per}
+		if count != nil {
+			req.RateLimit.Count = *count
+		}
+	}
+	req.ConcurrencyKey = strings.TrimSpace(f.Get("concurrency_key"))
+	if req.MaxInProgressPerKey, err = optional("max_in_progress_per_key"); err != nil {
+		return req, err
+	}
 	return req, nil
 }
 
@@ -115,7 +153,11 @@ func (u *UI) typePage(c echo.Context) error {
 	if err != nil {
 		return u.fail(c, err)
 	}
-	return u.render(c, http.StatusOK, "type_form", typeForm{Type: tt, Form: typeValues(tt)})
+	usage, err := u.db.TypeUsage(c.Request().Context(), tt.ID)
+	if err != nil {
+		return u.fail(c, err)
+	}
+	return u.render(c, http.StatusOK, "type_form", typeForm{Type: tt, Usage: usage, Form: typeValues(tt)})
 }
 
 func (u *UI) findType(c echo.Context) (*events.TaskType, error) {

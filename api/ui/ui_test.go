@@ -371,3 +371,46 @@ func TestPageWeight(t *testing.T) {
 	t.Logf("JS+CSS of a page: %d bytes", total)
 	require.Less(t, total, 200_000)
 }
+
+// The type form sets the limits and the type page shows their use; a bad
+// limit is shown at its field and changes nothing.
+func TestTypeFormLimits(t *testing.T) {
+	s := newSite(t)
+	s.login()
+	token := s.csrf()
+
+	resp, body := s.post("/types/new", url.Values{"_csrf": {token}, "name": {"crawl"}, "concurrency_key": {"ticker"}, "max_in_progress_per_key": {"1"}})
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	require.Regexp(t, `id="f-concurrency_key"[^>]*aria-invalid="true"`, body)
+	resp, body = s.post("/types/new", url.Values{"_csrf": {token}, "name": {"crawl"}, "rate_limit_count": {"0"}, "rate_limit_per": {"1m"}})
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	require.Regexp(t, `id="f-rate_limit_count"[^>]*aria-invalid="true"`, body)
+	types, err := s.db.ListTaskTypes(s.ctx, true)
+	require.NoError(t, err)
+	require.Empty(t, types, "nothing was created")
+
+	resp, _ = s.post("/types/new", url.Values{"_csrf": {token}, "name": {"crawl"}, "max_in_progress": {"10"},
+		"rate_limit_count": {"50"}, "rate_limit_per": {"60s"}, "concurrency_key": {"$.ticker"}, "max_in_progress_per_key": {"1"}})
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	types, err = s.db.ListTaskTypes(s.ctx, true)
+	require.NoError(t, err)
+	require.Len(t, types, 1)
+	tt := types[0]
+	require.Equal(t, 10, *tt.MaxInProgress)
+	require.Equal(t, events.RateLimit{Count: 50, Per: "1m"}, *tt.RateLimit)
+	require.Equal(t, "$.ticker", tt.ConcurrencyKey)
+	require.Equal(t, 1, *tt.MaxInProgressPerKey)
+
+	_, body = s.get("/types/" + tt.ID)
+	require.Regexp(t, `id="f-max_in_progress"[^>]*value="10"`, body)
+	require.Regexp(t, `id="f-rate_limit_per"[^>]*value="1m"`, body)
+	require.Contains(t, body, `id="limits-use"`)
+	require.Contains(t, body, "0 in progress, 0 claims in the window, 0 keys in progress (0 at the limit)")
+
+	// Emptied fields remove the limits.
+	resp, _ = s.post("/types/"+tt.ID, url.Values{"_csrf": {token}, "name": {"crawl"}, "max_retries": {"3"}})
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	got, err := s.db.GetTaskType(s.ctx, s.db.Pool(), tt.ID)
+	require.NoError(t, err)
+	require.False(t, got.HasLimits())
+}

@@ -2,15 +2,19 @@ package main_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/clawdbot/task-service/api/client"
+	"github.com/clawdbot/task-service/events"
 	"github.com/clawdbot/task-service/store/replay"
 )
 
@@ -226,6 +230,201 @@ func TestPauseAcrossInstances(t *testing.T) {
 	require.Less(t, first.Sub(resumed), 10*time.Second, "the resume woke the waiting workers")
 
 	rep, err = replay.Verify(c.ctx, c.pool, replay.VerifyConfig{})
+	require.NoError(t, err)
+	require.True(t, rep.Clean(), "replay --verify: %+v", rep.Differences)
+}
+
+// Limits: 64 workers over three instances take the tasks of three limited
+// types as fast as the limits let them, each holding a task a few
+// milliseconds. The workers count what they hold: a task counts from the
+// answer that gave it (after its claim committed) until its completion is
+// sent (before that commits), so their count never exceeds the database's,
+// and it never exceeds max_in_progress, nor a key's
+// max_in_progress_per_key. No sliding window of the rate-limited type's
+// task.claimed timestamps holds more than rate_limit.count claims.
+func TestLimitsAcrossInstances(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts three servers and 64 workers")
+	}
+	t.Parallel()
+	c := newCluster(t, 3, "REACTOR_CATCH_UP=30s", "SCHEDULER_CATCH_UP=30s")
+	limit := func(n int) *int { return &n }
+	capped, err := c.admin.CreateTaskType(c.ctx, client.NewTaskType{Name: "capped", MaxInProgress: limit(5)})
+	require.NoError(t, err)
+	keyed, err := c.admin.CreateTaskType(c.ctx, client.NewTaskType{Name: "keyed", MaxInProgress: limit(12),
+		ConcurrencyKey: "$.ticker", MaxInProgressPerKey: limit(2)})
+	require.NoError(t, err)
+	rated, err := c.admin.CreateTaskType(c.ctx, client.NewTaskType{Name: "rated", RateLimit: &events.RateLimit{Count: 20, Per: "2s"}})
+	require.NoError(t, err)
+	tickers := []string{"AAPL", "AMD", "AMZN", "GOOG", "META", "MSFT", "NFLX", "NVDA", "TSLA", "XOM"}
+	var wg sync.WaitGroup
+	create := func(tt *events.TaskType, n int, params func(i int) string) {
+		for i := range n {
+			wg.Go(func() {
+				_, err := c.admin.CreateTask(c.ctx, client.NewTask{Title: fmt.Sprintf("%s %d", tt.Name, i), TaskTypeID: tt.ID,
+					Params: json.RawMessage(params(i))})
+				require.NoError(t, err)
+			})
+		}
+	}
+	none := func(int) string { return `{}` }
+	create(capped, 100, none)
+	create(keyed, 100, func(i int) string { return fmt.Sprintf(`{"ticker":%q}`, tickers[i%len(tickers)]) })
+	create(rated, 80, none)
+	wg.Wait()
+	const total = 280
+
+	var mu sync.Mutex
+	held := map[string]int{}
+	peak := map[string]int{}
+	done := 0
+	hold := func(key string, d int) {
+		held[key] += d
+		peak[key] = max(peak[key], held[key])
+	}
+	ctx, cancel := context.WithCancel(c.ctx)
+	for i := range 64 {
+		w := c.worker(fmt.Sprintf("limited%d", i), 2)
+		cl := w.clients[i%len(w.clients)]
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				tasks, err := cl.ClaimMany(ctx, 2, 30*time.Second)
+				if err != nil {
+					if ctx.Err() == nil {
+						t.Errorf("worker %d: claim: %v", i, err)
+					}
+					return
+				}
+				keys := make([]string, len(tasks))
+				mu.Lock()
+				for j, task := range tasks {
+					var p struct{ Ticker string }
+					require.NoError(t, json.Unmarshal(task.Params, &p))
+					keys[j] = task.TaskTypeID + " " + p.Ticker
+					hold(task.TaskTypeID, 1)
+					if p.Ticker != "" {
+						hold(keys[j], 1)
+					}
+				}
+				mu.Unlock()
+				time.Sleep(time.Duration(5+i%20) * time.Millisecond)
+				var fin []client.Finish
+				mu.Lock()
+				for j, task := range tasks {
+					hold(task.TaskTypeID, -1)
+					if !strings.HasSuffix(keys[j], " ") {
+						hold(keys[j], -1)
+					}
+					fin = append(fin, client.Finish{ID: task.ID, Status: events.StatusCompleted})
+				}
+				done += len(tasks)
+				mu.Unlock()
+				if len(fin) > 0 {
+					if _, err := cl.FinishMany(context.WithoutCancel(ctx), fin); err != nil {
+						t.Errorf("worker %d: finish: %v", i, err)
+						return
+					}
+				}
+			}
+		})
+	}
+	// The database's own counts, each sample one snapshot: the most tasks
+	// of a type, and of a key, in progress at once.
+	sampled := map[string]int{}
+	samples := 0
+	var sampleErr error // the last failed sample's
+	failed := 0
+	sampling := make(chan struct{})
+	go func() {
+		defer close(sampling)
+		for ctx.Err() == nil {
+			rows, err := c.pool.Query(ctx, `SELECT task_type_id::text, coalesce(concurrency_key, ''), count(*)::int
+				FROM worker_tasks WHERE status = 'in_progress' GROUP BY ROLLUP (1, 2)`)
+			if err != nil {
+				sampleErr, failed = err, failed+1
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			var typ, key *string
+			var n int
+			_, err = pgx.ForEachRow(rows, []any{&typ, &key, &n}, func() error {
+				switch {
+				case typ == nil:
+				case key == nil:
+					sampled[*typ] = max(sampled[*typ], n)
+				default:
+					sampled[*typ+" "+*key] = max(sampled[*typ+" "+*key], n)
+				}
+				return nil
+			})
+			if err != nil {
+				sampleErr, failed = err, failed+1
+				continue
+			}
+			samples++
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	start := time.Now()
+	c.eventually("every limited task done", func() bool {
+		return c.count(`SELECT count(*) FROM worker_tasks WHERE status = 'completed'`) == total
+	})
+	took := time.Since(start)
+	cancel()
+	wg.Wait()
+	<-sampling
+	t.Logf("%d samples of the tasks in progress: capped %d, keyed %d", samples, sampled[capped.ID], sampled[keyed.ID])
+	require.Greater(t, samples, 10, "%d samples failed, the last: %v", failed, sampleErr)
+	require.LessOrEqual(t, sampled[capped.ID], 5, "max_in_progress of capped, sampled")
+	require.LessOrEqual(t, sampled[keyed.ID], 12, "max_in_progress of keyed, sampled")
+	for _, tk := range tickers {
+		require.LessOrEqual(t, sampled[keyed.ID+" "+tk], 2, "max_in_progress_per_key of %s, sampled", tk)
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, total, done)
+	t.Logf("%d tasks, the last %s after the last worker started; peaks held by the workers: capped %d (max 5), keyed %d (max 12), rated %d",
+		total, took.Round(time.Millisecond), peak[capped.ID], peak[keyed.ID], peak[rated.ID])
+	require.LessOrEqual(t, peak[capped.ID], 5, "max_in_progress of capped")
+	require.LessOrEqual(t, peak[keyed.ID], 12, "max_in_progress of keyed")
+	for _, tk := range tickers {
+		require.LessOrEqual(t, peak[keyed.ID+" "+tk], 2, "max_in_progress_per_key of %s", tk)
+	}
+	// The limits were reached, not just respected by a slow run.
+	require.Equal(t, 5, peak[capped.ID], "capped never ran 5 at once")
+
+	// The rate window, from the claims' own timestamps: for every claim,
+	// the claims in the 2 s up to it.
+	var worst int
+	require.NoError(t, c.pool.QueryRow(c.ctx, `SELECT max(n) FROM (SELECT count(*) OVER (ORDER BY e.occurred_at
+		RANGE BETWEEN '1.999999 seconds' PRECEDING AND CURRENT ROW) AS n
+		FROM task_events e JOIN worker_tasks w ON w.id = e.stream_id WHERE e.type = 'task.claimed' AND w.task_type_id = $1) x`,
+		rated.ID).Scan(&worst))
+	var span float64
+	require.NoError(t, c.pool.QueryRow(c.ctx, `SELECT extract(epoch FROM max(e.occurred_at) - min(e.occurred_at))
+		FROM task_events e JOIN worker_tasks w ON w.id = e.stream_id WHERE e.type = 'task.claimed' AND w.task_type_id = $1`,
+		rated.ID).Scan(&span))
+	// How long each claim after the first 20 came after the window had
+	// room for it (when the claim 20 before it was 2 s old): the wake by
+	// each instance's timer, and the claim.
+	rows, err := c.pool.Query(c.ctx, `SELECT e.occurred_at FROM task_events e JOIN worker_tasks w ON w.id = e.stream_id
+		WHERE e.type = 'task.claimed' AND w.task_type_id = $1 ORDER BY e.occurred_at`, rated.ID)
+	require.NoError(t, err)
+	claims, err := pgx.CollectRows(rows, pgx.RowTo[time.Time])
+	require.NoError(t, err)
+	var late []time.Duration
+	for i := 20; i < len(claims); i++ {
+		late = append(late, claims[i].Sub(claims[i-20].Add(2*time.Second)))
+	}
+	slices.Sort(late)
+	t.Logf("rated: at most %d claims in any 2 s window (limit 20); its 80 claims spanned %.1f s; a claim came after its room by p50 %s, max %s",
+		worst, span, late[len(late)/2].Round(time.Millisecond), late[len(late)-1].Round(time.Millisecond))
+	require.LessOrEqual(t, worst, 20, "a sliding window held more than rate_limit.count claims")
+	require.Equal(t, 20, worst, "the rate limit was reached")
+	require.Greater(t, span, 6.0, "80 claims at 20 per 2 s take at least 6 s")
+
+	rep, err := replay.Verify(c.ctx, c.pool, replay.VerifyConfig{})
 	require.NoError(t, err)
 	require.True(t, rep.Clean(), "replay --verify: %+v", rep.Differences)
 }

@@ -493,3 +493,46 @@ func TestSchedulesCommands(t *testing.T) {
 	require.Equal(t, exitUsage, code)
 	require.Contains(t, errOut, "30m, 2h or 1d")
 }
+
+// taskctl sets a type's limits on create and with types limit, shows each
+// with its use now, and a bad limit fails naming its field with nothing
+// changed.
+func TestTypesLimits(t *testing.T) {
+	e := newCLIEnv(t)
+	e.login()
+	out := e.ok("types", "create", "--name", "crawl", "--max-in-progress", "10", "--rate", "50/60s")
+	require.Contains(t, out, "Created task type crawl")
+	out = e.ok("types", "show", "crawl")
+	require.Regexp(t, `Max in progress\s+10 \(0 in progress now\)`, out)
+	require.Regexp(t, `Rate limit\s+50 per 1m \(0 claims in the last 1m\)`, out)
+
+	out = e.ok("types", "limit", "crawl", "--key", "$.ticker", "--per-key", "1")
+	require.Contains(t, out, "Limits: 1 in progress per $.ticker")
+	out = e.ok("types", "show", "crawl")
+	require.NotContains(t, out, "Max in progress", "types limit replaces the limits")
+	require.Regexp(t, `Per key\s+1 in progress per \$\.ticker \(0 keys in progress, 0 at the limit\)`, out)
+	var shown struct {
+		events.TaskType
+		Usage store.TypeUsage `json:"usage"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(e.ok("types", "show", "crawl", "--json")), &shown))
+	require.Equal(t, "$.ticker", shown.ConcurrencyKey)
+	require.Equal(t, 1, *shown.MaxInProgressPerKey)
+	require.Equal(t, 0, shown.Usage.InProgress)
+
+	code, _, errOut := e.taskctl("types", "limit", "crawl", "--key", "ticker", "--per-key", "1")
+	require.Equal(t, exitFailure, code)
+	require.Contains(t, errOut, "concurrency_key")
+	require.Contains(t, errOut, "HTTP 400")
+	code, _, errOut = e.taskctl("types", "limit", "crawl", "--rate", "0/1m")
+	require.Equal(t, exitFailure, code)
+	require.Contains(t, errOut, "rate_limit.count")
+	code, _, errOut = e.taskctl("types", "limit", "crawl", "--rate", "often")
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut, "--rate must be COUNT/WINDOW")
+	require.Regexp(t, `Per key\s+1 in progress per \$\.ticker`, e.ok("types", "show", "crawl"), "nothing changed")
+
+	out = e.ok("types", "limit", "crawl", "--none")
+	require.NotContains(t, out, "Limits:")
+	require.Regexp(t, `Limits\s+none \(0 in progress now\)`, e.ok("types", "show", "crawl"))
+}

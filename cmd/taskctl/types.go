@@ -6,17 +6,20 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/clawdbot/task-service/api/client"
 	"github.com/clawdbot/task-service/events"
+	"github.com/clawdbot/task-service/store"
 )
 
 var typesCommand = group("types", "Define the kinds of work: each type has an SOP for workers and a JSON Schema for params.", map[string]subcommand{
 	"create": {"create a task type (SOP and schema from files)", (*app).typesCreate},
 	"list":   {"list task types", (*app).typesList},
 	"show":   {"show a type with its SOP and schema, its limits and their use", (*app).typesShow},
+	"limit":  {"set a type's limits: tasks in progress, claims per window, per key of its params", (*app).typesLimit},
 	"pause":  {"stop claims of a type's tasks (they stay pending), with a reason", (*app).typesPause},
 	"resume": {"let claims take a paused type's tasks again", (*app).typesResume},
 })
@@ -27,7 +30,7 @@ var typesCreateSpec = cmdSpec{
 		"the params' JSON Schema from --schema-file; tasks of the type must satisfy that schema.",
 	example: `taskctl types create --name code_review --label "Code review" \
   --sop-file sops/code_review.md --schema-file schemas/code_review.json \
-  --max-retries 2 --timeout 45m --backoff 30s`,
+  --max-retries 2 --timeout 45m --backoff 30s --max-in-progress 10 --rate 50/1m --key '$.repo' --per-key 1`,
 }
 
 func (a *app) typesCreate(args []string) int {
@@ -42,6 +45,7 @@ func (a *app) typesCreate(args []string) int {
 	maxRetries := fs.Int("max-retries", -1, "automatic retries after a failure (default: the server's, 3)")
 	timeout := fs.Duration("timeout", 0, "fail a task in progress for longer than this (0: never)")
 	backoff := fs.Duration("backoff", 0, "wait this long before a retry can be claimed")
+	lf := addLimitFlags(fs)
 	asJSON := fs.Bool("json", false, "print the type as JSON")
 	_, code, ok := a.parseArgs(fs, spec, args, 0, "")
 	if !ok {
@@ -49,6 +53,10 @@ func (a *app) typesCreate(args []string) int {
 	}
 	if strings.TrimSpace(*name) == "" {
 		return a.fail(spec.name, usagef("--name is required"))
+	}
+	limits, err := lf.limits()
+	if err != nil {
+		return a.fail(spec.name, err)
 	}
 	sop, err := textArg("", *sopFile, "sop")
 	if err != nil {
@@ -59,7 +67,9 @@ func (a *app) typesCreate(args []string) int {
 		return a.fail(spec.name, err)
 	}
 	nt := client.NewTaskType{Name: *name, Label: *label, Description: *desc, SOP: sop, ParamSchema: schema,
-		TimeoutSeconds: int(timeout.Seconds()), RetryBackoffSeconds: int(backoff.Seconds())}
+		TimeoutSeconds: int(timeout.Seconds()), RetryBackoffSeconds: int(backoff.Seconds()),
+		MaxInProgress: limits.MaxInProgress, RateLimit: limits.RateLimit, ConcurrencyKey: limits.ConcurrencyKey,
+		MaxInProgressPerKey: limits.MaxInProgressPerKey}
 	if *maxRetries >= 0 {
 		nt.MaxRetries = maxRetries
 	}
@@ -157,14 +167,21 @@ func (a *app) typesShow(args []string) int {
 	if err != nil {
 		return a.fail(spec.name, err)
 	}
-	if *asJSON {
-		return a.printJSON(tt)
+	usage, err := c.TaskTypeUsage(ctx, tt.ID)
+	if err != nil {
+		return a.fail(spec.name, err)
 	}
-	a.printType(tt)
+	if *asJSON {
+		return a.printJSON(struct {
+			*events.TaskType
+			Usage *store.TypeUsage `json:"usage"`
+		}{tt, usage})
+	}
+	a.printType(tt, usage)
 	return exitOK
 }
 
-func (a *app) printType(tt *events.TaskType) {
+func (a *app) printType(tt *events.TaskType, u *store.TypeUsage) {
 	tw := a.table()
 	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
 	row("Type", tt.Name)
@@ -176,6 +193,9 @@ func (a *app) printType(tt *events.TaskType) {
 	row("Archived", fmt.Sprint(tt.Archived))
 	if tt.Paused {
 		row("Paused", fmt.Sprintf("%s (by %s, %s)", tt.PauseReason, tt.PausedBy, fmtTimePtr(tt.PausedAt)))
+	}
+	for _, l := range limitLines(tt, u) {
+		row(l[0], l[1])
 	}
 	row("Created", fmtTime(tt.CreatedAt))
 	row("Updated", fmtTime(tt.UpdatedAt))
@@ -253,5 +273,118 @@ func (a *app) typeAction(spec cmdSpec, fs *flag.FlagSet, api *string, args []str
 		return a.printJSON(tt)
 	}
 	fmt.Fprintf(a.stdout, "Task type %s: %s\n", tt.Name, typeState(tt))
+	if tt.HasLimits() {
+		fmt.Fprintf(a.stdout, "Limits: %s\n", tt.TypeLimits.Describe())
+	}
 	return exitOK
+}
+
+// limitLines are a type's limits with their use now, as rows of a table.
+func limitLines(tt *events.TaskType, u *store.TypeUsage) [][2]string {
+	var out [][2]string
+	inProgress := fmt.Sprintf("%d in progress now", u.InProgress)
+	if tt.MaxInProgress != nil {
+		out = append(out, [2]string{"Max in progress", fmt.Sprintf("%d (%s)", *tt.MaxInProgress, inProgress)})
+	}
+	if r := tt.RateLimit; r != nil {
+		claims := 0
+		if u.ClaimsInWindow != nil {
+			claims = *u.ClaimsInWindow
+		}
+		use := fmt.Sprintf("%d claims in the last %s", claims, r.Per)
+		if u.NextSlotAt != nil {
+			use += ", full until " + fmtTime(*u.NextSlotAt)
+		}
+		out = append(out, [2]string{"Rate limit", fmt.Sprintf("%d per %s (%s)", r.Count, r.Per, use)})
+	}
+	if tt.ConcurrencyKey != "" && tt.MaxInProgressPerKey != nil {
+		use := fmt.Sprintf("%d keys in progress, %d at the limit", u.KeysInProgress, u.KeysAtLimit)
+		for i, k := range u.Keys {
+			if i == 5 {
+				use += ", …"
+				break
+			}
+			use += fmt.Sprintf("; %q %d", k.Key, k.InProgress)
+		}
+		out = append(out, [2]string{"Per key", fmt.Sprintf("%d in progress per %s (%s)", *tt.MaxInProgressPerKey, tt.ConcurrencyKey, use)})
+	}
+	if len(out) == 0 {
+		out = append(out, [2]string{"Limits", "none (" + inProgress + ")"})
+	}
+	return out
+}
+
+var typesLimitSpec = cmdSpec{
+	name: "types limit", args: "TYPE [--max-in-progress N] [--rate COUNT/WINDOW] [--key PATH --per-key N] [--none] [--json]",
+	summary: "Set a task type's limits, replacing the ones it has: the most tasks in progress across the fleet,\n" +
+		"the most claims in any sliding window, and the most tasks in progress per key of the params (a JSON\n" +
+		"path such as $.ticker). Claims hold to them on every instance; a task held back stays pending and\n" +
+		"is claimed as soon as a slot frees. --none removes them all.",
+	example: `taskctl types limit reddit_crawl --max-in-progress 10 --rate 50/1m --key '$.ticker' --per-key 1`,
+}
+
+func (a *app) typesLimit(args []string) int {
+	spec := typesLimitSpec
+	fs := flagSet(spec)
+	api := apiFlag(fs)
+	lf := addLimitFlags(fs)
+	none := fs.Bool("none", false, "remove every limit")
+	asJSON := fs.Bool("json", false, "print the type as JSON")
+	return a.typeAction(spec, fs, api, args, asJSON, func(ctx context.Context, c *client.Client, id string) (*events.TaskType, error) {
+		var l events.TypeLimits
+		if !*none {
+			var err error
+			if l, err = lf.limits(); err != nil {
+				return nil, err
+			}
+			if !l.HasLimits() && l.ConcurrencyKey == "" {
+				return nil, usagef("give at least one limit, or --none")
+			}
+		}
+		tt, err := c.TaskType(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		return c.UpdateTaskType(ctx, id, client.NewTaskType{Name: tt.Name, Label: tt.Label, Description: tt.Description,
+			SOP: tt.SOP, ParamSchema: tt.ParamSchema, MaxRetries: &tt.MaxRetries, TimeoutSeconds: tt.TimeoutSeconds,
+			RetryBackoffSeconds: tt.RetryBackoffSeconds, MaxInProgress: l.MaxInProgress, RateLimit: l.RateLimit,
+			ConcurrencyKey: l.ConcurrencyKey, MaxInProgressPerKey: l.MaxInProgressPerKey})
+	})
+}
+
+// limitFlags are the flags that set a type's limits.
+type limitFlags struct {
+	maxInProgress, perKey *int
+	rate, key             *string
+}
+
+func addLimitFlags(fs *flag.FlagSet) limitFlags {
+	return limitFlags{
+		maxInProgress: fs.Int("max-in-progress", 0, "the most tasks of the type in progress at once across the fleet (0: no limit)"),
+		rate:          fs.String("rate", "", "the most claims per sliding window, as COUNT/WINDOW: 50/1m, 1000/1h"),
+		key:           fs.String("key", "", "a JSON path into params whose value is the concurrency key, e.g. $.ticker"),
+		perKey:        fs.Int("per-key", 0, "with --key: the most tasks of one key in progress at once"),
+	}
+}
+
+// limits reads the flags; the server checks the values and names the
+// field at fault.
+func (f limitFlags) limits() (events.TypeLimits, error) {
+	var l events.TypeLimits
+	if *f.maxInProgress != 0 {
+		l.MaxInProgress = f.maxInProgress
+	}
+	if *f.rate != "" {
+		count, per, ok := strings.Cut(*f.rate, "/")
+		n, err := strconv.Atoi(count)
+		if !ok || err != nil {
+			return l, usagef("--rate must be COUNT/WINDOW, like 50/1m")
+		}
+		l.RateLimit = &events.RateLimit{Count: n, Per: per}
+	}
+	l.ConcurrencyKey = *f.key
+	if *f.perKey != 0 {
+		l.MaxInProgressPerKey = f.perKey
+	}
+	return l, nil
 }
