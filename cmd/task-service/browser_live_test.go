@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/fetch"
+	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
@@ -114,4 +116,66 @@ func (b *browser) evalString(expr string) string {
 	var out string
 	b.run(chromedp.Evaluate(expr, &out))
 	return out
+}
+
+// A click is a press and a release on one element. A live region that an
+// event replaces between the two would swallow the click (the release lands
+// on the new button), so a region is not replaced while a pointer is down
+// inside it: here the schedule is renamed while Pause is pressed, and the
+// release still pauses it.
+func TestBrowserClickSurvivesALiveRefresh(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := startServer(t, storetest.NewDB(t))
+	admin := client.New(s.base, checkedHTTP(t, s.base, nil))
+	_, err := admin.Login(ctx, "root@example.com", "root-password")
+	require.NoError(t, err)
+	tt, err := admin.CreateTaskType(ctx, client.NewTaskType{Name: "digest", Label: "Digest"})
+	require.NoError(t, err)
+	sc, err := admin.CreateSchedule(ctx, client.NewSchedule{Name: "Morning digest", Task: events.ScheduleTemplate{TaskTypeID: tt.ID, Title: "Digest"},
+		Interval: &events.Interval{Every: 1, Unit: events.UnitHours}})
+	require.NoError(t, err)
+
+	b := newBrowser(t)
+	b.login(s.base, "/schedules/"+sc.ID)
+	b.run(chromedp.Evaluate(`window.answers = 0; document.addEventListener("htmx:afterRequest", () => window.answers++); 1`, nil))
+	// The stream's opening refresh has come and gone.
+	b.waitJS(`document.getElementById("conn").dataset.state === "live" && window.answers >= 1 && !document.querySelector(".htmx-request")`)
+
+	// Hold the live region's next refresh (htmx sends HX-Request) until
+	// the pointer is down, so its answer comes between press and release.
+	held := make(chan fetch.RequestID, 1)
+	chromedp.ListenTarget(b.ctx, func(ev any) {
+		if e, ok := ev.(*fetch.EventRequestPaused); ok {
+			if _, refresh := e.Request.Headers["HX-Request"]; refresh {
+				held <- e.RequestID
+				return
+			}
+			go func() { _ = chromedp.Run(b.ctx, fetch.ContinueRequest(e.RequestID)) }()
+		}
+	})
+	b.run(fetch.Enable().WithPatterns([]*fetch.RequestPattern{{URLPattern: "*/schedules/*"}}))
+	_, err = admin.UpdateSchedule(ctx, sc.ID, map[string]any{"name": "Renamed digest"})
+	require.NoError(t, err)
+	var id fetch.RequestID
+	select {
+	case id = <-held:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the rename caused no refresh")
+	}
+
+	var x, y float64
+	b.run(chromedp.Evaluate(`document.querySelector('#schedule-actions form[action$="/pause"] button').getBoundingClientRect().x + 5`, &x),
+		chromedp.Evaluate(`document.querySelector('#schedule-actions form[action$="/pause"] button').getBoundingClientRect().y + 5`, &y))
+	b.run(input.DispatchMouseEvent(input.MousePressed, x, y).WithButton(input.Left).WithClickCount(1))
+	b.run(fetch.ContinueRequest(id))
+	b.waitJS(`window.answers >= 2`) // the refresh's answer came while the button is pressed
+	b.run(input.DispatchMouseEvent(input.MouseReleased, x, y).WithButton(input.Left).WithClickCount(1))
+
+	b.waitJS(`document.getElementById("schedule-state") && document.getElementById("schedule-state").textContent.includes("paused")`)
+	require.Contains(t, b.text("body"), "Renamed digest", "the held refresh comes once the pointer is up")
+	got, err := admin.Schedule(ctx, sc.ID)
+	require.NoError(t, err)
+	require.Equal(t, events.ScheduleStatePaused, got.State)
+	b.checkConsole()
 }

@@ -52,8 +52,10 @@ func TestBrowserSchedules(t *testing.T) {
 	require.Contains(t, b.text("#executions"), "pending")
 
 	// Pause and resume from the page.
-	b.clickUntil(`#schedule-actions form[action$="/pause"] button`, `document.getElementById("schedule-state").textContent.includes("paused")`)
-	b.clickUntil(`#schedule-actions form[action$="/resume"] button`, `document.getElementById("schedule-state").textContent.includes("active")`)
+	b.run(chromedp.Click(`#schedule-actions form[action$="/pause"] button`, chromedp.ByQuery))
+	b.waitJS(`document.getElementById("schedule-state").textContent.includes("paused")`)
+	b.run(chromedp.Click(`#schedule-actions form[action$="/resume"] button`, chromedp.ByQuery))
+	b.waitJS(`document.getElementById("schedule-state").textContent.includes("active")`)
 
 	// The list shows it.
 	b.run(chromedp.Navigate(s.base + "/schedules"))

@@ -166,30 +166,6 @@ func (b *browser) waitJS(expr string) {
 	b.t.Fatalf("still not true after 45 s: %s (last error: %v)\nconsole:\n%s\nat %s:\n%s", expr, last, problems, loc, body)
 }
 
-// clickUntil clicks the button sel until expr is true (45 s at most). A
-// live page replaces its region when the event stream opens or an event
-// arrives; a click that lands while the region is being replaced is lost,
-// as a person's would be, and a person clicks again.
-func (b *browser) clickUntil(sel, expr string) {
-	b.t.Helper()
-	deadline := time.Now().Add(45 * time.Second)
-	for time.Now().Before(deadline) {
-		ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
-		_ = chromedp.Run(ctx, chromedp.Click(sel, chromedp.ByQuery))
-		cancel()
-		for try := time.Now(); time.Since(try) < 5*time.Second; time.Sleep(50 * time.Millisecond) {
-			var ok bool
-			ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
-			err := chromedp.Run(ctx, chromedp.Evaluate("!!("+expr+")", &ok))
-			cancel()
-			if err == nil && ok {
-				return
-			}
-		}
-	}
-	b.waitJS(expr) // fails with the page's state
-}
-
 func (b *browser) location() string {
 	b.t.Helper()
 	var loc string

@@ -111,7 +111,14 @@
   // flight (an event that arrives meanwhile refreshes it once more: the
   // answer in flight may predate it). Regions are known by their id, since
   // each refresh replaces the element.
+  // A click is a press and a release on the same element: a region
+  // replaced between the two would swallow it, so none is replaced while a
+  // pointer is down inside it (the answer is dropped and asked for again).
+  let pressed = null;
+  document.addEventListener("pointerdown", (e) => { pressed = e.target; }, true);
+  document.addEventListener("pointerup", () => { setTimeout(() => { pressed = null; if (stale.size) refreshSoon(); }, 0); }, true);
   function busy(el) {
+    if (pressed && el.contains(pressed)) return true;
     const a = document.activeElement;
     if (a && el.contains(a) && /^(INPUT|TEXTAREA|SELECT)$/.test(a.tagName) && a.type !== "checkbox") return true;
     return el.querySelector("input[type=checkbox][data-select]:checked") !== null;
@@ -132,6 +139,14 @@
     if (elt && elt.dataset && elt.dataset.live !== undefined) {
       inflight.add(elt.id);
       regionOf.set(e.detail.xhr, elt.id);
+    }
+  });
+  document.addEventListener("htmx:beforeSwap", (e) => {
+    const id = regionOf.get(e.detail.xhr);
+    const el = id === undefined ? null : document.getElementById(id);
+    if (el && pressed && el.contains(pressed)) {
+      e.detail.shouldSwap = false;
+      stale.add(id);
     }
   });
   document.addEventListener("htmx:afterRequest", (e) => {
