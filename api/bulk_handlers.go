@@ -103,8 +103,9 @@ type BulkResult struct {
 	Matching        int  `json:"matching"`
 	MatchingAtLeast bool `json:"matching_at_least"`
 	Done            int  `json:"done"`
-	// Skipped counts tasks that stopped qualifying between the read and
-	// the action (a race: finished, cancelled or retried meanwhile).
+	// Skipped counts tasks whose command refused them when their turn
+	// came: mostly a race (finished, cancelled or retried meanwhile), or a
+	// retry whose unique key another task holds now.
 	Skipped int        `json:"skipped"`
 	Skips   []BulkSkip `json:"skips" doc:"the first skipped tasks (at most 10) with why"`
 	// NextCursor is set when more tasks may match: send it as after.
@@ -187,8 +188,10 @@ func (s *Server) BulkTasks(ctx context.Context, req BulkTasksRequest, meta event
 	}
 	res := &BulkResult{Action: p.action, DryRun: req.DryRun, Skips: []BulkSkip{}}
 	if req.DryRun {
-		res.Matching, res.MatchingAtLeast, err = s.db.CountTasks(ctx, p.filter, MaxBulkCount)
-		return res, err
+		if res.Matching, res.MatchingAtLeast, err = s.db.CountTasks(ctx, p.filter, MaxBulkCount); err != nil {
+			return nil, err
+		}
+		return res, nil
 	}
 	deadline := s.now().Add(BulkTimeBudget)
 	f := p.filter
