@@ -66,12 +66,15 @@ SELECT id, true, set_config('` + claimWorkersSetting + `', (SELECT COALESCE(arra
 	// batch that could take nothing must not hold a type's row: the batches
 	// it makes skip the type would miss the room a completion just freed,
 	// and nothing would wake them again. The check is correlated with the
-	// type, so it runs only when a limited type has work.
+	// type, so it runs only when a limited type has work. "Has work" is a
+	// scalar subquery per type: written as EXISTS, the planner hashed it,
+	// reading every gated task in the index to build the hash.
 	lockGates = `gates AS MATERIALIZED (
     SELECT tt.id FROM task_types tt
      WHERE tt.gated AND NOT tt.paused
-       AND (EXISTS (SELECT 1 FROM worker_tasks w WHERE w.task_type_id = tt.id AND ` + gatedPool + `)
-         OR EXISTS (SELECT 1 FROM worker_tasks w WHERE w.assigned_to = ANY($1::uuid[]) AND w.task_type_id = tt.id AND ` + gatedMine + `))
+       AND coalesce((SELECT true FROM worker_tasks w WHERE w.task_type_id = tt.id AND ` + gatedPool + ` LIMIT 1),
+                    (SELECT true FROM worker_tasks w WHERE w.assigned_to = ANY($1::uuid[]) AND w.task_type_id = tt.id AND ` + gatedMine + ` LIMIT 1),
+                    false)
        AND EXISTS (SELECT 1 FROM locked l JOIN users u ON u.id = l.id
                     WHERE tt.id IS NOT NULL AND u.active
                       AND u.max_concurrent_tasks > (SELECT count(*) FROM worker_tasks h WHERE h.assigned_to = l.id AND h.status = 'in_progress'))

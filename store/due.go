@@ -78,8 +78,8 @@ func (db *DB) NextWakeAt(ctx context.Context) (*time.Time, error) {
           WHERE e.type = 'task.claimed' AND e.data ? 'task_type_id' AND e.data->>'task_type_id' = tt.id::text
           ORDER BY e.occurred_at DESC OFFSET tt.rate_limit_count - 1 LIMIT 1) s
       WHERE tt.gated AND NOT tt.paused AND tt.rate_limit_count IS NOT NULL AND s.at > $1
-        AND (EXISTS (SELECT 1 FROM worker_tasks w WHERE w.task_type_id = tt.id AND `+gatedPool+`)
-          OR EXISTS (SELECT 1 FROM worker_tasks w WHERE w.task_type_id = tt.id AND `+gatedMine+`))))`, db.Now()).Scan(&at)
+        AND coalesce((SELECT true FROM worker_tasks w WHERE w.task_type_id = tt.id AND `+gatedPool+` LIMIT 1),
+                     (SELECT true FROM worker_tasks w WHERE w.task_type_id = tt.id AND `+gatedMine+` LIMIT 1), false)))`, db.Now()).Scan(&at)
 	if err != nil {
 		return nil, mapErr(fmt.Errorf("next wake: %w", err))
 	}
