@@ -20,7 +20,7 @@ func TestCheckDepth(t *testing.T) {
 	require.Equal(t, 1, envelope(&resultRequest{}))
 	require.Equal(t, 1, envelope(&heartbeatRequest{}))
 	require.Equal(t, 1, envelope(&createTaskRequest{}))
-	require.Equal(t, 1, envelope(&taskTypeRequest{}))
+	require.Equal(t, 2, envelope(&taskTypeRequest{}), "rate_limit is an object")
 	require.Equal(t, 1, envelope(&finishItem{}))
 	require.Equal(t, 2, envelope(&ScheduleRequest{}), "task.params is one level down")
 	require.Equal(t, 2, envelope(&events.ScheduleSpec{}))
