@@ -226,7 +226,9 @@ func TestPauseAcrossInstances(t *testing.T) {
 		crawl.ID).Scan(&fromCommit))
 	t.Logf("resume -> first claim of its tasks: %.1f ms from the commit (log), %.1f ms from the answer to the worker",
 		fromCommit*1000, ms(first.Sub(resumed)))
-	require.Positive(t, fromCommit, "a task was claimed before the resume")
+	// No claim before the resume is checked above, while paused: a claim's
+	// occurred_at is taken before its batch runs, so under load a claim
+	// that saw the resume can carry an earlier time than the resume's.
 	require.Less(t, first.Sub(resumed), 10*time.Second, "the resume woke the waiting workers")
 
 	rep, err = replay.Verify(c.ctx, c.pool, replay.VerifyConfig{})
