@@ -43,7 +43,7 @@ func TestBrowserCancelAllMatching(t *testing.T) {
 	b.login(s.base, "/tasks?q=nvda&status=pending")
 	b.waitJS(`document.getElementById("act-on-all") !== null`)
 	require.Contains(t, b.text("#live"), "Next page", "the filter matches more than the visible page")
-	b.run(chromedp.Click(`#act-on-all a[href^="/tasks/matching?action=cancel"]`, chromedp.ByQuery))
+	b.click(`#act-on-all a[href^="/tasks/matching?action=cancel"]`)
 	b.waitJS(`document.getElementById("bulk-confirm") !== null`)
 	require.Contains(t, b.text("#bulk-confirm"), "120 tasks match this filter and will be cancelled")
 	filter := b.text(".matching-filter")

@@ -45,16 +45,16 @@ func TestBrowserSchedules(t *testing.T) {
 	require.Contains(t, b.text("body"), `cron "0 6 * * 1-5" Europe/Berlin`)
 
 	// Run now: the new task's page; back on the schedule, its execution.
-	b.run(chromedp.Click(`#schedule-actions form[action$="/run"] button`, chromedp.ByQuery))
+	b.click(`#schedule-actions form[action$="/run"] button`)
 	b.waitJS(`/^\/tasks\/[0-9a-f-]{36}$/.test(location.pathname)`)
 	b.run(chromedp.Navigate(s.base + page))
 	b.waitJS(`document.querySelectorAll("#executions tbody tr").length === 1 && document.querySelector("#executions").textContent.includes("#1")`)
 	require.Contains(t, b.text("#executions"), "pending")
 
 	// Pause and resume from the page.
-	b.run(chromedp.Click(`#schedule-actions form[action$="/pause"] button`, chromedp.ByQuery))
+	b.click(`#schedule-actions form[action$="/pause"] button`)
 	b.waitJS(`document.getElementById("schedule-state").textContent.includes("paused")`)
-	b.run(chromedp.Click(`#schedule-actions form[action$="/resume"] button`, chromedp.ByQuery))
+	b.click(`#schedule-actions form[action$="/resume"] button`)
 	b.waitJS(`document.getElementById("schedule-state").textContent.includes("active")`)
 
 	// The list shows it.

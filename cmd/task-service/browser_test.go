@@ -166,6 +166,23 @@ func (b *browser) waitJS(expr string) {
 	b.t.Fatalf("still not true after 45 s: %s (last error: %v)\nconsole:\n%s\nat %s:\n%s", expr, last, problems, loc, body)
 }
 
+// click clicks the element sel. On a live page htmx may replace the node
+// between chromedp finding it and pressing it ("Could not find node with
+// given id"): no press happened then, so it finds the new node and tries again.
+func (b *browser) click(sel string) {
+	b.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+		err := chromedp.Run(ctx, chromedp.Click(sel, chromedp.ByQuery))
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), "Could not find node") || time.Now().After(deadline) {
+			require.NoError(b.t, err, "click %s", sel)
+			return
+		}
+	}
+}
+
 func (b *browser) location() string {
 	b.t.Helper()
 	var loc string
