@@ -209,7 +209,7 @@ func TestLongPollWakesOnlyWhomATaskIsFor(t *testing.T) {
 	base := claimCount(t, b)
 	var polls []<-chan claimResult
 	for i, w := range ws {
-		wait := 30 * time.Second
+		wait := 60 * time.Second // the most a claim may wait: set-up alone took 30 s under a load of 20
 		if i > 0 && i < 4 {
 			wait = 5 * time.Second // nothing is for them
 		}
@@ -226,10 +226,12 @@ func TestLongPollWakesOnlyWhomATaskIsFor(t *testing.T) {
 	mine := b.newTask(t, tt, "For the last", events.PriorityMedium, ws[4].ID)
 	r := <-polls[4]
 	require.NoError(t, r.err)
+	require.NotNil(t, r.task, "the last waiter's wait ran out")
 	require.Equal(t, mine.ID, r.task.ID)
 	pool := b.newTask(t, tt, "For whoever waited longest", events.PriorityMedium, "")
 	r = <-polls[0]
 	require.NoError(t, r.err)
+	require.NotNil(t, r.task, "the first waiter's wait ran out")
 	require.Equal(t, pool.ID, r.task.ID)
 	// Four commits woke the waiters: two creates, two claims. Before the
 	// gate each wake made every waiter claim: 10 claims here (some wakes
