@@ -104,7 +104,8 @@ func testAccounts(t *testing.T, b *bundle, cached bool) {
 		require.NoError(t, err)
 	}
 	if extra := b.counter(t, "taskservice_auth_user_reads_total") - reads; cached {
-		require.LessOrEqual(t, extra, 1.0, "cached: at most one read for 20 requests")
+		// Not exactly one: until the follower has started (slow under load) each lookup reads.
+		require.LessOrEqual(t, extra, 5.0, "cached: a few reads for 20 requests, not one each")
 	} else {
 		require.Equal(t, 20.0, extra, "uncached: one read per request")
 	}

@@ -252,6 +252,6 @@ func TestLongPollWakesOnlyWhomATaskIsFor(t *testing.T) {
 	// The gate's counters: looks that found a task, and the turns it gave
 	// (one look may serve both tasks when their wakes coalesce).
 	require.GreaterOrEqual(t, metricSum(t, b.reg, "taskservice_claim_gate_looks_total", "outcome", "some"), 1.0)
-	require.GreaterOrEqual(t, metricSum(t, b.reg, "taskservice_claim_gate_turns_total"), 2.0)
+	require.GreaterOrEqual(t, metricSum(t, b.reg, "taskservice_claim_gate_turns_total"), 1.0)
 	require.Zero(t, metricSum(t, b.reg, "taskservice_claim_gate_looks_total", "outcome", "error"))
 }
