@@ -140,8 +140,10 @@ func (b *browser) run(actions ...chromedp.Action) {
 	require.NoError(b.t, chromedp.Run(ctx, actions...))
 }
 
-// waitJS waits (45 s at most: the machine may be loaded) until expr is true in the page, across navigations (an
-// evaluation that a navigation interrupts is simply tried again).
+// waitJS waits (45 s at most: the machine may be loaded) until expr is true in a page that has finished
+// loading, across navigations (an evaluation that a navigation interrupts is simply tried again). Waiting
+// for the load lets chromedp see the new document before the next query: a query that races a navigation
+// fails with "No node with given id found".
 func (b *browser) waitJS(expr string) {
 	b.t.Helper()
 	deadline := time.Now().Add(45 * time.Second)
@@ -149,7 +151,7 @@ func (b *browser) waitJS(expr string) {
 	for time.Now().Before(deadline) {
 		var ok bool
 		ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
-		last = chromedp.Run(ctx, chromedp.Evaluate("!!("+expr+")", &ok))
+		last = chromedp.Run(ctx, chromedp.Evaluate(`document.readyState === "complete" && !!(`+expr+")", &ok))
 		cancel()
 		if last == nil && ok {
 			return
