@@ -19,9 +19,14 @@ import (
 const (
 	wakeLocal  = "local"  // created on the instance the workers poll: the hub wakes them at commit
 	wakeNotify = "notify" // created on another instance: its NOTIFY wakes the workers' instance
+	wakeRunAt  = "run-at" // created with a run_at wakeRunAtLead ahead: the due timer wakes the workers when it comes
 )
 
-var allWakePaths = []string{wakeLocal, wakeNotify}
+var allWakePaths = []string{wakeLocal, wakeNotify, wakeRunAt}
+
+// wakeRunAtLead is how far ahead the run-at path's tasks are due: longer
+// than a create takes, so each is scheduled before its time.
+const wakeRunAtLead = 250 * time.Millisecond
 
 type wakeConfig struct {
 	databaseURL    string
@@ -54,7 +59,8 @@ type wakePathResult struct {
 	// Create is the admin's POST /admin/tasks round trip.
 	Create wakeStats `json:"create"`
 	// FromSent: the create request leaving the admin client → the claim
-	// answer carrying the task arriving at a worker.
+	// answer carrying the task arriving at a worker. On the run-at path it
+	// counts from the task's run_at instead.
 	FromSent wakeStats `json:"from_sent"`
 	// FromCreated: the create's answer arriving (its commit done) → the
 	// same moment; negative when the worker had the task first.
@@ -123,6 +129,10 @@ waits for its NOTIFY):
   notify  created through a second instance on the same database: the
           workers' instance hears of it through PostgreSQL NOTIFY/LISTEN,
           sent at once after a quiet moment, else once per --notify-interval
+  run-at  created through the workers' instance with a run_at 250 ms ahead:
+          not claimable until then; the instance's due timer marks it due
+          when it comes and wakes the waiting claims (the goal: under 50 ms
+          at p99, docs/adr/017-queue-controls.md)
 
 Per task it records when the create request left, when its answer came back
 (the commit done) and when the claim answer carrying the task reached a
@@ -130,6 +140,7 @@ worker, and prints p50/p90/p99/max per path of:
 
   create             the create's own round trip
   sent -> worker     the create request leaving -> the task in a worker's hands
+  run_at -> worker   (path run-at) the task's run_at -> the task in a worker's hands
   created -> worker  the create's answer -> the task in a worker's hands
                      (negative when the worker had it before the admin)
 
@@ -253,7 +264,11 @@ func printWakeTable(w io.Writer, rep *wakeReport) {
 	}
 	for _, p := range rep.Paths {
 		fmt.Fprintf(tw, "%s\t%d\t\t\t\t\t\t\n", p.Path, p.Tasks)
-		row("sent -> worker", p.FromSent)
+		if p.Path == wakeRunAt {
+			row("run_at -> worker", p.FromSent)
+		} else {
+			row("sent -> worker", p.FromSent)
+		}
 		row("created -> worker", p.FromCreated)
 		row("create", p.Create)
 		row("  request -> create stmt", p.ToCreateStatement)
@@ -266,6 +281,8 @@ func printWakeTable(w io.Writer, rep *wakeReport) {
 	fmt.Fprintf(w, "Waiting for a CPU while ready to run, per timed task: %s µs in this process, %s µs in PostgreSQL (all threads and backends summed).\n",
 		fmtOpt(rep.BenchRunWaitUsPerTask), fmtOpt(rep.PGRunWaitUsPerTask))
 	fmt.Fprintln(w, "\nsent -> worker: the create request leaving the admin client -> the claim answer carrying the task reaching a worker.")
+	fmt.Fprintf(w, "run_at -> worker (path run-at): tasks created %g ms before their run_at; from the run_at to the same moment, woken by the due timer.\n",
+		float64(wakeRunAtLead.Milliseconds()))
 	fmt.Fprintln(w, "created -> worker: the create's answer (its commit done) -> the same moment; negative when the worker had the task first.")
 	fmt.Fprintln(w, "The indented lines split sent -> worker by the server's timestamps (the task's created_at and started_at).")
 }

@@ -62,7 +62,7 @@ func benchWake(ctx context.Context, cfg wakeConfig, progress io.Writer) (*wakeRe
 		return nil, err
 	}
 	defer polled.stop()
-	instances[wakeLocal] = polled
+	instances[wakeLocal], instances[wakeRunAt] = polled, polled
 	if contains(cfg.paths, wakeNotify) {
 		other, err := startWakeInstance(ctx, "bench-wake-other", dbURL, jwtSecret, cfg, 8, log)
 		if err != nil {
@@ -212,7 +212,14 @@ func createSpaced(ctx context.Context, cfg wakeConfig, typeID string, admins map
 			next = time.Now() // late (a slow create or a path switch): go now, keep the gaps after
 		}
 		sent := time.Now()
-		t, err := admins[path].CreateTask(ctx, client.NewTask{Title: fmt.Sprintf("wake %d", i), TaskTypeID: typeID})
+		nt := client.NewTask{Title: fmt.Sprintf("wake %d", i), TaskTypeID: typeID}
+		var runAt time.Time
+		if path == wakeRunAt {
+			// Truncated as the server stores it, so no task is due before its recorded run_at.
+			runAt = sent.Add(wakeRunAtLead).Truncate(time.Microsecond)
+			nt.RunAt = runAt.UTC().Format(time.RFC3339Nano)
+		}
+		t, err := admins[path].CreateTask(ctx, nt)
 		answered := time.Now()
 		if ctx.Err() != nil {
 			return nil
@@ -220,7 +227,10 @@ func createSpaced(ctx context.Context, cfg wakeConfig, typeID string, admins map
 		if err != nil {
 			return fmt.Errorf("create task %d through %s: %w", i, path, err)
 		}
-		rec.created(t.ID, path, timed, sent, answered, t.CreatedAt)
+		if answered.After(runAt) && !runAt.IsZero() {
+			return fmt.Errorf("task %d: its create took %s, longer than the run-at lead %s", i, answered.Sub(sent), wakeRunAtLead)
+		}
+		rec.created(t.ID, path, timed, sent, answered, t.CreatedAt, runAt)
 		if timed && time.Since(lastReport) >= 2*time.Second {
 			lastReport = time.Now()
 			fmt.Fprintf(progress, "bench-wake: %d/%d tasks created\n", i+1-first, n)
@@ -292,6 +302,7 @@ type wakeSample struct {
 	timed     bool
 	createdBy bool // the creator recorded it
 	sent      time.Time
+	runAt     time.Time // the run-at path's; zero on the others
 	answered  time.Time
 	createdAt time.Time // the server's, at the create statement
 	startedAt time.Time // the server's, at the claim statement
@@ -317,11 +328,11 @@ func (r *wakeRecorder) sample(id string) *wakeSample {
 	return s
 }
 
-func (r *wakeRecorder) created(id, path string, timed bool, sent, answered, createdAt time.Time) {
+func (r *wakeRecorder) created(id, path string, timed bool, sent, answered, createdAt, runAt time.Time) {
 	r.mu.Lock()
 	s := r.sample(id)
 	s.path, s.timed, s.createdBy = path, timed, true
-	s.sent, s.answered, s.createdAt = sent, answered, createdAt
+	s.sent, s.answered, s.createdAt, s.runAt = sent, answered, createdAt, runAt
 	r.mu.Unlock()
 	r.made.Add(1)
 }
@@ -374,6 +385,8 @@ func (r *wakeRecorder) check() error {
 			return fmt.Errorf("task %s reached workers %d times (want exactly once)", id, s.receipts)
 		case s.startedAt.IsZero():
 			return fmt.Errorf("task %s reached a worker without started_at", id)
+		case !s.runAt.IsZero() && s.startedAt.Before(s.runAt):
+			return fmt.Errorf("task %s was claimed at %s, before its run_at %s", id, s.startedAt, s.runAt)
 		}
 	}
 	return nil
@@ -394,7 +407,11 @@ func (r *wakeRecorder) result(path string) wakePathResult {
 			res.Received++
 		}
 		create = append(create, s.answered.Sub(s.sent))
-		fromSent = append(fromSent, s.received.Sub(s.sent))
+		from := s.sent
+		if !s.runAt.IsZero() {
+			from = s.runAt
+		}
+		fromSent = append(fromSent, s.received.Sub(from))
 		fromCreated = append(fromCreated, s.received.Sub(s.answered))
 		toCreate = append(toCreate, s.createdAt.Sub(s.sent))
 		toClaim = append(toClaim, s.startedAt.Sub(s.createdAt))
@@ -413,7 +430,7 @@ func wakePercentiles(ds []time.Duration) wakeStats {
 // wakeInstance is one task-service instance in this process, wired as
 // cmd/task-service wires it: hub, NOTIFY sender (the store's AfterCommit)
 // and listener, the API and its background work, the reactors and the
-// scheduler.
+// scheduler and the due timer.
 type wakeInstance struct {
 	base    string
 	stop    func()
@@ -479,6 +496,10 @@ func startWakeInstance(ctx context.Context, id, dbURL string, jwtSecret []byte, 
 	if err != nil {
 		return fail(err)
 	}
+	due, err := reactors.NewDueTimer(reactors.DueTimerConfig{DB: db, Hub: hub, Logger: log})
+	if err != nil {
+		return fail(err)
+	}
 
 	// As task-service stops them: the log's workers first, then the NOTIFY
 	// sender and the listener, then the pool.
@@ -488,7 +509,7 @@ func startWakeInstance(ctx context.Context, id, dbURL string, jwtSecret []byte, 
 	for _, run := range []func(context.Context) error{notifier.Run, listener.Run} {
 		infraDone.Go(func() { _ = run(infraCtx) })
 	}
-	for _, run := range []func(context.Context) error{srv.Run, runner.Run, sched.Run} {
+	for _, run := range []func(context.Context) error{srv.Run, runner.Run, sched.Run, due.Run} {
 		workersDone.Go(func() { _ = run(workersCtx) })
 	}
 	inst.stop = func() {
