@@ -59,11 +59,12 @@ func (s *Server) claimMany(c echo.Context) error {
 
 // finishItem is one element of POST /worker/tasks/completions.
 type finishItem struct {
-	ID     *string         `json:"id" openapi:"required,format=uuid"`
-	Status *string         `json:"status" openapi:"required,enum=completed|failed"`
-	Result json.RawMessage `json:"result,omitempty" openapi:"any" doc:"a result to post before completing"`
-	Reason string          `json:"reason,omitempty" openapi:"maxLength=10000"`
-	Kind   string          `json:"kind,omitempty" openapi:"enum=error|timeout"`
+	ID     *string             `json:"id" openapi:"required,format=uuid"`
+	Status *string             `json:"status" openapi:"required,enum=completed|failed"`
+	Result json.RawMessage     `json:"result,omitempty" openapi:"any" doc:"a result to post before completing"`
+	Reason string              `json:"reason,omitempty" openapi:"maxLength=10000"`
+	Kind   string              `json:"kind,omitempty" openapi:"enum=error|timeout"`
+	Usage  *events.UsageReport `json:"usage,omitempty" doc:"the attempt's LLM usage, reported before the task finishes"`
 }
 
 // FinishResult is one item's answer, in request order: its HTTP status as
@@ -181,6 +182,12 @@ func finishFromJSON(raw json.RawMessage) (store.Finish, error) {
 		return store.Finish{}, events.Invalid("status", "is required: completed or failed")
 	}
 	f := store.Finish{ID: id, Status: events.Status(*it.Status), Reason: it.Reason}
+	if it.Usage != nil {
+		if err := it.Usage.Validate("usage."); err != nil {
+			return store.Finish{}, err
+		}
+		f.Usage = it.Usage
+	}
 	if r := bytes.TrimSpace(it.Result); len(r) > 0 && !bytes.Equal(r, []byte("null")) {
 		f.Result = r
 	}

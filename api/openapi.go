@@ -260,6 +260,7 @@ var tagDocs = map[string]string{
 	"data":       "Task data: files workers upload, admins and later attempts download",
 	"operations": "Health, readiness, metrics and this document",
 	"schedules":  "Recurring work: schedules that create tasks on their own",
+	"usage":      "LLM usage: what workers report, its totals, and the budgets that pause a type",
 }
 
 // tagName is the route's tag, or the first fixed path segment after the

@@ -47,6 +47,8 @@ func (s *Server) table() []route {
 			request: resultRequest{}, status: okay, response: events.Task{}, errors: []int{bad, notFound, conflict}},
 		{method: http.MethodPut, path: w + "/tasks/:id/status", id: "setTaskStatus", summary: "Complete or fail the task", role: roleWorker, handler: s.setStatus,
 			request: statusRequest{}, status: okay, response: events.Task{}, errors: []int{bad, notFound, conflict}},
+		{method: http.MethodPost, path: w + "/tasks/:id/usage", id: "reportUsage", summary: "Report LLM usage of this attempt (adds to the task's, its retry chain's, its type's and this worker's totals); cost_usd, when left out, comes from the price table", role: roleWorker, handler: s.reportUsage, tag: "usage",
+			request: events.UsageReport{}, status: okay, response: events.Task{}, errors: []int{bad, http.StatusForbidden, notFound, conflict}},
 		{method: http.MethodPost, path: w + "/tasks/:id/release", id: "releaseTask", summary: "Give the task back to the pool", role: roleWorker, handler: s.release,
 			request: reasonRequest{}, emptyBody: true, status: okay, response: events.Task{}, errors: []int{bad, notFound, conflict}},
 
@@ -128,6 +130,10 @@ func (s *Server) table() []route {
 			request: retryRequest{}, emptyBody: true, status: created, response: events.Task{}, errors: []int{bad, notFound, conflict}},
 		{method: http.MethodGet, path: a + "/tasks/:id/events", id: "listTaskEvents", summary: "The task's history: its events with actor, causation and a one-line summary", role: roleAdmin, handler: s.taskEvents,
 			status: okay, response: []EventView{}, errors: []int{bad, notFound}},
+		{method: http.MethodGet, path: a + "/tasks/:id/usage", id: "getTaskLLMUsage", summary: "A task's LLM usage and its retry chain's (counters read by key)", role: roleAdmin, handler: s.taskLLMUsage, tag: "usage",
+			status: okay, response: store.TaskUsage{}, errors: []int{bad, notFound}},
+		{method: http.MethodGet, path: "/api/v1/admin/llm-usage", id: "getLLMUsageToday", summary: "Today's LLM usage per task type (the team's day, DIGEST_TZ), against each type's daily budgets", role: roleAdmin, handler: s.llmUsageToday, tag: "usage",
+			status: okay, response: []store.TypeDayUsage{}, errors: []int{}},
 		{method: http.MethodGet, path: a + "/tasks/:id/chain", id: "getTaskChain", summary: "The task's retry lineage, original to latest", role: roleAdmin, handler: s.taskChain,
 			status: okay, response: store.Chain{}, errors: []int{bad, notFound}},
 

@@ -171,6 +171,8 @@ type statusRequest struct {
 	// worker killed the command at its time limit). worker_offline is the
 	// stuck detector's to say, never a worker's.
 	Kind string `json:"kind,omitempty" openapi:"enum=error|timeout"`
+	// Usage is the attempt's LLM usage, reported before the task finishes.
+	Usage *events.UsageReport `json:"usage,omitempty" doc:"the attempt's LLM usage, reported before the task finishes"`
 }
 
 func (s *Server) setStatus(c echo.Context) error {
@@ -181,10 +183,18 @@ func (s *Server) setStatus(c echo.Context) error {
 	if req.Status == nil {
 		return events.Invalid("status", "is required: completed or failed")
 	}
+	if req.Usage != nil {
+		if err := req.Usage.Validate("usage."); err != nil {
+			return err
+		}
+	}
 	switch events.Status(*req.Status) {
 	case events.StatusCompleted:
 		if req.Kind != "" {
 			return events.Invalid("kind", "only applies to status failed")
+		}
+		if req.Usage != nil {
+			return s.finishWithUsage(c, store.Finish{Status: events.StatusCompleted, Usage: req.Usage})
 		}
 		return s.complete(c)
 	case events.StatusFailed:
@@ -196,11 +206,70 @@ func (s *Server) setStatus(c echo.Context) error {
 		default:
 			return events.Invalid("kind", "must be error or timeout")
 		}
+		if req.Usage != nil {
+			return s.finishWithUsage(c, store.Finish{Status: events.StatusFailed, Kind: kind, Reason: req.Reason, Usage: req.Usage})
+		}
 		return s.workerCommand(c, func(t *events.Task, worker string) ([]events.Payload, error) {
 			return t.Fail(worker, kind, req.Reason, nil)
 		})
 	}
 	return events.Invalid("status", "must be completed or failed")
+}
+
+// finishWithUsage reports the usage and finishes the task in one command.
+func (s *Server) finishWithUsage(c echo.Context, f store.Finish) error {
+	id, err := pathID(c, "id")
+	if err != nil {
+		return err
+	}
+	f.ID = id
+	t, _, err := s.db.FinishTask(c.Request().Context(), claimsOf(c).Subject, f, actor(c, events.ActorWorker))
+	if err != nil {
+		return err
+	}
+	return ok(c, http.StatusOK, t)
+}
+
+// reportUsage adds one attempt's LLM usage to the task the worker holds.
+func (s *Server) reportUsage(c echo.Context) error {
+	var u events.UsageReport
+	if err := decode(c, &u, false); err != nil {
+		return err
+	}
+	if err := u.Validate(""); err != nil {
+		return err
+	}
+	id, err := pathID(c, "id")
+	if err != nil {
+		return err
+	}
+	t, _, err := s.db.ReportUsage(c.Request().Context(), id, claimsOf(c).Subject, u, actor(c, events.ActorWorker))
+	if err != nil {
+		return err
+	}
+	return ok(c, http.StatusOK, t)
+}
+
+// taskLLMUsage answers a task's LLM usage and its retry chain's.
+func (s *Server) taskLLMUsage(c echo.Context) error {
+	id, err := pathID(c, "id")
+	if err != nil {
+		return err
+	}
+	u, err := s.db.TaskUsage(c.Request().Context(), id)
+	if err != nil {
+		return err
+	}
+	return ok(c, http.StatusOK, u)
+}
+
+// llmUsageToday answers today's LLM usage per task type, against budgets.
+func (s *Server) llmUsageToday(c echo.Context) error {
+	u, err := s.db.TypesUsageToday(c.Request().Context())
+	if err != nil {
+		return err
+	}
+	return ok(c, http.StatusOK, u)
 }
 
 // complete takes the store's fused fast path (one round trip).

@@ -69,6 +69,17 @@ func Summary(e Envelope, names func(userID string) string) string {
 			s += fmt.Sprintf(", replacing an earlier upload (%s)", HumanBytes(p.Replaced.Size))
 		}
 		return s
+	case TaskUsageReported:
+		by := "the retry advisor"
+		if p.WorkerID != "" {
+			by = who(p.WorkerID)
+		}
+		s := fmt.Sprintf("LLM usage by %s: %s, %d tokens (%d in, %d out, %d cache read, %d cache write), $%.4f",
+			by, oneLine(p.Model, 60), p.Tokens(), p.InputTokens, p.OutputTokens, p.CacheReadTokens, p.CacheWriteTokens, p.CostUSD)
+		if p.CostSource == CostUnpriced {
+			s += " (model not in the price table)"
+		}
+		return s
 	case TaskDataDeleted:
 		return withText("data deleted: "+p.Key, p.Reason)
 	case TaskEdited:

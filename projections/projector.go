@@ -17,6 +17,9 @@ type Projector struct{}
 func (Projector) Task(b *pgx.Batch, before, t *events.Task, evs []events.Envelope) {
 	queueTask(b, before, t)
 	queueCounts(b, before, t)
+	for _, e := range evs {
+		queueUsage(b, e)
+	}
 	queueTaskTitle(b, before, t)
 	for _, e := range evs {
 		queueTaskUpdate(b, e)

@@ -54,6 +54,9 @@ type monitorMetrics struct {
 	slots      *prometheus.GaugeVec
 	outbox     *prometheus.GaugeVec
 	horizonAge prometheus.Gauge
+	llmTokens  *prometheus.GaugeVec
+	llmCost    *prometheus.GaugeVec
+	llmBudget  *prometheus.GaugeVec
 	errors     prometheus.Counter
 }
 
@@ -97,6 +100,18 @@ func NewMonitor(cfg MonitorConfig) (*Monitor, error) {
 			Name: "taskservice_xid_horizon_age_seconds",
 			Help: "Age of the oldest transaction holding an xid anywhere in the cluster; it hides newer events from every consumer (0: none).",
 		}),
+		llmTokens: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "taskservice_llm_tokens_today",
+			Help: "LLM tokens (input, output and both cache kinds) reported today (the team's day, DIGEST_TZ), by task type (cluster-wide, sampled from counters).",
+		}, []string{"task_type"}),
+		llmCost: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "taskservice_llm_cost_usd_today",
+			Help: "LLM cost in US dollars reported or priced today (the team's day, DIGEST_TZ), by task type (cluster-wide, sampled from counters).",
+		}, []string{"task_type"}),
+		llmBudget: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "taskservice_llm_daily_budget",
+			Help: "A task type's daily LLM budget, by unit: tokens or usd (absent: no budget).",
+		}, []string{"task_type", "unit"}),
 		errors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "taskservice_monitor_sample_errors_total",
 			Help: "Samples of the cluster-wide gauges that failed.",
@@ -104,7 +119,7 @@ func NewMonitor(cfg MonitorConfig) (*Monitor, error) {
 	}}
 	if cfg.Registerer != nil {
 		for _, c := range []prometheus.Collector{mo.m.queueDepth, mo.m.tasks, mo.m.workers, mo.m.slots,
-			mo.m.outbox, mo.m.horizonAge, mo.m.errors} {
+			mo.m.outbox, mo.m.horizonAge, mo.m.llmTokens, mo.m.llmCost, mo.m.llmBudget, mo.m.errors} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("reactors: register monitor metrics: %w", err)
 			}
@@ -153,6 +168,29 @@ func (mo *Monitor) Sample(ctx context.Context) error {
 	mo.m.slots.WithLabelValues("free").Set(float64(s.SlotsFree))
 	mo.m.outbox.WithLabelValues("pending").Set(float64(s.OutboxPending))
 	mo.m.outbox.WithLabelValues("dead").Set(float64(s.OutboxDead))
+	return mo.sampleLLMUsage(ctx)
+}
+
+// sampleLLMUsage exports today's LLM usage and budgets per task type: one
+// row per type, read by key, whatever the history.
+func (mo *Monitor) sampleLLMUsage(ctx context.Context) error {
+	types, err := mo.db.TypesUsageToday(ctx)
+	if err != nil {
+		return err
+	}
+	mo.m.llmTokens.Reset()
+	mo.m.llmCost.Reset()
+	mo.m.llmBudget.Reset()
+	for _, u := range types {
+		mo.m.llmTokens.WithLabelValues(u.Name).Set(float64(u.Usage.Tokens))
+		mo.m.llmCost.WithLabelValues(u.Name).Set(u.Usage.CostUSD)
+		if b := u.DailyTokenBudget; b != nil {
+			mo.m.llmBudget.WithLabelValues(u.Name, "tokens").Set(float64(*b))
+		}
+		if b := u.DailyCostBudgetUSD; b != nil {
+			mo.m.llmBudget.WithLabelValues(u.Name, "usd").Set(*b)
+		}
+	}
 	return nil
 }
 

@@ -53,6 +53,12 @@ type Config struct {
 	// ScheduleMinInterval is the shortest interval a schedule may have
 	// (default 1 minute; only tests lower it).
 	ScheduleMinInterval time.Duration
+	// Prices price LLM usage reported without a cost
+	// (events.DefaultPrices when nil).
+	Prices events.Prices
+	// Day is the team's day that usage totals and budgets count in (UTC,
+	// turning at midnight, when zero).
+	Day events.TeamDay
 }
 
 // Conn is the pool as the store's statements see it: inside a request's
@@ -99,6 +105,8 @@ type DB struct {
 	offlineAfter time.Duration
 
 	scheduleMinInterval time.Duration
+	prices              events.Prices
+	day                 events.TeamDay
 
 	metrics *storeMetrics
 	txMu    sync.Mutex
@@ -134,8 +142,12 @@ func New(pool *pgxpool.Pool, cfg Config) (*DB, error) {
 	if cfg.ScheduleMinInterval <= 0 {
 		cfg.ScheduleMinInterval = events.DefaultMinInterval
 	}
+	if cfg.Prices == nil {
+		cfg.Prices = events.DefaultPrices()
+	}
 	db := &DB{pool: &Conn{pool}, projector: cfg.Projector, now: cfg.Now, afterCommit: cfg.AfterCommit,
-		offlineAfter: cfg.OfflineAfter, scheduleMinInterval: cfg.ScheduleMinInterval, txHooks: map[pgx.Tx][]func(){}}
+		offlineAfter: cfg.OfflineAfter, scheduleMinInterval: cfg.ScheduleMinInterval, txHooks: map[pgx.Tx][]func(){},
+		prices: cfg.Prices, day: cfg.Day}
 	var err error
 	if db.metrics, err = newStoreMetrics(cfg.Registerer, pool); err != nil {
 		return nil, err

@@ -19,6 +19,9 @@ type Finish struct {
 	Result json.RawMessage
 	Reason string // failed only
 	Kind   string // failed only: events.FailureError (when empty) or events.FailureTimeout
+	// Usage, when set (validated), is the attempt's LLM usage, reported
+	// first (task.usage_reported), as POST .../usage would.
+	Usage *events.UsageReport
 }
 
 // FinishOutcome is one item's answer: the task after it, with the events
@@ -70,7 +73,7 @@ func (db *DB) FinishTasks(ctx context.Context, workerID string, items []Finish, 
 	var fast []completeRequest
 	var fastAt []int
 	for i, it := range items {
-		if it.Status == events.StatusCompleted && len(it.Result) == 0 {
+		if it.Status == events.StatusCompleted && len(it.Result) == 0 && it.Usage == nil {
 			fast = append(fast, completeRequest{id: it.ID, worker: workerID, data: string(data), meta: string(metaJSON)})
 			fastAt = append(fastAt, i)
 		}
@@ -97,17 +100,26 @@ func (db *DB) FinishTasks(ctx context.Context, workerID string, items []Finish, 
 			outs[i].Err = err
 			continue
 		}
-		outs[i].Task, outs[i].Events, outs[i].Err = db.UpdateTask(ctx, db.pool, it.ID, meta, finishDecision(workerID, it))
+		outs[i].Task, outs[i].Events, outs[i].Err = db.UpdateTask(ctx, db.pool, it.ID, meta, db.finishDecision(ctx, workerID, it))
 	}
 	return outs, nil
 }
 
-// finishDecision is the single commands' rule for one item: the result
-// first when there is one, then the completion or the failure, decided on
-// the same state (posting a result changes neither status nor holder).
-func finishDecision(workerID string, it Finish) TaskDecision {
+// finishDecision is the single commands' rule for one item: the usage and
+// the result first when there are, then the completion or the failure,
+// decided on the same state (neither changes status nor holder).
+func (db *DB) finishDecision(ctx context.Context, workerID string, it Finish) TaskDecision {
 	return func(t *events.Task) ([]events.Payload, error) {
 		var ps []events.Payload
+		if it.Usage != nil {
+			a, err := db.attribution(ctx, db.ambient(ctx, db.pool), t)
+			if err != nil {
+				return nil, err
+			}
+			if ps, err = t.ReportUsage(workerID, *it.Usage, a); err != nil {
+				return nil, err
+			}
+		}
 		if len(it.Result) > 0 {
 			p, err := t.PostResult(workerID, it.Result)
 			if err != nil {
@@ -171,4 +183,11 @@ func (db *DB) checkHolder(ctx context.Context, workerID string, items []Finish) 
 		}
 	}
 	return nil
+}
+
+// FinishTask finishes one of the worker's tasks as the general command:
+// it.Usage and it.Result first, then the completion or the failure, in
+// one batch.
+func (db *DB) FinishTask(ctx context.Context, workerID string, it Finish, meta events.Meta) (*events.Task, []events.Envelope, error) {
+	return db.UpdateTask(ctx, db.pool, it.ID, meta, db.finishDecision(ctx, workerID, it))
 }

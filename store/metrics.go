@@ -30,6 +30,7 @@ type storeMetrics struct {
 	retries   *prometheus.CounterVec
 	queueWait *prometheus.HistogramVec
 	runTime   *prometheus.HistogramVec
+	usage     *prometheus.CounterVec
 
 	q        Querier
 	typeMu   sync.Mutex
@@ -60,13 +61,17 @@ func newStoreMetrics(reg prometheus.Registerer, pool *pgxpool.Pool) (*storeMetri
 			Help:    "Time from claim to completion or failure of one attempt, by task type.",
 			Buckets: []float64{.1, 1, 5, 15, 60, 300, 900, 1800, 3600, 4 * 3600, 24 * 3600},
 		}, []string{"task_type"}),
+		usage: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "taskservice_llm_usage_reports_total",
+			Help: "LLM usage reports this instance recorded, by task type and where the cost came from: worker (reported), prices (the price table) or unpriced (a model the table does not know, recorded at cost 0).",
+		}, []string{"task_type", "cost_source"}),
 		q:        pool,
 		typeName: map[string]string{},
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.appended, m.outcomes, m.retries, m.queueWait, m.runTime, newPoolCollector(pool)} {
+	for _, c := range []prometheus.Collector{m.appended, m.outcomes, m.retries, m.queueWait, m.runTime, m.usage, newPoolCollector(pool)} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("store: register metrics: %w", err)
 		}
@@ -86,6 +91,9 @@ func (m *storeMetrics) observe(evs []events.Envelope, task *events.Task) {
 			m.retries.WithLabelValues("skipped").Inc()
 		case "task.retries_exhausted":
 			m.retries.WithLabelValues("exhausted").Inc()
+		}
+		if u, ok := e.Payload.(events.TaskUsageReported); ok {
+			m.usage.WithLabelValues(m.typeNameOf(u.TaskTypeID), u.CostSource).Inc()
 		}
 		if task == nil || task.ID != e.StreamID {
 			continue

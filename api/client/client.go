@@ -210,6 +210,8 @@ type Finish struct {
 	Result json.RawMessage `json:"result,omitempty"`
 	Reason string          `json:"reason,omitempty"`
 	Kind   string          `json:"kind,omitempty"` // failed only: error (default) or timeout
+	// Usage is the attempt's LLM usage, reported before the task finishes.
+	Usage *events.UsageReport `json:"usage,omitempty"`
 }
 
 // FinishResult is one item's answer: Success, or the Error (and HTTP

@@ -1668,6 +1668,18 @@ type SetTaskStatusJSONBody struct {
 	Kind   *SetTaskStatusJSONBodyKind  `json:"kind,omitempty"`
 	Reason *string                     `json:"reason,omitempty"`
 	Status SetTaskStatusJSONBodyStatus `json:"status"`
+
+	// Usage the attempt's LLM usage, reported before the task finishes
+	Usage *struct {
+		CacheReadTokens  *int `json:"cache_read_tokens,omitempty"`
+		CacheWriteTokens *int `json:"cache_write_tokens,omitempty"`
+
+		// CostUsd what the attempt cost in US dollars; the service's price table prices it when left out
+		CostUsd      *float32 `json:"cost_usd,omitempty"`
+		InputTokens  *int     `json:"input_tokens,omitempty"`
+		Model        string   `json:"model"`
+		OutputTokens *int     `json:"output_tokens,omitempty"`
+	} `json:"usage,omitempty"`
 }
 
 // SetTaskStatusJSONBodyKind defines parameters for SetTaskStatus.

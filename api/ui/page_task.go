@@ -17,6 +17,7 @@ import (
 type taskData struct {
 	D        *store.TaskDetail
 	Chain    *store.Chain
+	LLM      *store.TaskUsage // the task's LLM usage and its chain's
 	Events   []eventRow
 	Workers  []store.WorkerRef
 	Names    map[string]string
@@ -79,6 +80,9 @@ func (u *UI) renderTask(c echo.Context, status int, action string, errs formErro
 	d.Shown = showJSON(d.D.Params, maxShownJSON, "/tasks/"+id+"/params.json")
 	d.Result = showJSON(d.D.Result, maxShownJSON, "/tasks/"+id+"/result.json")
 	if d.Chain, err = u.db.TaskChain(ctx, u.db.Pool(), id); err != nil {
+		return u.fail(c, err)
+	}
+	if d.LLM, err = u.db.TaskUsage(ctx, id); err != nil {
 		return u.fail(c, err)
 	}
 	ids := make([]string, 0, len(d.Chain.Attempts))

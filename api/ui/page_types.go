@@ -27,8 +27,9 @@ func (u *UI) types(c echo.Context) error {
 
 // typeForm is the create/edit form of a task type.
 type typeForm struct {
-	Type   *events.TaskType // nil when creating
-	Usage  *store.TypeUsage // its limits' use now, when it exists
+	Type   *events.TaskType    // nil when creating
+	Usage  *store.TypeUsage    // its limits' use now, when it exists
+	LLM    *store.TypeDayUsage // its LLM usage today against its budgets
 	Form   url.Values
 	Errors formErrors
 }
@@ -157,7 +158,11 @@ func (u *UI) typePage(c echo.Context) error {
 	if err != nil {
 		return u.fail(c, err)
 	}
-	return u.render(c, http.StatusOK, "type_form", typeForm{Type: tt, Usage: usage, Form: typeValues(tt)})
+	llm, err := u.db.TypeUsageToday(c.Request().Context(), u.db.Pool(), tt.ID)
+	if err != nil {
+		return u.fail(c, err)
+	}
+	return u.render(c, http.StatusOK, "type_form", typeForm{Type: tt, Usage: usage, LLM: llm, Form: typeValues(tt)})
 }
 
 func (u *UI) findType(c echo.Context) (*events.TaskType, error) {

@@ -52,6 +52,7 @@ type config struct {
 	bg            backgroundConfig
 	edge          edgeConfig
 	data          dataConfig
+	usage         usageConfig
 }
 
 func main() {
@@ -78,6 +79,7 @@ func run(args []string) int {
 	cfg.bg.register(fs)
 	cfg.edge.register(fs)
 	cfg.data.register(fs)
+	cfg.usage.register(fs)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usageCommands)
 		fmt.Fprintf(fs.Output(), "\nFlags of serve and migrate (each has an environment twin):\n")
@@ -194,6 +196,14 @@ func serve(ctx context.Context, cfg config, log zerolog.Logger) error {
 	if err != nil {
 		return err
 	}
+	prices, err := cfg.usage.pricesTable()
+	if err != nil {
+		return err
+	}
+	day, err := cfg.usage.teamDay()
+	if err != nil {
+		return err
+	}
 	if err := migrations.Up(ctx, cfg.databaseURL); err != nil {
 		return err
 	}
@@ -209,7 +219,7 @@ func serve(ctx context.Context, cfg config, log zerolog.Logger) error {
 	}
 	db, err := store.New(pool, store.Config{Projector: projections.Projector{},
 		AfterCommit: bg.notifier.Committed, OfflineAfter: cfg.bg.offlineAfter,
-		ScheduleMinInterval: cfg.bg.scheduleMinInterval, Registerer: reg})
+		ScheduleMinInterval: cfg.bg.scheduleMinInterval, Registerer: reg, Prices: prices, Day: day})
 	if err != nil {
 		return err
 	}

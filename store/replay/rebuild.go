@@ -202,6 +202,9 @@ func (r *rebuilder) swapped() []string {
 		out = append(out, t.name)
 		if t.name == "worker_tasks" {
 			out = append(out, countsTable)
+			for _, u := range usageTables {
+				out = append(out, u.Name)
+			}
 		}
 	}
 	return out
@@ -307,6 +310,9 @@ func (r *rebuilder) load(ctx context.Context) error {
 		return fmt.Errorf("write %s: %w", countsTable, err)
 	}
 	r.rep.Rows[countsTable] = 1
+	if err := r.loadUsage(ctx, r.seen); err != nil {
+		return err
+	}
 	return deriveGates(ctx, r.conn, `tt.gated`)
 }
 
@@ -538,6 +544,13 @@ func (r *rebuilder) applyDelta(ctx context.Context, tx pgx.Tx, p *phase) (int64,
 	}
 	if err := r.addCounts(ctx, tx, delta); err != nil {
 		return 0, nil, err
+	}
+	usage, err := r.addUsageDelta(ctx, tx)
+	if err != nil {
+		return 0, nil, err
+	}
+	for name, n := range usage {
+		changed[name] += n
 	}
 	if err := deriveDeltaGates(ctx, tx, f); err != nil {
 		return 0, nil, err

@@ -160,6 +160,17 @@ func (w *workload) step(ctx context.Context, rnd *rand.Rand) (err error) {
 				return err
 			}
 		}
+		if rnd.IntN(3) == 0 { // LLM usage, priced by the table or by the worker, or by neither
+			u := events.UsageReport{Model: []string{"claude-sonnet-4-5", "claude-opus-4-5", "homebrew-llm"}[rnd.IntN(3)],
+				InputTokens: rnd.Int64N(100_000), OutputTokens: rnd.Int64N(10_000), CacheReadTokens: rnd.Int64N(1_000_000)}
+			if rnd.IntN(4) == 0 {
+				cost := float64(rnd.IntN(1_000_000)) / 1e4
+				u.CostUSD = &cost
+			}
+			if _, _, err := db.ReportUsage(ctx, t.ID, worker, u, wm); err != nil {
+				return err
+			}
+		}
 		decide := func(d store.TaskDecision) error { _, _, err := db.UpdateTask(ctx, db.Pool(), t.ID, wm, d); return err }
 		switch r := rnd.IntN(10); {
 		case r < 5:

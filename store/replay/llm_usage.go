@@ -1,0 +1,159 @@
+package replay
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/clawdbot/task-service/events"
+	"github.com/clawdbot/task-service/projections"
+)
+
+// The LLM usage totals are counters over many streams (a chain, a type's
+// day), so they are not folded per range of streams like the other
+// projections: replay sums the usage events in SQL, where the event data
+// already says where each one counts (projections.UsageTables). A rebuild
+// sums the snapshot's events into the fresh tables after the load and adds
+// each catch-up's new events; Verify compares the sums with the live rows.
+
+var usageTables = projections.UsageTables
+
+// usageEvents is the type of the events the totals sum.
+var usageEvents = events.TaskUsageReported{}.EventType()
+
+// usageSums selects t's rows as the sums of the usage events meeting where.
+func usageSums(t projections.UsageTable, where string) string {
+	cond := "e.type = '" + usageEvents + "' AND " + where
+	if t.Only != "" {
+		cond += " AND " + t.Only
+	}
+	group := make([]string, len(t.Key))
+	for i := range t.Key {
+		group[i] = fmt.Sprint(i + 1)
+	}
+	return fmt.Sprintf(`SELECT %s, %s FROM task_events e WHERE %s GROUP BY %s`,
+		strings.Join(t.KeySQL, ", "), strings.Join(projections.UsageDeltaSQL, ", "), cond, strings.Join(group, ", "))
+}
+
+func usageColumns(t projections.UsageTable) string {
+	return strings.Join(append(append([]string{}, t.Key...), projections.UsageColumns...), ", ")
+}
+
+// loadUsage writes the totals of the events visible in snapshot into the
+// fresh tables.
+func (r *rebuilder) loadUsage(ctx context.Context, snapshot string) error {
+	for _, t := range usageTables {
+		tag, err := r.conn.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (%s) %s`,
+			pgx.Identifier{rebuildSchema, t.Name}.Sanitize(), usageColumns(t),
+			usageSums(t, `pg_visible_in_snapshot(e.tx_id, $1::text::pg_snapshot)`)), snapshot)
+		if err != nil {
+			return fmt.Errorf("write %s: %w", t.Name, err)
+		}
+		r.rep.Rows[t.Name] = tag.RowsAffected()
+	}
+	return nil
+}
+
+// addUsageDelta adds the usage events r.seen could not see to the fresh
+// totals, in tx; it returns the new rows per table.
+func (r *rebuilder) addUsageDelta(ctx context.Context, tx pgx.Tx) (map[string]int64, error) {
+	added := map[string]int64{}
+	for _, t := range usageTables {
+		fresh := pgx.Identifier{rebuildSchema, t.Name}.Sanitize()
+		var n int64
+		err := tx.QueryRow(ctx, fmt.Sprintf(`WITH up AS (
+    INSERT INTO %s AS u (%s) %s ON CONFLICT (%s) DO UPDATE SET %s RETURNING xmax = 0 AS inserted
+) SELECT count(*) FILTER (WHERE inserted) FROM up`,
+			fresh, usageColumns(t), usageSums(t, afterSeen), strings.Join(t.Key, ", "), projections.AddCounters("u")), r.seen).Scan(&n)
+		if err != nil {
+			return nil, fmt.Errorf("catch up %s: %w", t.Name, err)
+		}
+		added[t.Name] = n
+	}
+	return added, nil
+}
+
+// verifyUsage compares each live usage table with the sums of the events,
+// both ways, in tx's snapshot.
+func verifyUsage(ctx context.Context, tx pgx.Tx, rep *Report, max int) error {
+	for _, t := range usageTables {
+		var on, lkeys, rkeys, lcols, rcols []string
+		for _, k := range t.Key {
+			q := pgx.Identifier{k}.Sanitize()
+			on = append(on, "l."+q+" = r."+q)
+			lkeys, rkeys = append(lkeys, "l."+q+"::text"), append(rkeys, "r."+q+"::text")
+		}
+		for _, c := range projections.UsageColumns {
+			lcols, rcols = append(lcols, "l."+c), append(rcols, "r."+c)
+		}
+		rows, err := tx.Query(ctx, fmt.Sprintf(`SELECT concat_ws(' ', %s), concat_ws(' ', %s), l.%s IS NOT NULL, r.%s IS NOT NULL,
+       %s, %s
+  FROM %s l FULL JOIN (%s) r (%s) ON %s
+ WHERE (%s) IS DISTINCT FROM (%s)`,
+			strings.Join(lkeys, ", "), strings.Join(rkeys, ", "), t.Key[0], t.Key[0],
+			textCols(lcols), textCols(rcols),
+			pgx.Identifier{t.Name}.Sanitize(), usageSums(t, "true"), usageColumns(t), strings.Join(on, " AND "),
+			strings.Join(lcols, ", "), strings.Join(rcols, ", ")))
+		if err != nil {
+			return fmt.Errorf("verify %s: %w", t.Name, err)
+		}
+		td := TableDiff{}
+		n := len(projections.UsageColumns)
+		for rows.Next() {
+			var lkey, rkey string
+			var inLive, inFold bool
+			vals := make([]*string, 2*n)
+			dest := []any{&lkey, &rkey, &inLive, &inFold}
+			for i := range vals {
+				dest = append(dest, &vals[i])
+			}
+			if err := rows.Scan(dest...); err != nil {
+				rows.Close()
+				return fmt.Errorf("verify %s: %w", t.Name, err)
+			}
+			if inLive {
+				td.LiveRows++
+			}
+			if inFold {
+				td.FoldRows++
+			}
+			if int(td.LiveRows+td.FoldRows) > 2*max {
+				rep.Truncated = true
+				continue
+			}
+			d := Difference{Table: t.Name, Key: lkey, Columns: projections.UsageColumns}
+			switch {
+			case inLive && inFold:
+				d.Side, d.Live, d.Events = Changed, vals[:n], vals[n:]
+				for i, c := range projections.UsageColumns {
+					if !sameValue(vals[i], vals[n+i]) {
+						d.Changed = append(d.Changed, c)
+					}
+				}
+			case inLive:
+				d.Side, d.Live = LiveOnly, vals[:n]
+			default:
+				d.Side, d.Events, d.Key = EventsOnly, vals[n:], rkey
+			}
+			rep.Differences = append(rep.Differences, d)
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("verify %s: %w", t.Name, err)
+		}
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{t.Name}.Sanitize()).Scan(&td.Rows); err != nil {
+			return fmt.Errorf("verify %s: %w", t.Name, err)
+		}
+		rep.Tables[t.Name] = td
+	}
+	return nil
+}
+
+func textCols(cols []string) string {
+	out := make([]string, len(cols))
+	for i, c := range cols {
+		out[i] = c + "::text"
+	}
+	return strings.Join(out, ", ")
+}
