@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/clawdbot/task-service/events"
 )
 
 // Retry intelligence (seed design §7b): for a failure of kind error, one call
@@ -28,6 +30,9 @@ type AdviceRequest struct {
 	Reason      string
 	// Attempt is the attempt that failed (1 = the original), of MaxAttempts.
 	Attempt, MaxAttempts int
+	// TaskID is the failed task, which the call's own usage is recorded on
+	// (never sent to the model).
+	TaskID string
 }
 
 // Advice is the advisor's verdict.
@@ -37,6 +42,9 @@ type Advice struct {
 	Reason string
 	// Hint is the instruction for the retry ("" = the template alone).
 	Hint string
+	// Usage is what the call itself spent, when the API said so; set even
+	// when the answer could not be used (the tokens were spent anyway).
+	Usage *events.UsageReport
 }
 
 // Advisor advises on a failure. An error means "use the template".
@@ -133,7 +141,14 @@ type claudeMessage struct {
 
 type claudeResponse struct {
 	Type       string `json:"type"`
+	Model      string `json:"model"`
 	StopReason string `json:"stop_reason"`
+	Usage      *struct {
+		InputTokens              int64 `json:"input_tokens"`
+		OutputTokens             int64 `json:"output_tokens"`
+		CacheCreationInputTokens int64 `json:"cache_creation_input_tokens"`
+		CacheReadInputTokens     int64 `json:"cache_read_input_tokens"`
+	} `json:"usage"`
 	Content    []struct {
 		Type string `json:"type"`
 		Text string `json:"text"`
@@ -183,8 +198,9 @@ func (c *Claude) Advise(ctx context.Context, req AdviceRequest) (Advice, error) 
 		}
 		return Advice{}, fmt.Errorf("claude: %d %s", resp.StatusCode, msg)
 	}
+	used := out.usage(c.cfg.Model)
 	if out.StopReason == "max_tokens" {
-		return Advice{}, errors.New("claude: answer cut off at max_tokens")
+		return Advice{Usage: used}, errors.New("claude: answer cut off at max_tokens")
 	}
 	var text strings.Builder
 	for _, block := range out.Content {
@@ -192,7 +208,26 @@ func (c *Claude) Advise(ctx context.Context, req AdviceRequest) (Advice, error) 
 			text.WriteString(block.Text)
 		}
 	}
-	return parseAdvice(text.String())
+	a, err := parseAdvice(text.String())
+	a.Usage = used
+	return a, err
+}
+
+// usage is the call's usage as a report (the model the API answered with,
+// else the one asked for); nil when the answer has none or absurd figures.
+func (r claudeResponse) usage(asked string) *events.UsageReport {
+	if r.Usage == nil {
+		return nil
+	}
+	u := events.UsageReport{Model: r.Model, InputTokens: r.Usage.InputTokens, OutputTokens: r.Usage.OutputTokens,
+		CacheReadTokens: r.Usage.CacheReadInputTokens, CacheWriteTokens: r.Usage.CacheCreationInputTokens}
+	if u.Model == "" {
+		u.Model = asked
+	}
+	if u.Validate("") != nil {
+		return nil
+	}
+	return &u
 }
 
 var (

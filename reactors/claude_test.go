@@ -198,6 +198,18 @@ func TestRetryAdvice(t *testing.T) {
 		failed := e.decided(r.task.ID)
 		evs := e.stream(r.task.ID)
 		require.Equal(t, 1, fake.count(r.mode), "one call per failure (%s)", r.mode)
+		used := ofType(evs, "task.usage_reported")
+		switch r.mode {
+		case "429", "500", "529", "malformed", "slow": // no answer, no usage
+			require.Empty(t, used, r.mode)
+		default: // an answer, usable or not: its tokens were spent
+			require.Len(t, used, 1, r.mode)
+			p := used[0].Payload.(events.TaskUsageReported)
+			require.Equal(t, events.System(events.RetryAdvisorName), used[0].Meta.Actor, r.mode)
+			require.Equal(t, events.TaskUsageReported{Model: "claude-test", InputTokens: 100, OutputTokens: 20,
+				CostSource: events.CostUnpriced, By: events.UsageByAdvisor, TaskTypeID: tt.ID, RootTaskID: r.task.ID,
+				Day: p.Day}, p, r.mode)
+		}
 		switch r.mode {
 		case "skip", "bareskip":
 			require.Equal(t, events.RetryOutcomeSkipped, *failed.RetryOutcome, r.mode)

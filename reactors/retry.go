@@ -186,7 +186,7 @@ func (r *Retry) prepare(ctx context.Context, evs []events.Envelope) error {
 		}
 		jobs[ev.Seq] = AdviceRequest{
 			TaskTitle: t.Title, TaskType: tt.Name, Description: events.OriginalDescription(t.Description),
-			Reason: reason, Attempt: t.RetryCount + 1, MaxAttempts: tt.MaxRetries + 1,
+			Reason: reason, Attempt: t.RetryCount + 1, MaxAttempts: tt.MaxRetries + 1, TaskID: t.ID,
 		}
 		seqs = append(seqs, ev.Seq)
 	}
@@ -230,6 +230,12 @@ func (r *Retry) ask(ctx context.Context, seq int64, req AdviceRequest) Advice {
 	start := time.Now()
 	a, err := r.cfg.Advisor.Advise(ctx, req)
 	r.latency.Observe(time.Since(start).Seconds())
+	if a.Usage != nil && req.TaskID != "" {
+		// Once: only the instance whose ClaimAdvice won the failure calls.
+		if uerr := r.db.RecordAdvisorUsage(context.WithoutCancel(ctx), r.db.Pool(), req.TaskID, *a.Usage); uerr != nil {
+			r.log.Warn().Err(uerr).Int64("event_seq", seq).Msg("cannot record the retry advisor's LLM usage")
+		}
+	}
 	switch {
 	case err != nil:
 		r.log.Warn().Err(err).Int64("event_seq", seq).Msg("retry advice failed; using the template")

@@ -40,6 +40,9 @@ type outcome struct {
 	kind   string // failure kind: events.FailureError or events.FailureTimeout
 	reason string
 	result json.RawMessage
+	// usage is the LLM usage the command's output reported (Claude Code's
+	// JSON result), sent with the completion or the failure.
+	usage *events.UsageReport
 }
 
 // runTask runs one claimed task to its end and reports it. The slot is
@@ -88,10 +91,11 @@ func (w *Worker) runTask(killCtx, reportCtx context.Context, slot int, t *claime
 	upd.Close()
 	o := outcomeOf(res, files, spec)
 	if o.action == "complete" || o.action == "fail" {
+		o.usage = usageFromOutput(res.LastJSON)
 		// Before the report: a completed task's data is all there when it
 		// completes, and a failed attempt's data is there for its retry.
 		if _, _, err := w.uploadOutput(reportCtx, log, t.ID, files.Output); err != nil && o.action == "complete" {
-			o = outcome{action: "fail", kind: events.FailureError, reason: "the command succeeded but its output could not be uploaded: " + err.Error()}
+			o = outcome{action: "fail", kind: events.FailureError, reason: "the command succeeded but its output could not be uploaded: " + err.Error(), usage: o.usage}
 		} else if err != nil {
 			o.reason += "\n(and its output could not be uploaded: " + err.Error() + ")"
 		}
@@ -251,10 +255,10 @@ func (w *Worker) report(ctx context.Context, log zerolog.Logger, t *claimedTask,
 	if o.action == "complete" || o.action == "fail" {
 		// Together with the other slots' outcomes that are ready, in one
 		// request; alone (below) when that cannot settle it.
-		item := client.Finish{ID: t.ID, Status: events.StatusCompleted, Result: o.result}
+		item := client.Finish{ID: t.ID, Status: events.StatusCompleted, Result: o.result, Usage: o.usage}
 		if o.action == "fail" {
 			item = client.Finish{ID: t.ID, Status: events.StatusFailed, Kind: o.kind,
-				Reason: capText(sanitizeLine(o.reason), events.MaxReasonLen/2)}
+				Reason: capText(sanitizeLine(o.reason), events.MaxReasonLen/2), Usage: o.usage}
 		}
 		if alone, err := w.finish(ctx, item); !alone {
 			if err != nil {
@@ -264,6 +268,20 @@ func (w *Worker) report(ctx context.Context, log zerolog.Logger, t *claimedTask,
 				return false
 			}
 			return true
+		}
+	}
+	if o.usage != nil && (o.action == "complete" || o.action == "fail") {
+		// Alone: the usage first, on its own route; a refusal loses the
+		// figures, never the outcome.
+		err := w.api.retry(ctx, "report usage", func(ctx context.Context) error {
+			_, err := w.api.c.ReportUsage(ctx, t.ID, *o.usage)
+			return err
+		})
+		if err != nil {
+			if w.reportFailed(ctx, log, err) {
+				return false
+			}
+			log.Warn().Err(err).Msg("the service refused the LLM usage; reporting the outcome without it")
 		}
 	}
 	if o.action == "complete" && o.result != nil {
