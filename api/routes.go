@@ -78,6 +78,8 @@ func (s *Server) table() []route {
 			status: okay, response: store.Capacity{}, errors: []int{}},
 		{method: http.MethodGet, path: a + "/stats", id: "getStats", summary: "Counts per status, queue depth, workers online", role: roleAdmin, handler: s.stats, tag: "fleet",
 			status: okay, response: store.Stats{}, errors: []int{}},
+		{method: http.MethodGet, path: a + "/digest", id: "previewDigest", summary: "Today's daily digest, as the Telegram chat gets it (so far, before its time)", role: roleAdmin, handler: s.previewDigest, tag: "fleet",
+			status: okay, response: digestPreview{}, errors: []int{}},
 
 		{method: http.MethodPost, path: a + "/task-types", id: "createTaskType", idempotent: true, summary: "Create a task type", role: roleAdmin, handler: s.createTaskType,
 			request: taskTypeRequest{}, status: created, response: events.TaskType{}, errors: []int{bad, conflict}},

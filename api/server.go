@@ -14,6 +14,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/clawdbot/task-service/store"
+	"github.com/clawdbot/task-service/store/digest"
 )
 
 // Config configures the API server.
@@ -56,6 +57,9 @@ type Config struct {
 	BodyReadTimeout time.Duration
 	// Data configures task data uploads and downloads.
 	Data DataConfig
+	// Digest is when the daily digest goes out, for its preview (default
+	// 09:00 UTC).
+	Digest digest.Schedule
 }
 
 // Server is the HTTP API.
@@ -127,6 +131,9 @@ func New(cfg Config) (*Server, error) {
 		cfg.Now = time.Now
 	}
 	cfg.Data.defaults()
+	if cfg.Digest.Loc == nil {
+		cfg.Digest = digest.Schedule{At: digest.Clock{Hour: 9}, Loc: time.UTC}
+	}
 	dummy, err := bcrypt.GenerateFromPassword([]byte("timing-equalizer"), cfg.BcryptCost)
 	if err != nil {
 		return nil, err

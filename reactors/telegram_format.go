@@ -195,7 +195,25 @@ type chunk struct {
 // its own line; several get a header "N updates" and one line each. A
 // message that would pass Telegram's limit is split at line ends, each part
 // carrying its own rows, so a failure of one part affects only its rows.
+// A digest is always a message of its own.
 func composeMessages(rows []outboxRow) []chunk {
+	var alone []chunk
+	rest := make([]outboxRow, 0, len(rows))
+	for _, r := range rows {
+		if r.Kind == kindDigest {
+			alone = append(alone, chunk{text: r.Text, rows: []outboxRow{r}})
+		} else {
+			rest = append(rest, r)
+		}
+	}
+	if len(rest) == 0 {
+		return alone
+	}
+	return append(alone, composeUpdates(rest)...)
+}
+
+// composeUpdates is composeMessages for rows that may share a message.
+func composeUpdates(rows []outboxRow) []chunk {
 	if len(rows) == 1 {
 		return []chunk{{text: rows[0].Text, rows: rows}}
 	}

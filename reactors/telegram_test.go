@@ -220,6 +220,19 @@ func TestComposeMessagesSplitsAtTheLimit(t *testing.T) {
 	require.Equal(t, 40, n)
 }
 
+// A digest claimed with other rows is still a message of its own.
+func TestComposeMessagesSendsADigestAlone(t *testing.T) {
+	t.Parallel()
+	rows := []outboxRow{{ID: 1, Kind: kindFailed, Text: "failed"}, {ID: 2, Kind: kindDigest, Text: "digest\nof the day"},
+		{ID: 3, Kind: kindCompleted, Text: "completed"}}
+	chunks := composeMessages(rows)
+	require.Len(t, chunks, 2)
+	require.Equal(t, "digest\nof the day", chunks[0].text)
+	require.Equal(t, []outboxRow{rows[1]}, chunks[0].rows)
+	require.Equal(t, "📬 <b>2 updates</b>\nfailed\ncompleted", chunks[1].text)
+	require.Len(t, composeMessages(rows[1:2]), 1)
+}
+
 // fixture is a task type, a worker and helpers that append real events.
 type fixture struct {
 	db       *store.DB

@@ -556,3 +556,21 @@ func (c *Client) TaskEvents(ctx context.Context, id string) ([]Event, error) {
 func (c *Client) ClaimWait(ctx context.Context, wait time.Duration) (*store.TaskWithType, error) {
 	return c.claim(ctx, fmt.Sprintf("/api/v1/worker/tasks/claim?wait=%d", int(wait.Seconds())))
 }
+
+// DigestPreview is today's daily digest as the Telegram chat gets it.
+type DigestPreview struct {
+	Day      string    `json:"day"`
+	TimeZone string    `json:"time_zone"`
+	DueAt    time.Time `json:"due_at"`
+	From     time.Time `json:"from"`
+	To       time.Time `json:"to"`
+	Partial  bool      `json:"partial"`
+	HTML     string    `json:"html"`
+	Text     string    `json:"text"`
+}
+
+// PreviewDigest builds today's digest (so far, before its time).
+func (c *Client) PreviewDigest(ctx context.Context) (*DigestPreview, error) {
+	var out DigestPreview
+	return &out, c.Do(ctx, http.MethodGet, adminBase+"/digest", nil, &out)
+}

@@ -37,6 +37,7 @@ type backgroundConfig struct {
 	anthropicTimeout time.Duration
 
 	telegram telegramConfig
+	digest   digestConfig
 
 	// Schedules (issue 13).
 	scheduler        bool
@@ -60,6 +61,7 @@ func (c *backgroundConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.anthropicModel, "anthropic-model", envOr("ANTHROPIC_MODEL", "claude-sonnet-4-5"), "model for retry advice (env ANTHROPIC_MODEL)")
 	fs.DurationVar(&c.anthropicTimeout, "anthropic-timeout", envDuration("ANTHROPIC_TIMEOUT", 10*time.Second), "timeout of one retry-advice call (env ANTHROPIC_TIMEOUT)")
 	c.telegram.register(fs)
+	c.digest.register(fs)
 	fs.BoolVar(&c.scheduler, "scheduler", envBool("SCHEDULER", true), "fire due schedules on this instance (env SCHEDULER)")
 	fs.DurationVar(&c.schedulerCatchUp, "scheduler-catch-up", envDuration("SCHEDULER_CATCH_UP", 30*time.Second), "the scheduler looks for due schedules this often even without a wake (env SCHEDULER_CATCH_UP)")
 	c.scheduleMinInterval = envDuration("TASK_SERVICE_TEST_MIN_SCHEDULE_INTERVAL", 0)
@@ -136,6 +138,9 @@ func (b *background) addWorkers(cfg config, db *store.DB, reg prometheus.Registe
 		}
 		rs = append(rs, tgReactor)
 		b.workers = append(b.workers, tgSender)
+		if err := bg.addDigest(b, db, log); err != nil {
+			return err
+		}
 
 		runner, err := reactors.NewRunner(reactors.RunnerConfig{DB: db, Hub: b.hub, InstanceID: b.instanceID,
 			Reactors: rs, CatchUp: bg.catchUp, Registerer: reg, Logger: log})
@@ -239,4 +244,24 @@ func envBool(name string, def bool) bool {
 		return false
 	}
 	return def
+}
+
+// addDigest runs the daily digest where the reactors run, when Telegram is
+// on and DIGEST_AT is not off.
+func (bg backgroundConfig) addDigest(b *background, db *store.DB, log zerolog.Logger) error {
+	if !bg.telegram.enabled || bg.digest.off() {
+		log.Info().Msg("daily digest is off (it needs Telegram on and DIGEST_AT not off)")
+		return nil
+	}
+	sched, err := bg.digest.schedule(db.Day().Loc)
+	if err != nil {
+		return err
+	}
+	d, err := reactors.NewDigest(reactors.DigestConfig{DB: db, Schedule: sched, ChatID: bg.telegram.chatID, Logger: log})
+	if err != nil {
+		return err
+	}
+	log.Info().Str("at", sched.At.String()).Str("time_zone", sched.Loc.String()).Msg("daily digest is on")
+	b.workers = append(b.workers, d.Run)
+	return nil
 }

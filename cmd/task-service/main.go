@@ -204,6 +204,10 @@ func serve(ctx context.Context, cfg config, log zerolog.Logger) error {
 	if err != nil {
 		return err
 	}
+	digestSchedule, err := cfg.bg.digest.schedule(day.Loc)
+	if err != nil {
+		return err
+	}
 	if err := migrations.Up(ctx, cfg.databaseURL); err != nil {
 		return err
 	}
@@ -238,7 +242,7 @@ func serve(ctx context.Context, cfg config, log zerolog.Logger) error {
 		TokenTTL: cfg.tokenTTL, BcryptCost: cfg.bcryptCost, Registry: reg, Hub: bg.hub,
 		Ready: func(context.Context) error { return bg.listener.Ready() },
 		Login: cfg.edge.login, TrustedProxies: proxies, CORSOrigins: origins,
-		CookieSecure: cookieSecure, HSTSMaxAge: hsts, BodyReadTimeout: cfg.edge.bodyTimeout,
+		CookieSecure: cookieSecure, HSTSMaxAge: hsts, BodyReadTimeout: cfg.edge.bodyTimeout, Digest: digestSchedule,
 		Data: api.DataConfig{Store: bs, MaxFileBytes: cfg.data.maxFileBytes, MaxTaskBytes: cfg.data.maxTaskBytes,
 			MaxTaskFiles: cfg.data.maxTaskFiles, URLTTL: cfg.data.urlTTL}})
 	if err != nil {

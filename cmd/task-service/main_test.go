@@ -488,4 +488,16 @@ func TestHelpAndConfigErrors(t *testing.T) {
 	code, out = runCmd(t, baseEnv("DATABASE_URL="+dbURL, "LISTEN_ADDR="+freeAddr(t), "JWT_SECRET=short"))
 	require.Equal(t, 1, code, out)
 	require.Contains(t, out, "JWT_SECRET")
+
+	// The digest's settings are checked before anything starts.
+	for env, want := range map[string]string{
+		"DIGEST_AT=9am":              `DIGEST_AT: \"9am\" is not a time of day: use HH:MM (24-hour), e.g. 09:00, or off`,
+		"DIGEST_TZ=Mars/Olympus":     `DIGEST_TZ: unknown time zone \"Mars/Olympus\" (use an IANA name such as Europe/Berlin, or UTC)`,
+		"DIGEST_AT=24:00":            `DIGEST_AT: \"24:00\" is not a time of day`,
+		"DIGEST_TZ=../../etc/passwd": `DIGEST_TZ \"../../etc/passwd\" is not a time zone`,
+	} {
+		code, out = runCmd(t, baseEnv("DATABASE_URL="+dbURL, "LISTEN_ADDR="+freeAddr(t), "JWT_SECRET=e2e-secret-0123456789abcdef", env))
+		require.Equal(t, 1, code, out)
+		require.Contains(t, out, want, env)
+	}
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/clawdbot/task-service/projections"
 	"github.com/clawdbot/task-service/store"
 	"github.com/clawdbot/task-service/store/blob"
+	"github.com/clawdbot/task-service/store/digest"
 	"github.com/clawdbot/task-service/store/storetest"
 )
 
@@ -59,7 +60,9 @@ func newCLIEnv(t *testing.T) *cliEnv {
 	t.Setenv("DATA_S3_BUCKET", "")
 	srv, err := api.New(api.Config{DB: db, JWTSecret: []byte("taskctl-test-secret-0123456789"), BcryptCost: bcrypt.MinCost,
 		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel), Hub: hub,
-		Data: api.DataConfig{Store: dataStore}})
+		Data: api.DataConfig{Store: dataStore},
+		// The last second of the day: the digest preview covers the day so far.
+		Digest: digest.Schedule{At: digest.Clock{Hour: 23, Minute: 59, Second: 59}, Loc: time.UTC}})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -282,6 +285,15 @@ func TestTypesTasksHistoryAndChain(t *testing.T) {
 	out = e.ok("stats")
 	require.Contains(t, out, "Tasks by status")
 	require.Regexp(t, `cancelled\s+1`, out)
+
+	// Today's digest: the day's failure is in it, as the chat would read it.
+	out = e.ok("digest", "--preview")
+	require.Contains(t, out, "📊 Daily digest: ")
+	require.Contains(t, out, "Top failure reasons\n• 1× tests fail on main")
+	require.NotContains(t, out, "<b>")
+	code, _, errOut = e.taskctl("digest")
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut, "say --preview")
 }
 
 func TestExitCodesAndHelp(t *testing.T) {

@@ -37,6 +37,7 @@ func commands() map[string]command {
 		"tail":    {summary: "follow the event log live (reconnects and resumes by itself)", run: entry((*app).tail)},
 		"stats":   {summary: "tasks per status, queue, workers online, retries, reactor lag", run: entry((*app).stats)},
 		"usage":   {summary: "LLM usage: tokens and cost per type today against budgets, or of a task and its chain", run: entry((*app).usage)},
+		"digest":  {summary: "today's daily digest, as the Telegram chat gets it (--preview)", run: entry((*app).digest)},
 		"data":    {summary: "task data: prune by retention, verify objects, sweep orphans (database and store access)", run: entry(dataCommand)},
 		"replay":  {summary: "rebuild the projections from the events, or --verify them (database access)", run: entry((*app).replay)},
 		"version": {summary: "print the version and VCS revision of this binary", run: printVersion},
