@@ -38,8 +38,12 @@ func testDigest(t *testing.T, late bool) {
 	loc, err := time.LoadLocation(zone)
 	require.NoError(t, err)
 	bot := newBotFake(t, func(int) (int, string) { return 0, "" })
+	// The digest will be due when the team's day turns, after the day's
+	// work below: its LLM usage is the last whole team day's.
+	due := time.Now().Add(45 * time.Second).Truncate(time.Second)
 	c := newCluster(t, 3, "TELEGRAM_ENABLED=true", "TELEGRAM_BOT_TOKEN="+tgToken, "TELEGRAM_CHAT_ID=-100777",
-		"TELEGRAM_API_BASE="+bot.srv.URL, "TELEGRAM_WINDOW=200ms", "DIGEST_AT=off", "DIGEST_TZ="+zone)
+		"TELEGRAM_API_BASE="+bot.srv.URL, "TELEGRAM_WINDOW=200ms", "DIGEST_AT=off", "DIGEST_TZ="+zone,
+		"DAY_STARTS_AT="+due.In(loc).Format("15:04:05"))
 
 	// The day: a slow crawl completed, a report completed, a crawl failed
 	// and retried; a report queued and a crawl scheduled for tomorrow.
@@ -49,12 +53,16 @@ func testDigest(t *testing.T, late bool) {
 	require.NoError(t, err)
 	w := c.worker("digest-worker", 3)
 	require.NoError(t, w.clients[0].Heartbeat(c.ctx, client.Heartbeat{Status: "idle"}), "online from its first heartbeat")
-	run := func(tt *events.TaskType, title string, hold time.Duration, failReason string) string {
+	run := func(tt *events.TaskType, title string, hold time.Duration, failReason string, usage *events.UsageReport) string {
 		task, err := c.admin.CreateTask(c.ctx, client.NewTask{Title: title, TaskTypeID: tt.ID})
 		require.NoError(t, err)
 		got, err := w.clients[0].Claim(c.ctx)
 		require.NoError(t, err)
 		require.Equal(t, task.ID, got.ID)
+		if usage != nil {
+			_, err = w.clients[0].ReportUsage(c.ctx, task.ID, *usage)
+			require.NoError(t, err)
+		}
 		time.Sleep(hold)
 		if failReason != "" {
 			_, err = w.clients[0].Fail(c.ctx, task.ID, failReason)
@@ -64,9 +72,11 @@ func testDigest(t *testing.T, late bool) {
 		require.NoError(t, err)
 		return task.ID
 	}
-	slow := run(crawl, "slow crawl", 2200*time.Millisecond, "")
-	quick := run(report, "quick report", 0, "")
-	failed := run(crawl, "failing crawl", 0, "HTTP 429 from upstream")
+	cost := 0.25
+	slow := run(crawl, "slow crawl", 2200*time.Millisecond, "",
+		&events.UsageReport{Model: "claude-sonnet-4-5", InputTokens: 1200, OutputTokens: 3400, CostUSD: &cost})
+	quick := run(report, "quick report", 0, "", nil)
+	failed := run(crawl, "failing crawl", 0, "HTTP 429 from upstream", nil)
 	c.eventually("the failed crawl retried", func() bool {
 		return c.count(`SELECT count(*) FROM worker_tasks WHERE parent_task_id = $1`, failed) == 1
 	})
@@ -76,8 +86,8 @@ func testDigest(t *testing.T, late bool) {
 		RunAt: time.Now().Add(24 * time.Hour).UTC().Format(time.RFC3339)})
 	require.NoError(t, err)
 
-	// The digest is due a few seconds from now; the instances restart with it.
-	due := time.Now().Add(10 * time.Second).Truncate(time.Second)
+	// The instances restart with the digest's time.
+	require.Less(t, time.Now(), due.Add(-5*time.Second), "the day's work took longer than the test's lead")
 	for _, in := range c.ins {
 		in.stop(syscall.SIGTERM)
 		in.env = append(in.env, "DIGEST_AT="+due.In(loc).Format("15:04:05"))
@@ -125,6 +135,9 @@ Top failure reasons
 
 Slowest types (median run time)
 ` + slowest + `
+LLM usage on ` + due.AddDate(0, 0, -1).In(loc).Format("Mon 2 Jan") + `
+• crawl: 4,600 tokens, 0.25 USD
+
 Now: 2 queued, 0 in progress, 1 scheduled; 1 worker online, 3 idle slots.`
 	require.Equal(t, want, digests()[0])
 

@@ -100,6 +100,11 @@ type Facts struct {
 	// Now: the queue and the fleet as the digest is made.
 	QueueDepth, InProgress, Scheduled int
 	WorkersOnline, IdleSlots          int
+	// UsageDay is the latest whole team day before To (YYYY-MM-DD; the
+	// day LLM totals and budgets count in); Usage is each type's LLM usage
+	// that day, the types that reported some or have a budget.
+	UsageDay string
+	Usage    []store.TypeDayUsage
 }
 
 // TypeDay is one type's tasks finished in the period.
@@ -174,6 +179,20 @@ func Gather(ctx context.Context, db *store.DB, from, to time.Time) (*Facts, erro
 		return nil, fmt.Errorf("digest: capacity: %w", err)
 	}
 	f.IdleSlots = capacity.OnlineSlots
+	today, err := time.Parse(time.DateOnly, db.Day().Of(to))
+	if err != nil {
+		return nil, fmt.Errorf("digest: the team's day: %w", err)
+	}
+	f.UsageDay = today.AddDate(0, 0, -1).Format(time.DateOnly)
+	usage, err := db.TypesUsageOn(ctx, f.UsageDay)
+	if err != nil {
+		return nil, fmt.Errorf("digest: LLM usage: %w", err)
+	}
+	for _, u := range usage {
+		if u.Usage.Reports > 0 || u.DailyTokenBudget != nil || u.DailyCostBudgetUSD != nil {
+			f.Usage = append(f.Usage, u)
+		}
+	}
 	return f, nil
 }
 
@@ -215,10 +234,54 @@ func Text(f *Facts, loc *time.Location) string {
 			fmt.Fprintf(&b, "• %s: %s\n", html.EscapeString(t.Type), t.Median)
 		}
 	}
+	if len(f.Usage) > 0 {
+		day, _ := time.Parse(time.DateOnly, f.UsageDay)
+		fmt.Fprintf(&b, "\n<b>LLM usage</b> on %s\n", day.Format("Mon 2 Jan"))
+		for i, u := range f.Usage {
+			if i == maxTypes {
+				fmt.Fprintf(&b, "• and %d more types\n", len(f.Usage)-maxTypes)
+				break
+			}
+			fmt.Fprintf(&b, "• %s: %s\n", html.EscapeString(u.Name), usageLine(u))
+		}
+	}
 	fmt.Fprintf(&b, "\n<b>Now</b>: %d queued, %d in progress, %d scheduled; %d %s online, %d idle %s.",
 		f.QueueDepth, f.InProgress, f.Scheduled, f.WorkersOnline, plural(f.WorkersOnline, "worker", "workers"),
 		f.IdleSlots, plural(f.IdleSlots, "slot", "slots"))
 	return b.String()
+}
+
+// usageLine is a type's tokens and cost, each against its budget when
+// there is one.
+func usageLine(u store.TypeDayUsage) string {
+	s := fmt.Sprintf("%s tokens", thousands(u.Usage.Tokens))
+	if b := u.DailyTokenBudget; b != nil {
+		s += fmt.Sprintf(" of %s (%d%%)", thousands(*b), percent(float64(u.Usage.Tokens), float64(*b)))
+	}
+	s += fmt.Sprintf(", %.2f USD", u.Usage.CostUSD)
+	if b := u.DailyCostBudgetUSD; b != nil {
+		s += fmt.Sprintf(" of %.2f (%d%%)", *b, percent(u.Usage.CostUSD, *b))
+	}
+	if u.Paused && u.PausedBy == "budget" {
+		s += "; paused by its budget"
+	}
+	return s
+}
+
+func percent(used, budget float64) int {
+	if budget <= 0 {
+		return 100
+	}
+	return int(used / budget * 100)
+}
+
+// thousands writes n with comma separators: 1,234,567.
+func thousands(n int64) string {
+	s := strconv.FormatInt(n, 10) // never negative: reports are checked
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }
 
 func counts(t TypeDay) string {

@@ -5,7 +5,11 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/clawdbot/task-service/store"
 )
+
+func ptr[T any](v T) *T { return &v }
 
 func TestParseClock(t *testing.T) {
 	for in, want := range map[string]Clock{"09:00": {9, 0, 0}, "23:59:59": {23, 59, 59}, " 00:05 ": {0, 5, 0}} {
@@ -67,7 +71,12 @@ func TestText(t *testing.T) {
 			{Type: "idle"},
 		},
 		Reasons:    []Reason{{"HTTP 429 & more", 3}, {"(no reason given)", 1}},
-		QueueDepth: 5, InProgress: 1, Scheduled: 0, WorkersOnline: 1, IdleSlots: 1}
+		QueueDepth: 5, InProgress: 1, Scheduled: 0, WorkersOnline: 1, IdleSlots: 1,
+		UsageDay: "2026-11-25", Usage: []store.TypeDayUsage{
+			{Name: "crawl", Usage: store.UsageTotals{Reports: 9, Tokens: 1234567, CostUSD: 12.5},
+				DailyTokenBudget: ptr(int64(1000000)), DailyCostBudgetUSD: ptr(50.0), Paused: true, PausedBy: "budget"},
+			{Name: "idle", Usage: store.UsageTotals{Reports: 1, Tokens: 999, CostUSD: 0.004}},
+		}}
 	want := `📊 <b>Daily digest</b>: Wed 25 Nov 09:00 to Thu 26 Nov 09:00 (UTC)
 
 <b>Finished</b>: 13 completed, 4 failed (2 retried, 1 skipped, 1 out of retries)
@@ -82,6 +91,10 @@ func TestText(t *testing.T) {
 <b>Slowest types</b> (median run time)
 • crawl: 1m30s
 • a&lt;b: 2s
+
+<b>LLM usage</b> on Wed 25 Nov
+• crawl: 1,234,567 tokens of 1,000,000 (123%), 12.50 USD of 50.00 (25%); paused by its budget
+• idle: 999 tokens, 0.00 USD
 
 <b>Now</b>: 5 queued, 1 in progress, 0 scheduled; 1 worker online, 1 idle slot.`
 	require.Equal(t, want, Text(f, loc))
