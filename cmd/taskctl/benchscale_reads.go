@@ -153,6 +153,8 @@ func timeScaleReads(ctx context.Context, cfg benchScaleConfig, db *scaleDB, prog
 		{name: "GET /admin/workers/tasks/:id/events", path: a + "/tasks/" + taskID + "/events"},
 		{name: "GET /admin/workers/tasks/:id/chain", path: a + "/tasks/" + chainID + "/chain"},
 		{name: "GET /admin/workers/task-types", path: a + "/task-types"},
+		{name: "GET /admin/workers/tasks/:id/usage", path: a + "/tasks/" + chainID + "/usage"},
+		{name: "GET /admin/llm-usage", path: "/api/v1/admin/llm-usage"},
 		{name: "GET /admin/events?limit=500 (first page)", path: "/api/v1/admin/events?limit=500"},
 		{name: "GET /admin/events?limit=500 (middle page)", path: "/api/v1/admin/events?limit=500&after=" + middle},
 		{name: "GET /admin/events?worker_id=W&limit=100", path: "/api/v1/admin/events?limit=100&worker_id=" + workerID},
