@@ -9,6 +9,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/clawdbot/task-service/events"
+	"github.com/clawdbot/task-service/store/paramtemplate"
 )
 
 type createWorkerRequest struct {
@@ -68,6 +69,8 @@ type taskTypeRequest struct {
 	RateLimit           *events.RateLimit `json:"rate_limit,omitempty" doc:"the most claims of the type in any sliding window: {count, per} with per a duration such as 1m"`
 	ConcurrencyKey      string            `json:"concurrency_key,omitempty" openapi:"maxLength=200" doc:"a JSON path into params, such as $.ticker: tasks with the same value there share max_in_progress_per_key"`
 	MaxInProgressPerKey *int              `json:"max_in_progress_per_key,omitempty" openapi:"min=1,max=100000" doc:"with concurrency_key: the most tasks of one key in progress at once"`
+	Alias               string            `json:"alias,omitempty" openapi:"maxLength=32" doc:"a short unique name people type, as in the Telegram command /add reddit NVDA: lower case letters, digits, '_' and '-'"`
+	ParamsTemplate      json.RawMessage   `json:"params_template,omitempty" doc:"the params of a task made from a key (/add reddit NVDA): a JSON object with {{key}} (the bare word) and {{name}} (name=value) placeholders inside its strings, such as {\"ticker\": \"{{key}}\"}"`
 }
 
 // spec validates the request into a spec whose schema compiles.
@@ -77,12 +80,18 @@ func (r taskTypeRequest) spec() (events.TaskTypeSpec, error) {
 		MaxRetries: events.DefaultMaxRetries, TimeoutSeconds: r.TimeoutSeconds, RetryBackoffSeconds: r.RetryBackoffSeconds,
 		TypeLimits: events.TypeLimits{MaxInProgress: r.MaxInProgress, RateLimit: r.RateLimit, ConcurrencyKey: r.ConcurrencyKey,
 			MaxInProgressPerKey: r.MaxInProgressPerKey},
+		Alias: r.Alias, ParamsTemplate: r.ParamsTemplate,
 	}
 	if r.MaxRetries != nil {
 		spec.MaxRetries = *r.MaxRetries
 	}
 	if err := spec.Validate(); err != nil {
 		return spec, err
+	}
+	if spec.ParamsTemplate != nil {
+		if _, err := paramtemplate.Parse(string(spec.ParamsTemplate)); err != nil {
+			return spec, events.Invalid("params_template", "%v", err)
+		}
 	}
 	_, err := compileSchema(spec.ParamSchema)
 	return spec, err

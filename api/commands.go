@@ -172,9 +172,13 @@ func (s *Server) taskParams(ctx context.Context, req CreateTaskRequest, meta eve
 	if err := s.schemas.validate(tt, req.Params); err != nil {
 		return store.NewTaskParams{}, err
 	}
+	createdBy := meta.Actor.ID
+	if meta.Actor.Kind == events.ActorTelegram {
+		createdBy = "" // created_by names a user of this service; the event's actor names the Telegram user
+	}
 	return store.NewTaskParams{TaskTypeID: typeID, TaskType: tt, NewTaskParams: events.NewTaskParams{
 		Title: req.Title, Description: req.Description, Params: req.Params, Priority: req.Priority,
-		AssignedTo: assignee, AssignReason: req.Reason, CreatedBy: meta.Actor.ID,
+		AssignedTo: assignee, AssignReason: req.Reason, CreatedBy: createdBy,
 		UniqueKey: req.UniqueKey, UniqueFor: window, AvailableAt: runAt,
 	}}, nil
 }

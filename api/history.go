@@ -44,8 +44,8 @@ type ActorView struct {
 const timeFormat = "2006-01-02T15:04:05.000000Z07:00"
 
 func viewEvent(e events.Envelope, summary string, names func(string) string) EventView {
-	a := ActorView{Kind: e.Meta.Actor.Kind, ID: e.Meta.Actor.ID}
-	if a.Kind != events.ActorSystem {
+	a := ActorView{Kind: e.Meta.Actor.Kind, ID: e.Meta.Actor.ID, Name: e.Meta.Actor.Name}
+	if a.Kind != events.ActorSystem && a.Kind != events.ActorTelegram {
 		a.Name = names(a.ID)
 	}
 	return EventView{Seq: e.Seq, Position: e.Position().String(), StreamType: e.StreamType, StreamID: e.StreamID,
@@ -267,7 +267,7 @@ func (n *nameCache) summarize(ctx context.Context, evs []events.Envelope) ([]str
 	summaries := make([]string, len(evs))
 	for i, e := range evs {
 		summaries[i] = events.Summary(e, probe)
-		if e.Meta.Actor.Kind != events.ActorSystem {
+		if k := e.Meta.Actor.Kind; k != events.ActorSystem && k != events.ActorTelegram {
 			probe(e.Meta.Actor.ID)
 		}
 	}

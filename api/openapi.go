@@ -122,7 +122,7 @@ var errorCodes = []string{
 var enums = map[reflect.Type][]string{
 	reflect.TypeFor[events.Status]():    {"pending", "in_progress", "completed", "failed", "cancelled"},
 	reflect.TypeFor[events.Priority]():  {"urgent", "high", "medium", "low"},
-	reflect.TypeFor[events.ActorKind](): {"admin", "worker", "system"},
+	reflect.TypeFor[events.ActorKind](): {"admin", "worker", "system", "telegram"},
 }
 
 // apiVersion is the document's info.version: the contract's, not the build's.
@@ -257,6 +257,7 @@ var tagDocs = map[string]string{
 	"task-types": "Task types: what a task must carry and how it is retried",
 	"tasks":      "Tasks as admins see and steer them",
 	"events":     "The event log: pages and a live tail",
+	"telegram":   "Commands from Telegram: the bot's webhook",
 	"data":       "Task data: files workers upload, admins and later attempts download",
 	"operations": "Health, readiness, metrics and this document",
 	"schedules":  "Recurring work: schedules that create tasks on their own",
@@ -432,12 +433,19 @@ func (g *docGen) structSchema(t reflect.Type, in bool) map[string]any {
 	return ref(name)
 }
 
+// openObject marks a type whose objects carry more fields than it reads:
+// another party's objects (Telegram's), which grow over time.
+type openObject interface{ openObject() }
+
 // object lists t's fields, embedded structs flattened as encoding/json does.
 func (g *docGen) object(t reflect.Type, in bool) map[string]any {
 	props := map[string]any{}
 	var required []string
 	g.fields(t, in, props, &required)
 	out := map[string]any{"type": "object", "properties": props, "additionalProperties": false}
+	if t.Implements(reflect.TypeFor[openObject]()) {
+		out["additionalProperties"] = true
+	}
 	if required != nil {
 		sort.Strings(required)
 		out["required"] = required

@@ -60,6 +60,9 @@ type Config struct {
 	// Digest is when the daily digest goes out, for its preview (default
 	// 09:00 UTC).
 	Digest digest.Schedule
+	// Telegram configures the bot's commands (the webhook is off without
+	// its secret).
+	Telegram TelegramConfig
 }
 
 // Server is the HTTP API.

@@ -20,13 +20,20 @@ const (
 	ActorAdmin  ActorKind = "admin"
 	ActorWorker ActorKind = "worker"
 	ActorSystem ActorKind = "system"
+	// ActorTelegram is a person writing to the bot: ID is "telegram:" and
+	// their Telegram user id, Name their @username or first name.
+	ActorTelegram ActorKind = "telegram"
 )
 
-// Actor is who caused an event: a user (admin or worker) or a part of the
-// system (the retry reactor, the stuck detector) named by ID.
+// Actor is who caused an event: a user (admin or worker), a part of the
+// system (the retry reactor, the stuck detector) named by ID, or a
+// Telegram user.
 type Actor struct {
 	Kind ActorKind `json:"kind"`
 	ID   string    `json:"id"`
+	// Name is how a Telegram user called themselves when they acted (users
+	// of this service are named from the users table instead).
+	Name string `json:"name,omitempty"`
 }
 
 // System returns the actor for an automatic decision made by component.

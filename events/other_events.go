@@ -40,6 +40,13 @@ type TaskTypeSpec struct {
 	TimeoutSeconds      int             `json:"timeout_seconds,omitempty"`
 	RetryBackoffSeconds int             `json:"retry_backoff_seconds,omitempty"`
 	TypeLimits
+	// Alias is the short name people type for the type (/add reddit
+	// NVDA); at most one type has it.
+	Alias string `json:"alias,omitempty" openapi:"maxLength=32"`
+	// ParamsTemplate is the params of a task made from a key (/add), as
+	// written: a JSON object with {{key}} and {{name}} placeholders inside
+	// its strings (store/paramtemplate).
+	ParamsTemplate json.RawMessage `json:"params_template,omitempty"`
 }
 
 // TypeLimits bound how the fleet claims a type's tasks (DESIGN §13); the

@@ -54,7 +54,16 @@ const (
 	maxParamSchemaLength = 100_000
 )
 
-var typeName = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
+var (
+	typeName  = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
+	typeAlias = regexp.MustCompile(`^[a-z][a-z0-9_-]*$`)
+)
+
+// Limits of a type's alias and params template.
+const (
+	MaxAliasLen          = 32
+	MaxParamsTemplateLen = 16 << 10
+)
 
 // Validate checks a spec and fills defaults (label from name, empty schema).
 // Whether the schema compiles is checked by the caller that owns the compiler.
@@ -90,6 +99,9 @@ func (s *TaskTypeSpec) Validate() error {
 		return Invalid("param_schema", "is longer than %d bytes", maxParamSchemaLength)
 	}
 	s.ParamSchema = schema
+	if err := s.validateAlias(); err != nil {
+		return err
+	}
 	if s.MaxRetries < 0 || s.MaxRetries > MaxRetriesLimit {
 		return Invalid("max_retries", "must be between 0 and %d", MaxRetriesLimit)
 	}
@@ -100,6 +112,29 @@ func (s *TaskTypeSpec) Validate() error {
 		return Invalid("retry_backoff_seconds", "must be between 0 and %d", MaxBackoffSeconds)
 	}
 	return s.TypeLimits.validate()
+}
+
+// validateAlias checks the alias and the params template's outline; the
+// template's placeholders are checked by the caller that parses it
+// (store/paramtemplate), as the schema by the one that compiles it.
+func (s *TaskTypeSpec) validateAlias() error {
+	s.Alias = strings.ToLower(strings.TrimSpace(s.Alias))
+	if len(s.Alias) > MaxAliasLen || (s.Alias != "" && !typeAlias.MatchString(s.Alias)) {
+		return Invalid("alias", "must be lower case letters, digits, '_' and '-', start with a letter, at most %d characters", MaxAliasLen)
+	}
+	tpl := bytes.TrimSpace(s.ParamsTemplate)
+	if len(tpl) == 0 || bytes.Equal(tpl, []byte("null")) {
+		s.ParamsTemplate = nil
+		return nil
+	}
+	if len(tpl) > MaxParamsTemplateLen {
+		return Invalid("params_template", "is longer than %d bytes", MaxParamsTemplateLen)
+	}
+	if tpl[0] != '{' {
+		return Invalid("params_template", `must be a JSON object, such as {"ticker": "{{key}}"}`)
+	}
+	s.ParamsTemplate = tpl
+	return nil
 }
 
 // Update decides a change of definition; the name may not change.

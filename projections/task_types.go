@@ -12,7 +12,7 @@ var TaskTypeColumns = []string{
 	"timeout_seconds", "retry_backoff_seconds", "archived", "created_at", "updated_at", "version",
 	"paused", "pause_reason", "paused_by", "paused_at",
 	"max_in_progress", "rate_limit_count", "rate_limit_seconds", "concurrency_key", "concurrency_key_path",
-	"max_in_progress_per_key",
+	"max_in_progress_per_key", "alias", "params_template",
 }
 
 // TaskTypeRow is the task_types row of a folded type.
@@ -22,8 +22,16 @@ func TaskTypeRow(tt *events.TaskType) []any {
 		tt.TimeoutSeconds, tt.RetryBackoffSeconds, tt.Archived, tt.CreatedAt, tt.UpdatedAt, tt.Version,
 		tt.Paused, tt.PauseReason, tt.PausedBy, tt.PausedAt,
 		tt.MaxInProgress, rateCount(tt.RateLimit), rateSeconds(tt.TypeLimits), tt.ConcurrencyKey, tt.KeyPath(),
-		tt.MaxInProgressPerKey,
+		tt.MaxInProgressPerKey, nullString(tt.Alias), nullString(string(tt.ParamsTemplate)),
 	}
+}
+
+// nullString is NULL for "": the alias's unique index leaves NULLs alone.
+func nullString(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }
 
 func rateCount(r *events.RateLimit) *int {

@@ -374,11 +374,11 @@ func notificationFor(e events.Envelope, tasks map[string]taskFacts, names map[st
 		r.Urgent = true
 		return r, true
 	case events.TaskTypePaused:
-		r.Text = fmt.Sprintf("⏸️ Task type %s paused by %s: %s. Its tasks wait until it is resumed.", title, name(p.By), esc(p.Reason, budgetReason))
+		r.Text = fmt.Sprintf("⏸️ Task type %s paused by %s: %s. Its tasks wait until it is resumed.", title, actorName(e, name(p.By)), esc(p.Reason, budgetReason))
 		r.Urgent = e.Meta.Actor.Kind == events.ActorSystem // a budget, not an admin who knows
 		return r, true
 	case events.TaskTypeResumed:
-		r.Text = fmt.Sprintf("▶️ Task type %s resumed by %s.", title, name(p.By))
+		r.Text = fmt.Sprintf("▶️ Task type %s resumed by %s.", title, actorName(e, name(p.By)))
 		if strings.TrimSpace(p.Reason) != "" {
 			r.Text = strings.TrimSuffix(r.Text, ".") + ": " + esc(p.Reason, budgetReason)
 		}
@@ -390,6 +390,15 @@ func notificationFor(e events.Envelope, tasks map[string]taskFacts, names map[st
 		r.Text += " (schedule " + bold(esc(t.Schedule, budgetName)) + ")"
 	}
 	return r, true
+}
+
+// actorName is the escaped name of who caused e: a Telegram user by the
+// name they had when they acted, anyone else as named (a user's name).
+func actorName(e events.Envelope, named string) string {
+	if a := e.Meta.Actor; a.Kind == events.ActorTelegram && a.Name != "" {
+		return esc(a.Name, budgetName) + " (Telegram)"
+	}
+	return named
 }
 
 // retryAnswer says whether a failure is retried: the decision when the

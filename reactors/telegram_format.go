@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/clawdbot/task-service/events"
+	"github.com/clawdbot/task-service/store"
 )
 
 // Messages use parse_mode HTML (ADR: docs/adr/004-telegram-outbox.md): only
@@ -185,10 +186,25 @@ func settleRetry(text, answer string) string {
 	return before + answer + after
 }
 
-// chunk is one sendMessage: its text and the outbox rows it carries.
+// chunk is one sendMessage: its text and the outbox rows it carries, and
+// the chat it goes to when not the configured one (an answer to a command).
 type chunk struct {
-	text string
-	rows []outboxRow
+	text   string
+	rows   []outboxRow
+	chatID string
+}
+
+// splitReplies separates the answers to commands, each a message of its
+// own to the chat that asked, from the notifications, which are batched.
+func splitReplies(rows []outboxRow) (replies []chunk, notes []outboxRow) {
+	for _, r := range rows {
+		if r.Kind == store.TelegramReplyKind {
+			replies = append(replies, chunk{text: r.Text, rows: []outboxRow{r}, chatID: r.ChatID})
+			continue
+		}
+		notes = append(notes, r)
+	}
+	return replies, notes
 }
 
 // composeMessages turns claimed rows (same chat) into messages: one row is

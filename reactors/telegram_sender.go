@@ -259,26 +259,35 @@ func (s *TelegramSender) retryFacts(ctx context.Context, seqs []int64) (map[int6
 	return facts, err
 }
 
-// deliver sends claimed rows (one message, split at Telegram's limit) to the
-// configured chat, whatever chat the row was recorded for: fixing a wrong
-// TELEGRAM_CHAT_ID re-routes what is still pending. It records each outcome. It ignores the caller's cancellation so a
+// deliver sends claimed rows: answers to commands each on its own to the
+// chat that asked, notifications as one message (split at Telegram's
+// limit) to the configured chat, whatever chat the row was recorded for:
+// fixing a wrong TELEGRAM_CHAT_ID re-routes what is still pending. It records each outcome. It ignores the caller's cancellation so a
 // stopping service finishes the batch in hand, but never starts a call that
 // could outlive the lease.
 func (s *TelegramSender) deliver(ctx context.Context, rows []outboxRow, leaseEnd time.Time) {
 	stopping := ctx.Done()
 	ctx = context.WithoutCancel(ctx)
 	lease := leaseCtx{end: leaseEnd, stopping: stopping}
-	s.settleRetries(ctx, rows)
-	queue := composeMessages(rows)
+	replies, notes := splitReplies(rows)
+	s.settleRetries(ctx, notes)
+	queue := replies
+	if len(notes) > 0 {
+		queue = append(queue, composeMessages(notes)...)
+	}
 	for i := 0; i < len(queue); i++ {
 		c := queue[i]
+		chat := s.cfg.ChatID
+		if c.chatID != "" {
+			chat = c.chatID
+		}
 		if !s.cfg.Now().Add(s.cfg.HTTPTimeout + s.cfg.MessageGap).Before(leaseEnd) {
 			s.postpone(ctx, lease, rowsOf(queue[i:]), s.cfg.Now(), "lease ran out before sending")
 			return
 		}
 		s.pace()
 		callCtx, cancel := context.WithTimeout(ctx, s.cfg.HTTPTimeout)
-		res := s.api.sendMessage(callCtx, s.cfg.ChatID, c.text)
+		res := s.api.sendMessage(callCtx, chat, c.text)
 		cancel()
 		s.lastSend = time.Now()
 		now := s.cfg.Now()
@@ -292,7 +301,7 @@ func (s *TelegramSender) deliver(ctx context.Context, rows []outboxRow, leaseEnd
 				// One bad line must not sink the others: try each alone.
 				single := make([]chunk, len(c.rows))
 				for j, r := range c.rows {
-					single[j] = chunk{text: r.Text, rows: []outboxRow{r}}
+					single[j] = chunk{text: r.Text, rows: []outboxRow{r}, chatID: c.chatID}
 				}
 				queue = slices.Insert(queue, i+1, single...)
 				continue
@@ -367,8 +376,8 @@ func ids(rows []outboxRow) []int64 {
 // same rows again.
 func (s *TelegramSender) markSent(ctx context.Context, lease leaseCtx, rows []outboxRow, now time.Time) {
 	s.record(ctx, lease, "mark sent", `UPDATE telegram_outbox SET status = 'sent', sent_at = $2, last_error = NULL,
-		    chat_id = $3
-		WHERE id = ANY ($1) AND status = 'pending'`, ids(rows), now, s.cfg.ChatID)
+		    chat_id = CASE WHEN kind = $4 THEN chat_id ELSE $3 END
+		WHERE id = ANY ($1) AND status = 'pending'`, ids(rows), now, s.cfg.ChatID, store.TelegramReplyKind)
 }
 
 func (s *TelegramSender) markDead(ctx context.Context, lease leaseCtx, row outboxRow, description string) {

@@ -37,6 +37,8 @@ func mapErr(err error) error {
 				return &events.DuplicateError{Field: "email"}
 			case "task_types_name_key":
 				return &events.DuplicateError{Field: "name"}
+			case "task_types_alias":
+				return &events.DuplicateError{Field: "alias"}
 			case "schedule_firings_once", "schedule_firings_pkey", "worker_tasks_schedule_once":
 				return fmt.Errorf("%w: this schedule's due time was fired already", events.ErrConflict)
 			case "worker_tasks_one_retry":

@@ -17,14 +17,14 @@ const taskTypeColumns = `tt.id, tt.name, tt.label, tt.description, tt.sop, tt.pa
  tt.timeout_seconds, tt.retry_backoff_seconds, tt.archived, tt.created_at, tt.updated_at, tt.version,
  tt.paused, tt.pause_reason, tt.paused_by, tt.paused_at, tt.max_in_progress,
  CASE WHEN tt.rate_limit_count IS NOT NULL THEN jsonb_build_object('count', tt.rate_limit_count, 'seconds', tt.rate_limit_seconds) END,
- tt.concurrency_key, tt.max_in_progress_per_key`
+ tt.concurrency_key, tt.max_in_progress_per_key, coalesce(tt.alias, ''), tt.params_template`
 
 // taskTypeDest scans taskTypeColumns; call normalizeTaskType after.
 func taskTypeDest(tt *events.TaskType) []any {
 	return []any{&tt.ID, &tt.Name, &tt.Label, &tt.Description, &tt.SOP, &tt.ParamSchema, &tt.MaxRetries,
 		&tt.TimeoutSeconds, &tt.RetryBackoffSeconds, &tt.Archived, &tt.CreatedAt, &tt.UpdatedAt, &tt.Version,
 		&tt.Paused, &tt.PauseReason, &tt.PausedBy, &tt.PausedAt, &tt.MaxInProgress,
-		rateLimitDest{&tt.RateLimit}, &tt.ConcurrencyKey, &tt.MaxInProgressPerKey}
+		rateLimitDest{&tt.RateLimit}, &tt.ConcurrencyKey, &tt.MaxInProgressPerKey, &tt.Alias, textJSONDest{&tt.ParamsTemplate}}
 }
 
 // normalizeTaskType makes timestamps UTC so a read row equals the fold.
@@ -34,6 +34,23 @@ func normalizeTaskType(tt *events.TaskType) {
 		at := tt.PausedAt.UTC()
 		tt.PausedAt = &at
 	}
+}
+
+// textJSONDest scans a text column holding JSON as written (nil for NULL).
+type textJSONDest struct{ j *json.RawMessage }
+
+func (d textJSONDest) Scan(src any) error {
+	switch v := src.(type) {
+	case nil:
+		*d.j = nil
+	case string:
+		*d.j = json.RawMessage(v)
+	case []byte:
+		*d.j = append(json.RawMessage(nil), v...)
+	default:
+		return fmt.Errorf("text json: unexpected %T", src)
+	}
+	return nil
 }
 
 // rateLimitDest scans the rate limit's columns, as one jsonb object, back
@@ -109,6 +126,9 @@ func (db *DB) CreateTaskType(ctx context.Context, spec events.TaskTypeSpec, meta
 		[]events.Payload{events.TaskTypeCreated{TaskTypeSpec: spec}}, meta, db.projector.TaskType, nil)
 	if dup := (*events.DuplicateError)(nil); errors.As(err, &dup) {
 		dup.Value = spec.Name
+		if dup.Field == "alias" {
+			dup.Value = spec.Alias
+		}
 	}
 	return tt, err
 }

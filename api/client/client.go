@@ -356,6 +356,9 @@ type NewTaskType struct {
 	RateLimit           *events.RateLimit `json:"rate_limit,omitempty"`
 	ConcurrencyKey      string            `json:"concurrency_key,omitempty"`
 	MaxInProgressPerKey *int              `json:"max_in_progress_per_key,omitempty"`
+	// Alias and ParamsTemplate make the type's tasks from a key (/add).
+	Alias          string          `json:"alias,omitempty"`
+	ParamsTemplate json.RawMessage `json:"params_template,omitempty"`
 }
 
 // CreateTaskType defines a type of work.

@@ -20,9 +20,10 @@ import (
 
 // Defines values for ActorKind.
 const (
-	ActorKindAdmin  ActorKind = "admin"
-	ActorKindSystem ActorKind = "system"
-	ActorKindWorker ActorKind = "worker"
+	ActorKindAdmin    ActorKind = "admin"
+	ActorKindSystem   ActorKind = "system"
+	ActorKindTelegram ActorKind = "telegram"
+	ActorKindWorker   ActorKind = "worker"
 )
 
 // Valid indicates whether the value is a known member of the ActorKind enum.
@@ -31,6 +32,8 @@ func (e ActorKind) Valid() bool {
 	case ActorKindAdmin:
 		return true
 	case ActorKindSystem:
+		return true
+	case ActorKindTelegram:
 		return true
 	case ActorKindWorker:
 		return true
@@ -41,9 +44,10 @@ func (e ActorKind) Valid() bool {
 
 // Defines values for ActorViewKind.
 const (
-	ActorViewKindAdmin  ActorViewKind = "admin"
-	ActorViewKindSystem ActorViewKind = "system"
-	ActorViewKindWorker ActorViewKind = "worker"
+	ActorViewKindAdmin    ActorViewKind = "admin"
+	ActorViewKindSystem   ActorViewKind = "system"
+	ActorViewKindTelegram ActorViewKind = "telegram"
+	ActorViewKindWorker   ActorViewKind = "worker"
 )
 
 // Valid indicates whether the value is a known member of the ActorViewKind enum.
@@ -52,6 +56,8 @@ func (e ActorViewKind) Valid() bool {
 	case ActorViewKindAdmin:
 		return true
 	case ActorViewKindSystem:
+		return true
+	case ActorViewKindTelegram:
 		return true
 	case ActorViewKindWorker:
 		return true
@@ -868,6 +874,7 @@ func (e PostUpdate200JSONResponseBodySuccess) Valid() bool {
 type Actor struct {
 	Id   string    `json:"id"`
 	Kind ActorKind `json:"kind"`
+	Name *string   `json:"name,omitempty"`
 }
 
 // ActorKind defines model for Actor.Kind.
@@ -1245,6 +1252,7 @@ type TaskPage struct {
 
 // TaskType defines model for TaskType.
 type TaskType struct {
+	Alias               *string                 `json:"alias,omitempty"`
 	Archived            bool                    `json:"archived"`
 	ConcurrencyKey      *string                 `json:"concurrency_key,omitempty"`
 	CreatedAt           time.Time               `json:"created_at"`
@@ -1256,6 +1264,7 @@ type TaskType struct {
 	MaxRetries          int                     `json:"max_retries"`
 	Name                string                  `json:"name"`
 	ParamSchema         *map[string]interface{} `json:"param_schema"`
+	ParamsTemplate      *map[string]interface{} `json:"params_template,omitempty"`
 	PauseReason         *string                 `json:"pause_reason,omitempty"`
 	Paused              bool                    `json:"paused"`
 	PausedAt            *time.Time              `json:"paused_at,omitempty"`
@@ -1428,6 +1437,9 @@ type GetStats200JSONResponseBodySuccess bool
 
 // CreateTaskTypeJSONBody defines parameters for CreateTaskType.
 type CreateTaskTypeJSONBody struct {
+	// Alias a short unique name people type, as in the Telegram command /add reddit NVDA: lower case letters, digits, '_' and '-'
+	Alias *string `json:"alias,omitempty"`
+
 	// ConcurrencyKey a JSON path into params, such as $.ticker: tasks with the same value there share max_in_progress_per_key
 	ConcurrencyKey *string `json:"concurrency_key,omitempty"`
 	Description    *string `json:"description,omitempty"`
@@ -1449,6 +1461,9 @@ type CreateTaskTypeJSONBody struct {
 
 	// ParamSchema a JSON Schema (draft 2020-12) object that every task's params must satisfy (default: any object)
 	ParamSchema *map[string]interface{} `json:"param_schema,omitempty"`
+
+	// ParamsTemplate the params of a task made from a key (/add reddit NVDA): a JSON object with {{key}} (the bare word) and {{name}} (name=value) placeholders inside its strings, such as {"ticker": "{{key}}"}
+	ParamsTemplate *map[string]interface{} `json:"params_template,omitempty"`
 
 	// RateLimit the most claims of the type in any sliding window: {count, per} with per a duration such as 1m
 	RateLimit *struct {

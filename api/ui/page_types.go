@@ -46,6 +46,8 @@ func typeValues(tt *events.TaskType) url.Values {
 	v.Set("description", tt.Description)
 	v.Set("sop", tt.SOP)
 	v.Set("param_schema", formJSON(tt.ParamSchema))
+	v.Set("alias", tt.Alias)
+	v.Set("params_template", string(tt.ParamsTemplate))
 	v.Set("max_retries", strconv.Itoa(tt.MaxRetries))
 	v.Set("timeout_seconds", strconv.Itoa(tt.TimeoutSeconds))
 	v.Set("retry_backoff_seconds", strconv.Itoa(tt.RetryBackoffSeconds))
@@ -73,6 +75,10 @@ func typeRequest(f url.Values) (api.TaskTypeRequest, error) {
 		return req, err
 	}
 	req.ParamSchema = schema
+	req.Alias = strings.TrimSpace(f.Get("alias"))
+	if req.ParamsTemplate, err = formValueJSON("params_template", f.Get("params_template")); err != nil {
+		return req, err
+	}
 	num := func(field string) (int, error) {
 		v := strings.TrimSpace(f.Get(field))
 		if v == "" {

@@ -414,3 +414,27 @@ func TestTypeFormLimits(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, got.HasLimits())
 }
+
+// The type form sets the alias and params template Telegram's /add uses;
+// a template that does not parse is shown at its field.
+func TestTypeFormAliasAndParamsTemplate(t *testing.T) {
+	s := newSite(t)
+	s.login()
+	token := s.csrf()
+	resp, body := s.post("/types/new", url.Values{"_csrf": {token}, "name": {"reddit_crawl"}, "alias": {"reddit"},
+		"params_template": {`{"ticker": {{key}}}`}})
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	require.Regexp(t, `id="f-params_template"[^>]*aria-invalid="true"`, body)
+	resp, body = s.post("/types/new", url.Values{"_csrf": {token}, "name": {"reddit_crawl"}, "alias": {"Bad Alias"},
+		"params_template": {`{"ticker": "{{key}}"}`}})
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	require.Regexp(t, `id="f-alias"[^>]*aria-invalid="true"`, body)
+	resp, _ = s.post("/types/new", url.Values{"_csrf": {token}, "name": {"reddit_crawl"}, "alias": {"reddit"},
+		"params_template": {`{"ticker": "{{key}}"}`}})
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	types, err := s.db.ListTaskTypes(s.ctx, false)
+	require.NoError(t, err)
+	require.Len(t, types, 1)
+	require.Equal(t, "reddit", types[0].Alias)
+	require.Equal(t, `{"ticker": "{{key}}"}`, string(types[0].ParamsTemplate))
+}

@@ -77,6 +77,9 @@ type background struct {
 	hub        *store.Hub
 	notifier   *store.Notifier
 	listener   *store.Listener
+	// telegram is the outbox's sender when this instance runs the
+	// reactors: an answer to a command pokes it.
+	telegram *reactors.TelegramSender
 
 	workers []func(context.Context) error // stopped first
 	infra   []func(context.Context) error // stopped last
@@ -137,7 +140,8 @@ func (b *background) addWorkers(cfg config, db *store.DB, reg prometheus.Registe
 			return err
 		}
 		rs = append(rs, tgReactor)
-		b.workers = append(b.workers, tgSender)
+		b.workers = append(b.workers, tgSender.Run)
+		b.telegram = tgSender
 		if err := bg.addDigest(b, db, log); err != nil {
 			return err
 		}
@@ -264,4 +268,12 @@ func (bg backgroundConfig) addDigest(b *background, db *store.DB, log zerolog.Lo
 	log.Info().Str("at", sched.At.String()).Str("time_zone", sched.Loc.String()).Msg("daily digest is on")
 	b.workers = append(b.workers, d.Run)
 	return nil
+}
+
+// pokeTelegram makes this instance's sender look at the outbox on the next
+// wake: an answer to a command was queued.
+func (b *background) pokeTelegram() {
+	if b.telegram != nil {
+		b.telegram.Poke()
+	}
 }

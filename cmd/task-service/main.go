@@ -238,13 +238,19 @@ func serve(ctx context.Context, cfg config, log zerolog.Logger) error {
 	buildInfo.WithLabelValues(build.Version, build.Revision, build.GoVersion).Set(1)
 	reg.MustRegister(buildInfo)
 	warnOfflineThreshold(cfg.bg.offlineAfter, log)
+	tgCommands, err := cfg.bg.telegram.commandsConfig()
+	if err != nil {
+		return err
+	}
+	tgCommands.OnReply = bg.pokeTelegram
 	srv, err := api.New(api.Config{DB: db, Logger: log, JWTSecret: []byte(cfg.jwtSecret),
 		TokenTTL: cfg.tokenTTL, BcryptCost: cfg.bcryptCost, Registry: reg, Hub: bg.hub,
 		Ready: func(context.Context) error { return bg.listener.Ready() },
 		Login: cfg.edge.login, TrustedProxies: proxies, CORSOrigins: origins,
 		CookieSecure: cookieSecure, HSTSMaxAge: hsts, BodyReadTimeout: cfg.edge.bodyTimeout, Digest: digestSchedule,
 		Data: api.DataConfig{Store: bs, MaxFileBytes: cfg.data.maxFileBytes, MaxTaskBytes: cfg.data.maxTaskBytes,
-			MaxTaskFiles: cfg.data.maxTaskFiles, URLTTL: cfg.data.urlTTL}})
+			MaxTaskFiles: cfg.data.maxTaskFiles, URLTTL: cfg.data.urlTTL},
+		Telegram: tgCommands})
 	if err != nil {
 		return err
 	}
@@ -257,6 +263,14 @@ func serve(ctx context.Context, cfg config, log zerolog.Logger) error {
 
 	if err := bg.addWorkers(cfg, db, reg, log); err != nil {
 		return err
+	}
+	// Telegram commands without a public URL: getUpdates (ADR 022).
+	poller, err := cfg.bg.telegram.poller(srv, cfg.databaseURL, bg.instanceID, log)
+	if err != nil {
+		return err
+	}
+	if poller != nil {
+		bg.workers = append(bg.workers, poller.Run)
 	}
 	bg.start(ctx, log)
 	defer bg.stop()

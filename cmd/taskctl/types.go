@@ -46,6 +46,8 @@ func (a *app) typesCreate(args []string) int {
 	timeout := fs.Duration("timeout", 0, "fail a task in progress for longer than this (0: never)")
 	backoff := fs.Duration("backoff", 0, "wait this long before a retry can be claimed")
 	lf := addLimitFlags(fs)
+	alias := fs.String("alias", "", "a short unique name people type: /add ALIAS NVDA in Telegram")
+	template := fs.String("params-template", "", `the params of a task made from a key, with {{key}} and {{name}} placeholders: '{"ticker": "{{key}}"}'`)
 	asJSON := fs.Bool("json", false, "print the type as JSON")
 	_, code, ok := a.parseArgs(fs, spec, args, 0, "")
 	if !ok {
@@ -69,7 +71,10 @@ func (a *app) typesCreate(args []string) int {
 	nt := client.NewTaskType{Name: *name, Label: *label, Description: *desc, SOP: sop, ParamSchema: schema,
 		TimeoutSeconds: int(timeout.Seconds()), RetryBackoffSeconds: int(backoff.Seconds()),
 		MaxInProgress: limits.MaxInProgress, RateLimit: limits.RateLimit, ConcurrencyKey: limits.ConcurrencyKey,
-		MaxInProgressPerKey: limits.MaxInProgressPerKey}
+		MaxInProgressPerKey: limits.MaxInProgressPerKey, Alias: *alias}
+	if nt.ParamsTemplate, err = jsonArg(*template, "", "params-template"); err != nil {
+		return a.fail(spec.name, err)
+	}
 	if *maxRetries >= 0 {
 		nt.MaxRetries = maxRetries
 	}
@@ -196,6 +201,12 @@ func (a *app) printType(tt *events.TaskType, u *store.TypeUsage) {
 	}
 	for _, l := range limitLines(tt, u) {
 		row(l[0], l[1])
+	}
+	if tt.Alias != "" {
+		row("Alias", tt.Alias)
+	}
+	if tt.ParamsTemplate != nil {
+		row("Params template", string(tt.ParamsTemplate))
 	}
 	row("Created", fmtTime(tt.CreatedAt))
 	row("Updated", fmtTime(tt.UpdatedAt))
@@ -348,7 +359,8 @@ func (a *app) typesLimit(args []string) int {
 		return c.UpdateTaskType(ctx, id, client.NewTaskType{Name: tt.Name, Label: tt.Label, Description: tt.Description,
 			SOP: tt.SOP, ParamSchema: tt.ParamSchema, MaxRetries: &tt.MaxRetries, TimeoutSeconds: tt.TimeoutSeconds,
 			RetryBackoffSeconds: tt.RetryBackoffSeconds, MaxInProgress: l.MaxInProgress, RateLimit: l.RateLimit,
-			ConcurrencyKey: l.ConcurrencyKey, MaxInProgressPerKey: l.MaxInProgressPerKey})
+			ConcurrencyKey: l.ConcurrencyKey, MaxInProgressPerKey: l.MaxInProgressPerKey,
+			Alias: tt.Alias, ParamsTemplate: tt.ParamsTemplate})
 	})
 }
 
