@@ -354,6 +354,35 @@ func addTitle(tt *events.TaskType, words []string) string {
 	return strings.TrimSpace(tt.Label + " " + strings.Join(words, " "))
 }
 
-func (s *Server) tgBudget(context.Context, telegramCall) (string, error) {
-	return "💰 LLM usage is not tracked yet: no task reports tokens and no type has a budget.", nil
+// tgBudget reports today's LLM usage of each type that used any or has a
+// budget, against its budgets: counters read by key, flat at any size.
+func (s *Server) tgBudget(ctx context.Context, _ telegramCall) (string, error) {
+	types, err := s.db.TypesUsageToday(ctx)
+	if err != nil {
+		return "", err
+	}
+	var lines []string
+	day := ""
+	for _, u := range types {
+		day = u.Day
+		if u.Usage.Reports == 0 && u.DailyTokenBudget == nil && u.DailyCostBudgetUSD == nil {
+			continue
+		}
+		line := fmt.Sprintf("<b>%s</b>: %d tokens", html.EscapeString(u.Name), u.Usage.Tokens)
+		if u.DailyTokenBudget != nil {
+			line += fmt.Sprintf(" of %d", *u.DailyTokenBudget)
+		}
+		line += fmt.Sprintf(", $%.2f", u.Usage.CostUSD)
+		if u.DailyCostBudgetUSD != nil {
+			line += fmt.Sprintf(" of $%.2f", *u.DailyCostBudgetUSD)
+		}
+		if u.Paused {
+			line += " ⏸️ paused: " + html.EscapeString(u.PauseReason)
+		}
+		lines = append(lines, line)
+	}
+	if len(lines) == 0 {
+		return "💰 No LLM usage reported today, and no type has a budget.", nil
+	}
+	return "💰 <b>LLM usage today</b> (" + day + ")\n" + strings.Join(lines, "\n"), nil
 }

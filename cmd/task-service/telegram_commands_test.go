@@ -405,9 +405,19 @@ func TestTelegramCommandsWebhook(t *testing.T) {
 	require.Contains(t, c.reply(bot, 80, tgTeamChat), "Only an admin can /add")
 	require.Equal(t, tasksBefore, c.count(`SELECT count(*) FROM worker_tasks`))
 
-	// /budget answers what exists.
+	// /budget: today's LLM usage per type, from the usage counters.
 	c.say(admin(50, "/budget"), "ran")
-	require.Contains(t, c.reply(bot, 50, tgTeamChat), "💰")
+	require.Equal(t, "💰 No LLM usage reported today, and no type has a budget.", c.reply(bot, 50, tgTeamChat))
+	summarize, err := c.admin.CreateTask(c.ctx, client.NewTask{Title: "Summarize", TaskTypeID: crawl.ID, AssignedTo: w.id})
+	require.NoError(t, err)
+	require.NoError(t, w.do(0, func(cl *client.Client) error { _, err := cl.Claim(c.ctx); return err }))
+	cost := 0.25
+	require.NoError(t, w.do(0, func(cl *client.Client) error {
+		_, err := cl.ReportUsage(c.ctx, summarize.ID, events.UsageReport{Model: "claude-sonnet-4-5", InputTokens: 1000, OutputTokens: 200, CostUSD: &cost})
+		return err
+	}))
+	c.say(admin(51, "/budget"), "ran")
+	require.Equal(t, "💰 LLM usage today ("+time.Now().UTC().Format(time.DateOnly)+")\ncrawl: 1200 tokens, $0.25", c.reply(bot, 51, tgTeamChat))
 
 	// Plain talk is not a command: nothing to answer.
 	c.say(admin(60, "good morning"), "ignored")
