@@ -196,6 +196,10 @@ func serve(ctx context.Context, cfg config, log zerolog.Logger) error {
 	if err != nil {
 		return err
 	}
+	tgCommands, err := cfg.bg.telegram.commandsConfig()
+	if err != nil {
+		return err
+	}
 	prices, err := cfg.usage.pricesTable()
 	if err != nil {
 		return err
@@ -238,10 +242,6 @@ func serve(ctx context.Context, cfg config, log zerolog.Logger) error {
 	buildInfo.WithLabelValues(build.Version, build.Revision, build.GoVersion).Set(1)
 	reg.MustRegister(buildInfo)
 	warnOfflineThreshold(cfg.bg.offlineAfter, log)
-	tgCommands, err := cfg.bg.telegram.commandsConfig()
-	if err != nil {
-		return err
-	}
 	tgCommands.OnReply = bg.pokeTelegram
 	srv, err := api.New(api.Config{DB: db, Logger: log, JWTSecret: []byte(cfg.jwtSecret),
 		TokenTTL: cfg.tokenTTL, BcryptCost: cfg.bcryptCost, Registry: reg, Hub: bg.hub,

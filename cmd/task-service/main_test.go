@@ -495,6 +495,11 @@ func TestHelpAndConfigErrors(t *testing.T) {
 		"DIGEST_TZ=Mars/Olympus":     `DIGEST_TZ \"Mars/Olympus\" is not a time zone like Europe/Berlin`,
 		"DIGEST_AT=24:00":            `DIGEST_AT: \"24:00\" is not a time of day`,
 		"DIGEST_TZ=../../etc/passwd": `DIGEST_TZ \"../../etc/passwd\" is not a time zone`,
+		// So are the Telegram commands'.
+		"TELEGRAM_UPDATES=push":              `TELEGRAM_UPDATES must be webhook or poll, not \"push\"`,
+		"TELEGRAM_ALLOWED_CHAT_IDS=-100,ops": `TELEGRAM_ALLOWED_CHAT_IDS: \"ops\" is not a Telegram id`,
+		"TELEGRAM_ADMIN_USER_IDS=0":          `TELEGRAM_ADMIN_USER_IDS: \"0\" is not a Telegram id`,
+		"TELEGRAM_WEBHOOK_SECRET=s3cret":     `Telegram commands answer through the notifications' outbox: set TELEGRAM_BOT_TOKEN`,
 	} {
 		code, out = runCmd(t, baseEnv("DATABASE_URL="+dbURL, "LISTEN_ADDR="+freeAddr(t), "JWT_SECRET=e2e-secret-0123456789abcdef", env))
 		require.Equal(t, 1, code, out)
