@@ -548,3 +548,19 @@ func TestTypesLimits(t *testing.T) {
 	require.NotContains(t, out, "Limits:")
 	require.Regexp(t, `Limits\s+none \(0 in progress now\)`, e.ok("types", "show", "crawl"))
 }
+
+// A type's alias and params template (what Telegram's /add uses) are set
+// at creation, shown, and kept when the limits change.
+func TestTypesAliasAndParamsTemplate(t *testing.T) {
+	e := newCLIEnv(t)
+	e.login()
+	out := e.ok("types", "create", "--name", "reddit_crawl", "--alias", "reddit", "--params-template", `{"ticker": "{{key}}"}`)
+	require.Contains(t, out, "Created task type reddit_crawl")
+	e.ok("types", "limit", "reddit_crawl", "--max-in-progress", "3")
+	out = e.ok("types", "show", "reddit_crawl")
+	require.Regexp(t, `Alias\s+reddit`, out)
+	require.Regexp(t, `Params template\s+\{"ticker":"\{\{key\}\}"\}`, out)
+	code, _, errOut := e.taskctl("types", "create", "--name", "broken", "--params-template", `{"{{key}}": 1}`)
+	require.Equal(t, exitFailure, code)
+	require.Contains(t, errOut, "params_template")
+}
