@@ -262,6 +262,7 @@ var tagDocs = map[string]string{
 	"operations": "Health, readiness, metrics and this document",
 	"schedules":  "Recurring work: schedules that create tasks on their own",
 	"usage":      "LLM usage: what workers report, its totals, and the budgets that pause a type",
+	"freshness":  "Freshness rules: a watchlist of keys whose stale data gets a task on its own",
 }
 
 // tagName is the route's tag, or the first fixed path segment after the

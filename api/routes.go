@@ -2,6 +2,7 @@ package api
 
 import (
 	"net/http"
+	"slices"
 
 	"github.com/labstack/echo/v4"
 
@@ -164,7 +165,7 @@ func (s *Server) table() []route {
 		{method: http.MethodGet, path: reference.ScriptPath, id: "getAPIReferenceScript", summary: "The reference page's script (Redoc " + reference.RedocVersion + ", MIT)", role: rolePublic, handler: echo.WrapHandler(reference.Script()), tag: "operations",
 			query:  []param{stringParam("v", "the Redoc version; the page adds it so that a new one is not read from a cache")},
 			status: okay, media: "text/javascript", errors: []int{}},
-	}, append(s.scheduleRoutes(), s.telegramRoutes()...)...)
+	}, slices.Concat(s.scheduleRoutes(), s.telegramRoutes(), s.freshnessRoutes())...)
 }
 
 // eventQuery are the filters of the events API and the stream.

@@ -140,6 +140,9 @@ func Summary(e Envelope, names func(userID string) string) string {
 	if s, ok := scheduleSummary(e, who); ok {
 		return s
 	}
+	if s, ok := freshnessSummary(e, who); ok {
+		return s
+	}
 	return e.Type
 }
 

@@ -43,6 +43,9 @@ func (Projector) NewTasks(b *pgx.Batch, tasks []*events.Task, evs []events.Envel
 	for _, e := range evs {
 		queueTaskAssignment(b, e)
 	}
+	for _, t := range tasks {
+		queueKeyTask(b, nil, t)
+	}
 	return nil
 }
 

@@ -21,6 +21,7 @@ func (Projector) Task(b *pgx.Batch, before, t *events.Task, evs []events.Envelop
 		queueUsage(b, e)
 	}
 	queueTaskTitle(b, before, t)
+	queueKeyTask(b, before, t)
 	for _, e := range evs {
 		queueTaskUpdate(b, e)
 		queueTaskAssignment(b, e)

@@ -49,8 +49,22 @@ const completeTasks = `WITH t AS (
     INSERT INTO task_counts AS c (pid, in_progress, completed)
     SELECT pg_backend_pid(), -n, n FROM (SELECT count(*) AS n FROM t) x WHERE n > 0
     ON CONFLICT (pid) DO UPDATE SET in_progress = c.in_progress + excluded.in_progress, completed = c.completed + excluded.completed
+), fresh AS (
+    ` + freshKeyCompleted + `
 )
 SELECT ` + taskColumns + ` FROM t`
+
+// freshKeyCompleted keeps the watched keys (freshness rules) of the
+// completed tasks that carry one's unique key, as the projector does for
+// every other end of a task (projections.KeyTaskEnded, the same SQL;
+// replay --verify checks what both wrote): a probe of the keys' unique
+// index for those tasks only.
+const freshKeyCompleted = `UPDATE freshness_keys k
+       SET last_completed_at = greatest(k.last_completed_at, $3), current_task_id = nullif(k.current_task_id, t.id),
+           due_at = CASE WHEN r.state = 'active' AND nullif(k.current_task_id, t.id) IS NULL
+                    THEN coalesce(greatest(k.last_completed_at, $3) + make_interval(secs => r.max_age_seconds), k.added_at) END
+      FROM freshness_rules r, t
+     WHERE r.id = k.rule_id AND k.unique_key = t.unique_key AND k.task_type_id = t.task_type_id AND t.unique_key LIKE 'fresh:%'`
 
 // completeRequest is one completion, its event data and meta marshalled.
 type completeRequest struct {

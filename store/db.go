@@ -36,6 +36,7 @@ type Projector interface {
 	TaskType(b *pgx.Batch, before, after *events.TaskType, evs []events.Envelope)
 	User(b *pgx.Batch, before, after *events.User, evs []events.Envelope)
 	Schedule(b *pgx.Batch, before, after *events.Schedule, evs []events.Envelope)
+	FreshnessRule(b *pgx.Batch, before, after *events.FreshnessRule, evs []events.Envelope)
 }
 
 // Config configures a DB.
@@ -59,6 +60,9 @@ type Config struct {
 	// Day is the team's day that usage totals and budgets count in (UTC,
 	// turning at midnight, when zero).
 	Day events.TeamDay
+	// FreshnessMinAge is the shortest max age a freshness rule may have
+	// (default 1 minute; only tests lower it).
+	FreshnessMinAge time.Duration
 }
 
 // Conn is the pool as the store's statements see it: inside a request's
@@ -107,6 +111,7 @@ type DB struct {
 	scheduleMinInterval time.Duration
 	prices              events.Prices
 	day                 events.TeamDay
+	freshnessMinAge     time.Duration
 
 	metrics *storeMetrics
 	txMu    sync.Mutex
@@ -146,8 +151,8 @@ func New(pool *pgxpool.Pool, cfg Config) (*DB, error) {
 		cfg.Prices = events.DefaultPrices()
 	}
 	db := &DB{pool: &Conn{pool}, projector: cfg.Projector, now: cfg.Now, afterCommit: cfg.AfterCommit,
-		offlineAfter: cfg.OfflineAfter, scheduleMinInterval: cfg.ScheduleMinInterval, txHooks: map[pgx.Tx][]func(){},
-		prices: cfg.Prices, day: cfg.Day}
+		offlineAfter: cfg.OfflineAfter, scheduleMinInterval: cfg.ScheduleMinInterval, freshnessMinAge: cfg.FreshnessMinAge,
+		txHooks: map[pgx.Tx][]func(){}, prices: cfg.Prices, day: cfg.Day}
 	var err error
 	if db.metrics, err = newStoreMetrics(cfg.Registerer, pool); err != nil {
 		return nil, err

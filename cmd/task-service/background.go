@@ -45,6 +45,13 @@ type backgroundConfig struct {
 	// scheduleMinInterval lowers the one-minute floor of schedule
 	// intervals; only tests set it (TASK_SERVICE_TEST_MIN_SCHEDULE_INTERVAL).
 	scheduleMinInterval time.Duration
+
+	// Freshness rules: tasks for stale keys.
+	freshness        bool
+	freshnessCatchUp time.Duration
+	// freshnessMinAge lowers the one-minute floor of a rule's max age;
+	// only tests set it (TASK_SERVICE_TEST_MIN_FRESHNESS_AGE).
+	freshnessMinAge time.Duration
 }
 
 func (c *backgroundConfig) register(fs *flag.FlagSet) {
@@ -65,6 +72,9 @@ func (c *backgroundConfig) register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.scheduler, "scheduler", envBool("SCHEDULER", true), "fire due schedules on this instance (env SCHEDULER)")
 	fs.DurationVar(&c.schedulerCatchUp, "scheduler-catch-up", envDuration("SCHEDULER_CATCH_UP", 30*time.Second), "the scheduler looks for due schedules this often even without a wake (env SCHEDULER_CATCH_UP)")
 	c.scheduleMinInterval = envDuration("TASK_SERVICE_TEST_MIN_SCHEDULE_INTERVAL", 0)
+	fs.BoolVar(&c.freshness, "freshness", envBool("FRESHNESS", true), "create the tasks of freshness rules for stale keys on this instance (env FRESHNESS)")
+	fs.DurationVar(&c.freshnessCatchUp, "freshness-catch-up", envDuration("FRESHNESS_CATCH_UP", 30*time.Second), "freshness rules are looked at this often even without a wake (env FRESHNESS_CATCH_UP)")
+	c.freshnessMinAge = envDuration("TASK_SERVICE_TEST_MIN_FRESHNESS_AGE", 0)
 	c.monitor.register(fs)
 }
 
@@ -160,6 +170,14 @@ func (b *background) addWorkers(cfg config, db *store.DB, reg prometheus.Registe
 			return err
 		}
 		b.workers = append(b.workers, sched.Run)
+	}
+	if bg.freshness {
+		fresh, err := reactors.NewFreshness(reactors.FreshnessConfig{DB: db, Hub: b.hub, Check: api.NewParamsCheck(),
+			CatchUp: bg.freshnessCatchUp, Registerer: reg, Logger: log})
+		if err != nil {
+			return err
+		}
+		b.workers = append(b.workers, fresh.Run)
 	}
 	// Every instance runs a due timer: it wakes this instance's long-polling
 	// claims when a scheduled task's run_at comes.

@@ -227,7 +227,7 @@ func serve(ctx context.Context, cfg config, log zerolog.Logger) error {
 	}
 	db, err := store.New(pool, store.Config{Projector: projections.Projector{},
 		AfterCommit: bg.notifier.Committed, OfflineAfter: cfg.bg.offlineAfter,
-		ScheduleMinInterval: cfg.bg.scheduleMinInterval, Registerer: reg, Prices: prices, Day: day})
+		ScheduleMinInterval: cfg.bg.scheduleMinInterval, FreshnessMinAge: cfg.bg.freshnessMinAge, Registerer: reg, Prices: prices, Day: day})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,2 @@
+DROP TABLE IF EXISTS freshness_keys;
+DROP TABLE IF EXISTS freshness_rules;
