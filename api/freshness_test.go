@@ -184,8 +184,10 @@ func TestFreshnessRulesBadInput(t *testing.T) {
 		"key twice":               {func(r *client.NewFreshnessRule) { r.Keys = append(r.Keys, r.Keys[0]) }, "keys[1].key"},
 		"key the schema refuses":  {func(r *client.NewFreshnessRule) { r.Keys[0].Key = "TOOLONGTICKER" }, "keys[0].key"},
 		"too many keys":           {func(r *client.NewFreshnessRule) { r.Keys = many }, "keys"},
-		"thresholds fall":         {func(r *client.NewFreshnessRule) { r.Thresholds = &events.PriorityThresholds{Urgent: 1, High: 5, Medium: 2} }, "thresholds"},
-		"boost below 1":           {func(r *client.NewFreshnessRule) { r.RisingBoost = 0.5 }, "rising_boost"},
+		"thresholds fall": {func(r *client.NewFreshnessRule) {
+			r.Thresholds = &events.PriorityThresholds{Urgent: 1, High: 5, Medium: 2}
+		}, "thresholds"},
+		"boost below 1": {func(r *client.NewFreshnessRule) { r.RisingBoost = 0.5 }, "rising_boost"},
 	} {
 		r := good()
 		tc.edit(&r)

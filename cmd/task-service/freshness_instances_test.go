@@ -91,7 +91,9 @@ func TestFreshnessRulesAcrossInstances(t *testing.T) {
 	// Complete the second tasks of the first half only (the worker claims
 	// by priority: urgent and high are the first 50 keys).
 	finishAll(n / 2)
-	c.eventually("a third task for the completed keys", func() bool { return c.count(`SELECT count(*) FROM worker_tasks WHERE task_type_id = $1`, tt.ID) >= 2*n+n/2 })
+	c.eventually("a third task for the completed keys", func() bool {
+		return c.count(`SELECT count(*) FROM worker_tasks WHERE task_type_id = $1`, tt.ID) >= 2*n+n/2
+	})
 	time.Sleep(maxAge) // the other half would be due by now if open tasks did not hold them
 	third := tasksOf()
 	for i, k := range keys {
