@@ -486,7 +486,13 @@ func (db *DB) createStaleForRule(ctx context.Context, tx pgx.Tx, id string, now 
 		var dup *events.DuplicateTaskError
 		switch {
 		case errors.As(o.err, &dup):
-			continue // an open task holds the key: nothing to do
+			// An open task holds the key, which its row did not say: it
+			// waits for that task.
+			if _, err := tx.Exec(ctx, `UPDATE freshness_keys SET current_task_id = $3, due_at = NULL
+				WHERE rule_id = $1 AND key = $2`, id, due[i].key.Key, dup.TaskID); err != nil {
+				return nil, mapErr(fmt.Errorf("key %q: %w", due[i].key.Key, err))
+			}
+			continue
 		case o.err != nil:
 			if failed == nil {
 				failed = fmt.Errorf("key %q no longer makes a valid task: %w", due[i].key.Key, o.err)

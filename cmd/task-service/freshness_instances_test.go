@@ -10,6 +10,7 @@ import (
 
 	"github.com/clawdbot/task-service/api/client"
 	"github.com/clawdbot/task-service/events"
+	"github.com/clawdbot/task-service/store/replay"
 )
 
 // Freshness rules across three real instances: one rule watches 100 keys
@@ -117,6 +118,26 @@ func TestFreshnessRulesAcrossInstances(t *testing.T) {
 	require.NoError(t, c.pool.QueryRow(c.ctx, `SELECT data->>'reason' FROM task_events WHERE stream_id = $1
 		AND type = 'freshness_rule.task_created' AND data->>'key' = 'T000' ORDER BY seq DESC LIMIT 1`, rule.ID).Scan(&reason))
 	require.Regexp(t, `^T000: last completed \d+s ago > 3s; weight 25 × staleness \d\.\d\d = \d+\.\d → urgent$`, reason)
+
+	// The rules and their keys equal the fold of the log; a key's state
+	// that drifted from its tasks is found, and a rebuild repairs it.
+	rep, err := replay.Verify(c.ctx, c.pool, replay.VerifyConfig{})
+	require.NoError(t, err)
+	require.True(t, rep.Clean(), "replay --verify: %+v", rep.Differences)
+	require.EqualValues(t, n, rep.Tables["freshness_keys"].Rows)
+	_, err = c.pool.Exec(c.ctx, `UPDATE freshness_keys SET current_task_id = NULL WHERE key = 'T099'`)
+	require.NoError(t, err)
+	rep, err = replay.Verify(c.ctx, c.pool, replay.VerifyConfig{})
+	require.NoError(t, err)
+	require.Len(t, rep.Differences, 1)
+	require.Equal(t, "freshness_keys", rep.Differences[0].Table)
+	require.Equal(t, []string{"current_task_id"}, rep.Differences[0].Changed)
+	_, err = replay.Rebuild(c.ctx, c.pool, replay.RebuildConfig{})
+	require.NoError(t, err)
+	rep, err = replay.Verify(c.ctx, c.pool, replay.VerifyConfig{})
+	require.NoError(t, err)
+	require.True(t, rep.Clean(), "after the rebuild: %+v", rep.Differences)
+	require.Equal(t, 2*n+n/2, c.count(`SELECT count(*) FROM worker_tasks WHERE task_type_id = $1`, tt.ID), "no task was created twice")
 }
 
 type taskRow struct {

@@ -44,6 +44,7 @@ func commands() map[string]command {
 
 		// Schedules (issue 13).
 		"schedules": {summary: "recurring work: create, list, show, update, pause, resume, cancel, run schedules; their executions", run: entry(schedulesCommand)},
+		"rules":     {summary: "freshness rules: tasks for the stale keys of a watchlist; create, list, show, edit, pause, resume, delete, keys set", run: entry(rulesCommand)},
 	}
 }
 

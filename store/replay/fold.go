@@ -24,6 +24,8 @@ type fold struct {
 	schedules   map[key]*events.Schedule
 	firings     [][]any
 	data        map[key]*events.TaskData  // task_data rows by data id
+	rules       map[key]*events.FreshnessRule
+	ruleKeys    map[key]map[string]events.KeyState // each rule's watchlist
 	held        map[key][]events.Envelope // events waiting for their predecessor
 	events      int64
 	skipped     int64 // events of streams no projection reads
@@ -55,6 +57,8 @@ func newFold() *fold {
 		users:     map[key]*events.User{},
 		schedules: map[key]*events.Schedule{},
 		data:      map[key]*events.TaskData{},
+		rules:     map[key]*events.FreshnessRule{},
+		ruleKeys:  map[key]map[string]events.KeyState{},
 		held:      map[key][]events.Envelope{},
 	}
 }
@@ -155,6 +159,18 @@ func (f *fold) next(e events.Envelope, k key) (bool, error) {
 		if row := projections.FiringRow(e); row != nil {
 			f.firings = append(f.firings, row)
 		}
+	case events.StreamFreshnessRule:
+		r := f.rules[k]
+		if ok, err := f.inOrder(e, k, r != nil, func() int { return r.Version }); !ok {
+			return false, err
+		}
+		if r == nil {
+			r = &events.FreshnessRule{ID: k.text()}
+			f.rules[k] = r
+		}
+		e.StreamID = r.ID
+		r.Apply(e)
+		f.ruleKeys[k] = events.ApplyKeys(f.ruleKeys[k], e)
 	}
 	return true, nil
 }
@@ -211,13 +227,17 @@ func (f *fold) version(streamType string, k key) int {
 		if s, ok := f.schedules[k]; ok {
 			return s.Version
 		}
+	case events.StreamFreshnessRule:
+		if r, ok := f.rules[k]; ok {
+			return r.Version
+		}
 	}
 	return 0
 }
 
 func knownStream(t string) bool {
 	return t == events.StreamTask || t == events.StreamTaskType || t == events.StreamUser ||
-		t == events.StreamSchedule
+		t == events.StreamSchedule || t == events.StreamFreshnessRule
 }
 
 // applyData folds a task's data events into the task_data rows: an upload

@@ -138,6 +138,9 @@ func (r *rebuilder) run(ctx context.Context) error {
 	if err := r.indexAll(ctx); err != nil {
 		return err
 	}
+	if err := deriveFreshKeys(ctx, r.conn); err != nil {
+		return err
+	}
 	// Unlocked catch-up: each round folds what the previous snapshot could
 	// not see; stop when little is left for the locked step.
 	for range 5 {
@@ -553,6 +556,9 @@ func (r *rebuilder) applyDelta(ctx context.Context, tx pgx.Tx, p *phase) (int64,
 		changed[name] += n
 	}
 	if err := deriveDeltaGates(ctx, tx, f); err != nil {
+		return 0, nil, err
+	}
+	if err := deriveDeltaFreshKeys(ctx, tx, f); err != nil {
 		return 0, nil, err
 	}
 	return n, changed, nil

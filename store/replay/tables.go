@@ -92,6 +92,20 @@ func tables() []table {
 			name: "schedule_firings", columns: projections.FiringColumns, key: []string{"schedule_id", "version"}, stream: "schedule_id",
 			rows: func(f *fold) (int, pgx.CopyFromSource) { return len(f.firings), pgx.CopyFromRows(f.firings) },
 		},
+		{
+			name: "freshness_rules", columns: projections.FreshnessRuleColumns, key: []string{"id"}, stream: "id",
+			rows: func(f *fold) (int, pgx.CopyFromSource) {
+				return aggregateRows(liveRules(f), func(r *events.FreshnessRule) []any { return projections.FreshnessRuleRow(r) })
+			},
+		},
+		{
+			name: "freshness_keys", columns: projections.FreshnessKeyColumns, key: []string{"rule_id", "key"}, stream: "rule_id",
+			rows: func(f *fold) (int, pgx.CopyFromSource) {
+				rows := freshnessKeyRows(f)
+				return len(rows), pgx.CopyFromRows(rows)
+			},
+			derived: projections.FreshnessKeyDerived,
+		},
 	}
 }
 
