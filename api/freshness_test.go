@@ -217,17 +217,6 @@ func TestFreshnessRulesBadInput(t *testing.T) {
 	require.Equal(t, "NVDA", keys[0].Key)
 }
 
-func requireAPIError(t *testing.T, err error, status int, code, field string) {
-	t.Helper()
-	var e *client.Error
-	require.ErrorAs(t, err, &e)
-	require.Equal(t, status, e.Status, e.Message)
-	require.Equal(t, code, e.Code, e.Message)
-	if field != "" {
-		require.Equal(t, field, e.Field, e.Message)
-	}
-}
-
 // claimUntil has w claim the queue's first task, which must be id.
 func claimUntil(t *testing.T, b *bundle, w *worker, id string) {
 	t.Helper()
