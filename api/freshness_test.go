@@ -95,10 +95,32 @@ func TestFreshnessRulesAPI(t *testing.T) {
 	ds, err = b.db.CreateStaleTasks(ctx, 100, check)
 	require.NoError(t, err)
 	require.Empty(t, ds, "completed just now: not stale")
+	// INTC's task fails (no retry here: no reactors run): the key waits a
+	// max age after that end, not a look.
+	intc, err := b.admin.FreshnessKeys(ctx, r.ID, "AMD", 1)
+	require.NoError(t, err)
+	require.Equal(t, "INTC", intc[0].Key)
+	claimUntil(t, b, w, *keys[1].CurrentTaskID)
+	failed, err := w.Fail(ctx, *keys[1].CurrentTaskID, "rate limited")
+	require.NoError(t, err)
+	intc, err = b.admin.FreshnessKeys(ctx, r.ID, "AMD", 1)
+	require.NoError(t, err)
+	require.Nil(t, intc[0].CurrentTaskID)
+	require.Nil(t, intc[0].LastCompletedAt)
+	require.WithinDuration(t, *failed.CompletedAt, *intc[0].LastFailedAt, time.Millisecond)
+	require.WithinDuration(t, failed.CompletedAt.Add(6*time.Hour), *intc[0].DueAt, time.Millisecond)
+	ds, err = b.db.CreateStaleTasks(ctx, 100, check)
+	require.NoError(t, err)
+	require.Empty(t, ds, "a key whose task just failed waits a max age")
 	b.clock.offset.Add(int64(7*time.Hour + 12*time.Minute))
 	ds, err = b.db.CreateStaleTasks(ctx, 100, check)
 	require.NoError(t, err)
-	require.Len(t, ds, 1)
+	require.Len(t, ds, 2)
+	if ds[0].Key != "NVDA" {
+		ds[0], ds[1] = ds[1], ds[0]
+	}
+	require.Equal(t, "INTC", ds[1].Key)
+	require.Equal(t, "INTC: never completed; weight 1 → low", ds[1].Reason)
 	require.Equal(t, "NVDA", ds[0].Key)
 	require.Equal(t, events.PriorityHigh, ds[0].Priority)
 	require.Equal(t, "NVDA: last completed 7h12m ago > 6h; weight 5 × staleness 1.20 = 6.0 → high", ds[0].Reason)
@@ -109,8 +131,8 @@ func TestFreshnessRulesAPI(t *testing.T) {
 	require.NoError(t, err)
 	reasons, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
-	require.Len(t, reasons, 4)
-	require.Equal(t, ds[0].Reason, reasons[3])
+	require.Len(t, reasons, 5)
+	require.Contains(t, reasons, ds[0].Reason)
 	require.Equal(t, "NVDA: never completed; weight 5 → high", reasons[2])
 
 	// Edit, keys, pause, resume, delete.
@@ -217,11 +239,16 @@ func TestFreshnessRulesBadInput(t *testing.T) {
 	require.Equal(t, "NVDA", keys[0].Key)
 }
 
-// claimUntil has w claim the queue's first task, which must be id.
+// claimUntil has w claim tasks in queue order until it holds id.
 func claimUntil(t *testing.T, b *bundle, w *worker, id string) {
 	t.Helper()
-	got, err := w.Claim(b.ctx)
-	require.NoError(t, err)
-	require.NotNil(t, got)
-	require.Equal(t, id, got.ID)
+	for range 5 {
+		got, err := w.Claim(b.ctx)
+		require.NoError(t, err)
+		require.NotNil(t, got, "the queue ran out before %s", id)
+		if got.ID == id {
+			return
+		}
+	}
+	t.Fatalf("%s was not claimed", id)
 }

@@ -29,7 +29,7 @@ func FreshnessRuleRow(r *events.FreshnessRule) []any {
 // stream; FreshnessKeyDerived are kept from the keys' tasks.
 var (
 	FreshnessKeyColumns = []string{"rule_id", "key", "unique_key", "task_type_id", "weight", "rising", "added_at"}
-	FreshnessKeyDerived = []string{"last_completed_at", "current_task_id", "due_at"}
+	FreshnessKeyDerived = []string{"last_completed_at", "last_failed_at", "current_task_id", "due_at"}
 )
 
 // FreshnessKeyRow is the folded part of one key's row.
@@ -39,22 +39,29 @@ func FreshnessKeyRow(r *events.FreshnessRule, key string, k events.KeyState) []a
 
 var upsertFreshnessRule = upsert("freshness_rules", FreshnessRuleColumns, map[string]string{"spec": "jsonb"})
 
-// DueAt is the SQL of a key's due time, given its newest completion (last)
-// and its open task (cur), for key row k of rule row r: NULL while a task
-// is open or the rule is paused; otherwise when the last completion gets
-// older than the max age, or at once (added_at) when none completed.
-func DueAt(last, cur string) string {
-	return fmt.Sprintf(`CASE WHEN r.state = 'active' AND %[2]s IS NULL
-		THEN coalesce(%[1]s + make_interval(secs => r.max_age_seconds), k.added_at) END`, last, cur)
+// DueAt is the SQL of a key's due time, given its newest completion
+// (last), its newest failed or cancelled task's end (failed) and its open
+// task (cur), for key row k of rule row r: NULL while a task is open or
+// the rule is paused; otherwise the max age after the last task ended
+// (however it ended: a key whose tasks keep failing gets one a max age,
+// not one a look), or at once (added_at) when none ended.
+func DueAt(last, failed, cur string) string {
+	return fmt.Sprintf(`CASE WHEN r.state = 'active' AND %[3]s IS NULL
+		THEN coalesce(greatest(%[1]s, %[2]s) + make_interval(secs => r.max_age_seconds), k.added_at) END`, last, failed, cur)
 }
 
-// KeyLastCompleted and KeyOpenTask are the SQL of a key's state read from
-// worker_tasks (tasks named w, key row k): what the writers keep in the
-// key's row, derived again by replay and checked by verify. Both are index
-// probes (migration 019's indexes on (task_type_id, unique_key)).
+// KeyLastCompleted, KeyLastFailed and KeyOpenTask are the SQL of a key's
+// state read from worker_tasks (tasks named w, key row k): what the
+// writers keep in the key's row, derived again by replay and checked by
+// verify. Each is an index probe (migrations 019 and 025).
 func KeyLastCompleted(tasks string) string {
 	return fmt.Sprintf(`(SELECT w.completed_at FROM %s w WHERE w.task_type_id = k.task_type_id AND w.unique_key = k.unique_key
 		AND w.status = 'completed' ORDER BY w.completed_at DESC LIMIT 1)`, tasks)
+}
+
+func KeyLastFailed(tasks string) string {
+	return fmt.Sprintf(`(SELECT w.completed_at FROM %s w WHERE w.task_type_id = k.task_type_id AND w.unique_key = k.unique_key
+		AND w.status IN ('failed', 'cancelled') ORDER BY w.completed_at DESC LIMIT 1)`, tasks)
 }
 
 func KeyOpenTask(tasks string) string {
@@ -72,11 +79,11 @@ func DeriveKeys(schema, where string) string {
 		}
 		return schema + "." + t
 	}
-	return fmt.Sprintf(`UPDATE %[1]s k SET last_completed_at = s.last, current_task_id = s.cur, due_at = %[3]s
-		FROM %[2]s r, (SELECT k.rule_id, k.key, %[4]s AS last, %[5]s AS cur FROM %[1]s k WHERE %[6]s) s
+	return fmt.Sprintf(`UPDATE %[1]s k SET last_completed_at = s.last, last_failed_at = s.failed, current_task_id = s.cur, due_at = %[3]s
+		FROM %[2]s r, (SELECT k.rule_id, k.key, %[4]s AS last, %[5]s AS failed, %[6]s AS cur FROM %[1]s k WHERE %[7]s) s
 		WHERE r.id = k.rule_id AND s.rule_id = k.rule_id AND s.key = k.key`,
-		q("freshness_keys"), q("freshness_rules"), DueAt("s.last", "s.cur"),
-		KeyLastCompleted(q("worker_tasks")), KeyOpenTask(q("worker_tasks")), where)
+		q("freshness_keys"), q("freshness_rules"), DueAt("s.last", "s.failed", "s.cur"),
+		KeyLastCompleted(q("worker_tasks")), KeyLastFailed(q("worker_tasks")), KeyOpenTask(q("worker_tasks")), where)
 }
 
 var (
@@ -94,9 +101,9 @@ ON CONFLICT (rule_id, key) DO UPDATE SET weight = excluded.weight, rising = excl
 
 	// redueKeys recomputes the due times of a rule's keys after its max age
 	// or state changed.
-	redueKeys = `UPDATE freshness_keys k SET due_at = ` + DueAt("k.last_completed_at", "k.current_task_id") + `
-  FROM freshness_rules r WHERE r.id = k.rule_id AND k.rule_id = $1
-   AND k.due_at IS DISTINCT FROM (` + DueAt("k.last_completed_at", "k.current_task_id") + `)`
+	redueKeys = `UPDATE freshness_keys k SET due_at = ` + keyDue + `
+  FROM freshness_rules r WHERE r.id = k.rule_id AND k.rule_id = $1 AND k.due_at IS DISTINCT FROM (` + keyDue + `)`
+	keyDue    = DueAt("k.last_completed_at", "k.last_failed_at", "k.current_task_id")
 
 	deleteFreshnessKeys = `DELETE FROM freshness_keys WHERE rule_id = $1`
 	deleteFreshnessRule = `DELETE FROM freshness_rules WHERE id = $1`
@@ -116,10 +123,11 @@ ON CONFLICT (rule_id, key) DO UPDATE SET weight = excluded.weight, rising = excl
 // adds FROM items (the completion statement's rows).
 func KeyTaskEnded(uk, typ, at, completed, id, from string) string {
 	last := fmt.Sprintf("CASE WHEN %s THEN greatest(k.last_completed_at, %s) ELSE k.last_completed_at END", completed, at)
+	failed := fmt.Sprintf("CASE WHEN %s THEN k.last_failed_at ELSE greatest(k.last_failed_at, %s) END", completed, at)
 	cur := fmt.Sprintf("nullif(k.current_task_id, %s)", id)
-	return fmt.Sprintf(`UPDATE freshness_keys k SET last_completed_at = %[1]s, current_task_id = %[2]s, due_at = %[3]s
-  FROM freshness_rules r%[4]s WHERE r.id = k.rule_id AND k.unique_key = %[5]s AND k.task_type_id = %[6]s`,
-		last, cur, DueAt(last, cur), from, uk, typ)
+	return fmt.Sprintf(`UPDATE freshness_keys k SET last_completed_at = %[1]s, last_failed_at = %[2]s, current_task_id = %[3]s, due_at = %[4]s
+  FROM freshness_rules r%[5]s WHERE r.id = k.rule_id AND k.unique_key = %[6]s AND k.task_type_id = %[7]s`,
+		last, failed, cur, DueAt(last, failed, cur), from, uk, typ)
 }
 
 // FreshnessKeyOf reports whether a task's unique key may be a watched

@@ -62,7 +62,7 @@ SELECT ` + taskColumns + ` FROM t`
 const freshKeyCompleted = `UPDATE freshness_keys k
        SET last_completed_at = greatest(k.last_completed_at, $3), current_task_id = nullif(k.current_task_id, t.id),
            due_at = CASE WHEN r.state = 'active' AND nullif(k.current_task_id, t.id) IS NULL
-                    THEN coalesce(greatest(k.last_completed_at, $3) + make_interval(secs => r.max_age_seconds), k.added_at) END
+                    THEN coalesce(greatest(k.last_completed_at, $3, k.last_failed_at) + make_interval(secs => r.max_age_seconds), k.added_at) END
       FROM freshness_rules r, t
      WHERE r.id = k.rule_id AND k.unique_key = t.unique_key AND k.task_type_id = t.task_type_id AND t.unique_key LIKE 'fresh:%'`
 

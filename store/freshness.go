@@ -83,6 +83,10 @@ type FreshnessKeyView struct {
 	LastCompletedAt *time.Time `json:"last_completed_at"`
 	// AgeSeconds is how long ago that was; null: never.
 	AgeSeconds *float64 `json:"age_seconds"`
+	// LastFailedAt is when the key's newest task that did not complete
+	// (failed or cancelled) ended: the next is due a max age after the
+	// later of the two.
+	LastFailedAt *time.Time `json:"last_failed_at"`
 	// CurrentTaskID is the key's task pending or in progress, if any.
 	CurrentTaskID *string `json:"current_task_id"`
 	// DueAt is when the next task is created: null while a task is open or
@@ -104,15 +108,15 @@ func (db *DB) FreshnessKeys(ctx context.Context, ruleID, after string, limit int
 		limit = 100
 	}
 	now := db.Now()
-	rows, err := db.pool.Query(ctx, `SELECT key, weight, rising, last_completed_at, current_task_id::text, due_at, added_at
+	rows, err := db.pool.Query(ctx, `SELECT key, weight, rising, last_completed_at, last_failed_at, current_task_id::text, due_at, added_at
 		FROM freshness_keys WHERE rule_id = $1 AND key > $2 ORDER BY key LIMIT $3`, ruleID, after, limit)
 	if err != nil {
 		return nil, mapErr(fmt.Errorf("list freshness keys: %w", err))
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (FreshnessKeyView, error) {
 		var k FreshnessKeyView
-		err := r.Scan(&k.Key, &k.Weight, &k.Rising, &k.LastCompletedAt, &k.CurrentTaskID, &k.DueAt, &k.AddedAt)
-		for _, p := range []**time.Time{&k.LastCompletedAt, &k.DueAt} {
+		err := r.Scan(&k.Key, &k.Weight, &k.Rising, &k.LastCompletedAt, &k.LastFailedAt, &k.CurrentTaskID, &k.DueAt, &k.AddedAt)
+		for _, p := range []**time.Time{&k.LastCompletedAt, &k.LastFailedAt, &k.DueAt} {
 			if *p != nil {
 				u := (*p).UTC()
 				*p = &u

@@ -76,12 +76,14 @@ func deriveDeltaFreshKeys(ctx context.Context, tx pgx.Tx, f *fold) error {
 func verifyFreshKeys(ctx context.Context, tx pgx.Tx, rep *Report, max int) error {
 	td := rep.Tables[freshKeysTable]
 	kept := 0
+	due := projections.DueAt("s.last", "s.failed", "s.cur")
 	rows, err := tx.Query(ctx, `SELECT k.rule_id::text, k.key,
-		k.last_completed_at::text, k.current_task_id::text, k.due_at::text,
-		s.last::text, s.cur::text, (`+projections.DueAt("s.last", "s.cur")+`)::text
+		k.last_completed_at::text, k.last_failed_at::text, k.current_task_id::text, k.due_at::text,
+		s.last::text, s.failed::text, s.cur::text, (`+due+`)::text
 		FROM freshness_keys k JOIN freshness_rules r ON r.id = k.rule_id
-		CROSS JOIN LATERAL (SELECT `+projections.KeyLastCompleted("worker_tasks")+` AS last, `+projections.KeyOpenTask("worker_tasks")+` AS cur) s
-		WHERE (k.last_completed_at, k.current_task_id, k.due_at) IS DISTINCT FROM (s.last, s.cur, `+projections.DueAt("s.last", "s.cur")+`)
+		CROSS JOIN LATERAL (SELECT `+projections.KeyLastCompleted("worker_tasks")+` AS last, `+
+		projections.KeyLastFailed("worker_tasks")+` AS failed, `+projections.KeyOpenTask("worker_tasks")+` AS cur) s
+		WHERE (k.last_completed_at, k.last_failed_at, k.current_task_id, k.due_at) IS DISTINCT FROM (s.last, s.failed, s.cur, `+due+`)
 		ORDER BY k.rule_id, k.key`)
 	if err != nil {
 		return fmt.Errorf("check the state of freshness_keys: %w", err)
@@ -90,8 +92,8 @@ func verifyFreshKeys(ctx context.Context, tx pgx.Tx, rep *Report, max int) error
 	cols := projections.FreshnessKeyDerived
 	for rows.Next() {
 		var rule, name string
-		live, want := make([]*string, 3), make([]*string, 3)
-		if err := rows.Scan(&rule, &name, &live[0], &live[1], &live[2], &want[0], &want[1], &want[2]); err != nil {
+		live, want := make([]*string, 4), make([]*string, 4)
+		if err := rows.Scan(&rule, &name, &live[0], &live[1], &live[2], &live[3], &want[0], &want[1], &want[2], &want[3]); err != nil {
 			return err
 		}
 		td.LiveRows++
