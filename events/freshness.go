@@ -3,6 +3,7 @@ package events
 import (
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -149,6 +150,44 @@ func ValidateKeys(keys []FreshnessKey) error {
 		seen[k.Key] = true
 	}
 	return nil
+}
+
+// ParseFreshnessKeys reads a watchlist written as KEY[:WEIGHT[:rising]]
+// items separated by commas or white space (weight 1 when left out), as
+// taskctl and the admin UI take it. It checks the syntax only
+// (ValidateKeys checks the list).
+func ParseFreshnessKeys(text string) ([]FreshnessKey, error) {
+	keys := []FreshnessKey{}
+	for _, item := range strings.FieldsFunc(text, func(r rune) bool { return r == ',' || unicode.IsSpace(r) }) {
+		parts := strings.Split(item, ":")
+		k := FreshnessKey{Key: parts[0], Weight: 1}
+		if len(parts) > 1 {
+			w, err := strconv.Atoi(parts[1])
+			if err != nil {
+				return nil, Invalid("keys", "%q: the weight after ':' must be a whole number", item)
+			}
+			k.Weight = w
+		}
+		if len(parts) > 2 && (parts[2] != "rising" || len(parts) > 3) {
+			return nil, Invalid("keys", "%q: write KEY, KEY:WEIGHT or KEY:WEIGHT:rising", item)
+		}
+		k.Rising = len(parts) > 2
+		keys = append(keys, k)
+	}
+	return keys, nil
+}
+
+// FormatFreshnessKeys writes keys as ParseFreshnessKeys reads them, one a line.
+func FormatFreshnessKeys(keys []FreshnessKey) string {
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%s:%d", k.Key, k.Weight)
+		if k.Rising {
+			b.WriteString(":rising")
+		}
+		b.WriteByte('\n')
+	}
+	return b.String()
 }
 
 // FreshnessUniqueKey is the unique key of the tasks created for key by

@@ -117,6 +117,13 @@ func (u *UI) routes() []route {
 		{method: http.MethodGet, path: "/schedules/:id", handler: u.schedule},
 		{method: http.MethodPost, path: "/schedules/:id", handler: u.updateSchedule},
 		{method: http.MethodPost, path: "/schedules/:id/:action", handler: u.scheduleAction},
+
+		{method: http.MethodGet, path: "/freshness", handler: u.freshnessRules},
+		{method: http.MethodGet, path: "/freshness/new", handler: u.newFreshnessRule},
+		{method: http.MethodPost, path: "/freshness/new", handler: u.createFreshnessRule},
+		{method: http.MethodGet, path: "/freshness/:id", handler: u.freshnessRule},
+		{method: http.MethodPost, path: "/freshness/:id", handler: u.updateFreshnessRule},
+		{method: http.MethodPost, path: "/freshness/:id/:action", handler: u.freshnessAction},
 	}
 }
 
@@ -132,6 +139,7 @@ func menu() []navItem {
 		{"/types", "Task types"},
 		{"/workers", "Workers"},
 		{"/schedules", "Schedules"},
+		{"/freshness", "Freshness"},
 		{"/events", "Live events"},
 	}
 }

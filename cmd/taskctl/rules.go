@@ -91,24 +91,9 @@ func parseKeys(text string) ([]events.FreshnessKey, error) {
 		}
 		return keys, nil
 	}
-	keys := []events.FreshnessKey{}
-	for _, item := range strings.FieldsFunc(text, func(r rune) bool { return r == ',' || r == ' ' || r == '\n' || r == '\t' || r == '\r' }) {
-		parts := strings.Split(item, ":")
-		k := events.FreshnessKey{Key: parts[0], Weight: 1}
-		if len(parts) > 1 {
-			w, err := strconv.Atoi(parts[1])
-			if err != nil {
-				return nil, usagef("keys: %q: the weight after ':' must be a whole number", item)
-			}
-			k.Weight = w
-		}
-		if len(parts) > 2 {
-			if parts[2] != "rising" || len(parts) > 3 {
-				return nil, usagef("keys: %q: write KEY:WEIGHT or KEY:WEIGHT:rising", item)
-			}
-			k.Rising = true
-		}
-		keys = append(keys, k)
+	keys, err := events.ParseFreshnessKeys(text)
+	if err != nil {
+		return nil, usagef("%v", err)
 	}
 	return keys, nil
 }
