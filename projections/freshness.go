@@ -103,7 +103,7 @@ ON CONFLICT (rule_id, key) DO UPDATE SET weight = excluded.weight, rising = excl
 	// or state changed.
 	redueKeys = `UPDATE freshness_keys k SET due_at = ` + keyDue + `
   FROM freshness_rules r WHERE r.id = k.rule_id AND k.rule_id = $1 AND k.due_at IS DISTINCT FROM (` + keyDue + `)`
-	keyDue    = DueAt("k.last_completed_at", "k.last_failed_at", "k.current_task_id")
+	keyDue = DueAt("k.last_completed_at", "k.last_failed_at", "k.current_task_id")
 
 	deleteFreshnessKeys = `DELETE FROM freshness_keys WHERE rule_id = $1`
 	deleteFreshnessRule = `DELETE FROM freshness_rules WHERE id = $1`

@@ -23,10 +23,10 @@ type fold struct {
 	assignments [][]any
 	schedules   map[key]*events.Schedule
 	firings     [][]any
-	data        map[key]*events.TaskData  // task_data rows by data id
+	data        map[key]*events.TaskData // task_data rows by data id
 	rules       map[key]*events.FreshnessRule
 	ruleKeys    map[key]map[string]events.KeyState // each rule's watchlist
-	held        map[key][]events.Envelope // events waiting for their predecessor
+	held        map[key][]events.Envelope          // events waiting for their predecessor
 	events      int64
 	skipped     int64 // events of streams no projection reads
 }
