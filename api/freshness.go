@@ -14,7 +14,7 @@ import (
 )
 
 // Freshness rules: tasks created on their own for the keys of a watchlist
-// whose data is stale (ADR 025). The commands below are called by the JSON
+// whose data is stale (ADR 023). The commands below are called by the JSON
 // handlers and by the admin UI.
 
 // FreshnessRuleRequest creates a rule, or edits one: in an edit every field

@@ -11,7 +11,7 @@ import (
 )
 
 // StreamFreshnessRule is the stream of one freshness rule: a watchlist of
-// keys for which tasks are created when their data gets stale (ADR 025).
+// keys for which tasks are created when their data gets stale (ADR 023).
 const StreamFreshnessRule = "freshness_rule"
 
 // FreshnessState is a rule's place in its life.

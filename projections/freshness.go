@@ -53,7 +53,7 @@ func DueAt(last, failed, cur string) string {
 // KeyLastCompleted, KeyLastFailed and KeyOpenTask are the SQL of a key's
 // state read from worker_tasks (tasks named w, key row k): what the
 // writers keep in the key's row, derived again by replay and checked by
-// verify. Each is an index probe (migrations 019 and 025).
+// verify. Each is an index probe (migrations 019 and 027).
 func KeyLastCompleted(tasks string) string {
 	return fmt.Sprintf(`(SELECT w.completed_at FROM %s w WHERE w.task_type_id = k.task_type_id AND w.unique_key = k.unique_key
 		AND w.status = 'completed' ORDER BY w.completed_at DESC LIMIT 1)`, tasks)

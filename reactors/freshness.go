@@ -33,7 +33,7 @@ type FreshnessConfig struct {
 }
 
 // Freshness creates the tasks of freshness rules for keys whose data is
-// stale (ADR 025). Each instance runs one, with one timer set for the
+// stale (ADR 023). Each instance runs one, with one timer set for the
 // earliest due time of any watched key, re-armed on every hub wake (a
 // completion makes a key due later; a rule's edit, resume or new keys may
 // make one due now) and on a slow catch-up tick. A look costs an index

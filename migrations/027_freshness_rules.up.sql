@@ -1,4 +1,4 @@
--- Freshness rules (ADR 025): a watchlist of keys per task type; a task is
+-- Freshness rules (ADR 023): a watchlist of keys per task type; a task is
 -- created for a key when its newest completed task is older than the rule's
 -- max age and none is pending or in progress. The freshness_rules row is
 -- the fold of its stream.
