@@ -292,11 +292,17 @@ func (s *TelegramSender) deliver(ctx context.Context, rows []outboxRow, leaseEnd
 		s.lastSend = time.Now()
 		now := s.cfg.Now()
 		s.sends.WithLabelValues(res.outcome.metricLabel()).Inc()
-		switch res.outcome {
-		case sendOK:
+		switch {
+		case res.outcome == sendOK:
 			s.failures = 0
 			s.markSent(ctx, lease, c.rows, now)
-		case sendRejected:
+		case c.chatID != "" && (res.outcome == sendRefused || res.outcome == sendRejected):
+			// An answer's chat refused it (the user blocked the bot, left
+			// the group): that says nothing about the other chats.
+			s.log.Warn().Int64("outbox_id", c.rows[0].ID).Str("chat_id", c.chatID).Str("description", res.description).
+				Msg("telegram refused an answer to a command: dead-lettered")
+			s.markDead(ctx, lease, c.rows[0], res.description)
+		case res.outcome == sendRejected:
 			if len(c.rows) > 1 {
 				// One bad line must not sink the others: try each alone.
 				single := make([]chunk, len(c.rows))
@@ -309,7 +315,7 @@ func (s *TelegramSender) deliver(ctx context.Context, rows []outboxRow, leaseEnd
 			s.log.Warn().Int64("outbox_id", c.rows[0].ID).Str("kind", c.rows[0].Kind).
 				Str("description", res.description).Msg("telegram rejected a notification: dead-lettered")
 			s.markDead(ctx, lease, c.rows[0], res.description)
-		case sendRetryAfter:
+		case res.outcome == sendRetryAfter:
 			s.blockedUntil = now.Add(res.retryAfter)
 			s.log.Warn().Dur("retry_after", res.retryAfter).Msg("telegram rate limit: holding all sends")
 			s.postpone(ctx, lease, rowsOf(queue[i:]), s.blockedUntil, res.description)

@@ -30,6 +30,8 @@ const (
 	tgTeamChat   = int64(-100777)
 	tgAdmin      = int64(4242)
 	tgMember     = int64(5151)
+	// tgBlockedChat removed the bot: Telegram answers 403 to a message there.
+	tgBlockedChat = "-998"
 )
 
 // tgBot is the Bot API: sendMessage to any chat, and getUpdates over a
@@ -69,6 +71,11 @@ func (b *tgBot) serve(w http.ResponseWriter, r *http.Request) {
 		if json.Unmarshal(body, &req) != nil || req.ChatID == "" || req.ParseMode != "HTML" || req.Text == "" {
 			w.WriteHeader(400)
 			fmt.Fprint(w, `{"ok":false,"error_code":400,"description":"Bad Request: malformed sendMessage"}`)
+			return
+		}
+		if req.ChatID == tgBlockedChat {
+			w.WriteHeader(403)
+			fmt.Fprint(w, `{"ok":false,"error_code":403,"description":"Forbidden: bot was kicked from the group chat"}`)
 			return
 		}
 		b.mu.Lock()
@@ -301,6 +308,11 @@ func TestTelegramCommandsWebhook(t *testing.T) {
 	require.Zero(t, c.count(`SELECT count(*) FROM telegram_outbox WHERE event_seq = 13`))
 	// An admin in a group nobody allowed is refused too: the group would read the answers.
 	c.say(tgUpdate(11, -998, tgAdmin, "alice", "/status"), "refused")
+	// That group removed the bot: its answer is dead-lettered, and the
+	// other chats' answers go on without waiting.
+	c.eventually("the answer to the group without the bot to be dead-lettered", func() bool {
+		return c.count(`SELECT count(*) FROM telegram_outbox WHERE event_seq = 11 AND status = 'dead'`) == 1
+	})
 	// A member of the team chat who is no admin may read, not change.
 	c.say(tgUpdate(12, tgTeamChat, tgMember, "bob", "/cancel "+waiting.ID[:8]), "ran")
 	require.Contains(t, c.reply(bot, 12, tgTeamChat), "Only an admin can /cancel")
@@ -427,8 +439,9 @@ func TestTelegramCommandsWebhook(t *testing.T) {
 	c.say(admin(60, "good morning"), "ignored")
 	require.Zero(t, c.count(`SELECT count(*) FROM telegram_outbox WHERE event_seq = 60`))
 
-	// Every answer went out once, to the chat that asked.
-	require.Zero(t, c.count(`SELECT count(*) FROM telegram_outbox WHERE kind = 'telegram.reply' AND status <> 'sent'`))
+	// Every answer went out once, to the chat that asked (but the one the
+	// group without the bot refused).
+	require.Zero(t, c.count(`SELECT count(*) FROM telegram_outbox WHERE kind = 'telegram.reply' AND status <> 'sent' AND event_seq <> 11`))
 	require.Len(t, bot.messagesTo(-999), 1)
 }
 
