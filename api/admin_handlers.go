@@ -71,6 +71,8 @@ type taskTypeRequest struct {
 	MaxInProgressPerKey *int              `json:"max_in_progress_per_key,omitempty" openapi:"min=1,max=100000" doc:"with concurrency_key: the most tasks of one key in progress at once"`
 	Alias               string            `json:"alias,omitempty" openapi:"maxLength=32" doc:"a short unique name people type, as in the Telegram command /add reddit NVDA: lower case letters, digits, '_' and '-'"`
 	ParamsTemplate      json.RawMessage   `json:"params_template,omitempty" doc:"the params of a task made from a key (/add reddit NVDA): a JSON object with {{key}} (the bare word) and {{name}} (name=value) placeholders inside its strings, such as {\"ticker\": \"{{key}}\"}"`
+	DailyTokenBudget    *int64            `json:"daily_token_budget,omitempty" openapi:"min=1,max=1000000000000" doc:"LLM tokens (all four kinds) the type may use per team day (DIGEST_TZ); reaching it pauses the type until the day turns (leave out: no budget)"`
+	DailyCostBudgetUSD  *float64          `json:"daily_cost_budget_usd,omitempty" openapi:"max=1000000" doc:"LLM cost in US dollars (at least 0.01) the type may use per team day; reaching it pauses the type until the day turns (leave out: no budget)"`
 }
 
 // spec validates the request into a spec whose schema compiles.
@@ -81,6 +83,7 @@ func (r taskTypeRequest) spec() (events.TaskTypeSpec, error) {
 		TypeLimits: events.TypeLimits{MaxInProgress: r.MaxInProgress, RateLimit: r.RateLimit, ConcurrencyKey: r.ConcurrencyKey,
 			MaxInProgressPerKey: r.MaxInProgressPerKey},
 		Alias: r.Alias, ParamsTemplate: r.ParamsTemplate,
+		TypeBudgets: events.TypeBudgets{DailyTokenBudget: r.DailyTokenBudget, DailyCostBudgetUSD: r.DailyCostBudgetUSD},
 	}
 	if r.MaxRetries != nil {
 		spec.MaxRetries = *r.MaxRetries

@@ -156,3 +156,45 @@ func TestLLMUsageRefused(t *testing.T) {
 	_, err = w.ReportUsage(b.ctx, task.ID, events.UsageReport{Model: "claude-sonnet-4-5", InputTokens: 5})
 	requireAPIError(t, err, http.StatusConflict, "invalid_transition", "")
 }
+
+// A type's daily budgets are part of its definition: set, shown, changed
+// and removed with it; bad ones are a 400 naming the field, nothing made.
+func TestTaskTypeBudgets(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	path := "/api/v1/admin/workers/task-types"
+	for _, c := range []struct {
+		body  map[string]any
+		field string
+	}{
+		{map[string]any{"name": "crawl", "daily_token_budget": 0}, "daily_token_budget"},
+		{map[string]any{"name": "crawl", "daily_token_budget": -5}, "daily_token_budget"},
+		{map[string]any{"name": "crawl", "daily_cost_budget_usd": 0.001}, "daily_cost_budget_usd"},
+		{map[string]any{"name": "crawl", "daily_cost_budget_usd": 2e6}, "daily_cost_budget_usd"},
+		{map[string]any{"name": "crawl", "daily_cost_budget_usd": "lots"}, "daily_cost_budget_usd"},
+	} {
+		err := b.admin.Do(b.ctx, http.MethodPost, path, c.body, nil)
+		requireAPIError(t, err, http.StatusBadRequest, "validation_failed", c.field)
+	}
+	types, err := b.admin.TaskTypes(b.ctx, true)
+	require.NoError(t, err)
+	require.Empty(t, types, "nothing was created")
+
+	tokens, usd := int64(5_000_000), 25.5
+	tt, err := b.admin.CreateTaskType(b.ctx, client.NewTaskType{Name: "crawl", DailyTokenBudget: &tokens, DailyCostBudgetUSD: &usd})
+	require.NoError(t, err)
+	require.Equal(t, tokens, *tt.DailyTokenBudget)
+	require.Equal(t, usd, *tt.DailyCostBudgetUSD)
+	got, err := b.admin.TaskType(b.ctx, tt.ID)
+	require.NoError(t, err)
+	require.Equal(t, usd, *got.DailyCostBudgetUSD, "read back from the projection")
+	today, err := b.admin.LLMUsageToday(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, tokens, *today[0].DailyTokenBudget)
+	require.Equal(t, usd, *today[0].DailyCostBudgetUSD)
+
+	got, err = b.admin.UpdateTaskType(b.ctx, tt.ID, client.NewTaskType{Name: "crawl"})
+	require.NoError(t, err)
+	require.Nil(t, got.DailyTokenBudget, "an update without budgets removes them")
+	require.Nil(t, got.DailyCostBudgetUSD)
+}

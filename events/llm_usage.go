@@ -274,3 +274,33 @@ func usageEvent(t *Task, u UsageReport, a UsageAttribution) TaskUsageReported {
 		CacheReadTokens: u.CacheReadTokens, CacheWriteTokens: u.CacheWriteTokens,
 		CostUSD: cost, CostSource: source, TaskTypeID: t.TaskTypeID, RootTaskID: a.RootTaskID, Day: a.Day}
 }
+
+// Bounds of a type's daily budgets.
+const (
+	MaxDailyTokenBudget   = 1_000_000_000_000
+	MaxDailyCostBudgetUSD = 1_000_000.0
+)
+
+func (b *TypeBudgets) validate() error {
+	if n := b.DailyTokenBudget; n != nil && (*n < 1 || *n > MaxDailyTokenBudget) {
+		return Invalid("daily_token_budget", "must be from 1 to %d tokens (leave it out for no budget)", int64(MaxDailyTokenBudget))
+	}
+	if c := b.DailyCostBudgetUSD; c != nil {
+		if math.IsNaN(*c) || *c < 0.01 || *c > MaxDailyCostBudgetUSD {
+			return Invalid("daily_cost_budget_usd", "must be from 0.01 to %g USD (leave it out for no budget)", MaxDailyCostBudgetUSD)
+		}
+		usd := roundUSD(*c)
+		b.DailyCostBudgetUSD = &usd
+	}
+	return nil
+}
+
+// HasBudget reports whether any daily budget is set.
+func (b TypeBudgets) HasBudget() bool { return b.DailyTokenBudget != nil || b.DailyCostBudgetUSD != nil }
+
+// BudgetPauser is the pause's actor id (PausedBy) when a budget paused the
+// type: the only pause that ends by itself at the day's turn.
+const BudgetPauser = "budget"
+
+// PausedByBudget reports whether a budget, not a person, paused the type.
+func (tt *TaskType) PausedByBudget() bool { return tt.Paused && tt.PausedBy == BudgetPauser }

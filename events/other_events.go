@@ -47,6 +47,14 @@ type TaskTypeSpec struct {
 	// written: a JSON object with {{key}} and {{name}} placeholders inside
 	// its strings (store/paramtemplate).
 	ParamsTemplate json.RawMessage `json:"params_template,omitempty"`
+	TypeBudgets
+}
+
+// TypeBudgets cap a type's LLM usage per team day (DIGEST_TZ); reaching
+// one pauses the type until the day turns. nil: no budget.
+type TypeBudgets struct {
+	DailyTokenBudget   *int64   `json:"daily_token_budget,omitempty"`
+	DailyCostBudgetUSD *float64 `json:"daily_cost_budget_usd,omitempty"`
 }
 
 // TypeLimits bound how the fleet claims a type's tasks (DESIGN §13); the

@@ -111,6 +111,9 @@ func (s *TaskTypeSpec) Validate() error {
 	if s.RetryBackoffSeconds < 0 || s.RetryBackoffSeconds > MaxBackoffSeconds {
 		return Invalid("retry_backoff_seconds", "must be between 0 and %d", MaxBackoffSeconds)
 	}
+	if err := s.TypeBudgets.validate(); err != nil {
+		return err
+	}
 	return s.TypeLimits.validate()
 }
 

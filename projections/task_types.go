@@ -12,7 +12,7 @@ var TaskTypeColumns = []string{
 	"timeout_seconds", "retry_backoff_seconds", "archived", "created_at", "updated_at", "version",
 	"paused", "pause_reason", "paused_by", "paused_at",
 	"max_in_progress", "rate_limit_count", "rate_limit_seconds", "concurrency_key", "concurrency_key_path",
-	"max_in_progress_per_key", "alias", "params_template",
+	"max_in_progress_per_key", "alias", "params_template", "daily_token_budget", "daily_cost_budget_micro_usd",
 }
 
 // TaskTypeRow is the task_types row of a folded type.
@@ -23,6 +23,7 @@ func TaskTypeRow(tt *events.TaskType) []any {
 		tt.Paused, tt.PauseReason, tt.PausedBy, tt.PausedAt,
 		tt.MaxInProgress, rateCount(tt.RateLimit), rateSeconds(tt.TypeLimits), tt.ConcurrencyKey, tt.KeyPath(),
 		tt.MaxInProgressPerKey, nullString(tt.Alias), nullString(string(tt.ParamsTemplate)),
+		tt.DailyTokenBudget, costBudget(tt.DailyCostBudgetUSD),
 	}
 }
 
@@ -32,6 +33,15 @@ func nullString(s string) *string {
 		return nil
 	}
 	return &s
+}
+
+// costBudget is a cost budget in millionths of a dollar, the counters' unit.
+func costBudget(usd *float64) *int64 {
+	if usd == nil {
+		return nil
+	}
+	micro := events.MicroUSD(*usd)
+	return &micro
 }
 
 func rateCount(r *events.RateLimit) *int {

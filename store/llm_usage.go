@@ -169,14 +169,22 @@ type TypeDayUsage struct {
 	PauseReason string `json:"pause_reason,omitempty"`
 }
 
+// CostBudget is the daily cost budget in USD, 0 when there is none.
+func (u TypeDayUsage) CostBudget() float64 {
+	if u.DailyCostBudgetUSD == nil {
+		return 0
+	}
+	return *u.DailyCostBudgetUSD
+}
+
 // OverBudget names the first daily budget the day's usage reached, with
 // its figures ("" when none): the pause reason a budget gives.
 func (u TypeDayUsage) OverBudget() string {
 	if b := u.DailyTokenBudget; b != nil && u.Usage.Tokens >= *b {
-		return fmt.Sprintf("budget: daily token budget spent, %d of %d tokens on %s", u.Usage.Tokens, *b, u.Day)
+		return fmt.Sprintf("daily token budget spent, %d of %d tokens on %s", u.Usage.Tokens, *b, u.Day)
 	}
 	if b := u.DailyCostBudgetUSD; b != nil && u.Usage.CostUSD >= *b {
-		return fmt.Sprintf("budget: daily cost budget spent, %.2f of %.2f USD on %s", u.Usage.CostUSD, *b, u.Day)
+		return fmt.Sprintf("daily cost budget spent, %.2f of %.2f USD on %s", u.Usage.CostUSD, *b, u.Day)
 	}
 	return ""
 }
@@ -264,4 +272,40 @@ func (db *DB) WorkerUsageToday(ctx context.Context, workerID string) (*WorkerDay
 	}
 	d.finish()
 	return out, nil
+}
+
+// UpdateTaskTypeIn is UpdateTaskType in q (a reactor's transaction): a
+// lost race is returned (ErrConflict) and aborts q, for the caller to retry.
+func (db *DB) UpdateTaskTypeIn(ctx context.Context, q Querier, id string, meta events.Meta, decide func(*events.TaskType) ([]events.Payload, error)) (*events.TaskType, error) {
+	tt, err := db.GetTaskType(ctx, q, id)
+	if err != nil {
+		return nil, err
+	}
+	ps, err := decide(tt)
+	if err != nil {
+		return nil, err
+	}
+	after, _, err := appendStream(ctx, db, q, events.StreamTaskType, id, tt, ps, meta, db.projector.TaskType, nil)
+	return after, err
+}
+
+// BudgetPausedTypes lists the types a budget paused, with when: the few
+// the day's turn may resume.
+func (db *DB) BudgetPausedTypes(ctx context.Context) ([]events.TaskType, error) {
+	rows, err := db.pool.Query(ctx, `SELECT `+taskTypeColumns+` FROM task_types tt
+		WHERE tt.paused AND tt.paused_by = $1 ORDER BY tt.name`, events.BudgetPauser)
+	if err != nil {
+		return nil, mapErr(fmt.Errorf("budget pauses: %w", err))
+	}
+	defer rows.Close()
+	var out []events.TaskType
+	for rows.Next() {
+		var tt events.TaskType
+		if err := rows.Scan(taskTypeDest(&tt)...); err != nil {
+			return nil, mapErr(err)
+		}
+		normalizeTaskType(&tt)
+		out = append(out, tt)
+	}
+	return out, mapErr(rows.Err())
 }

@@ -17,14 +17,32 @@ const taskTypeColumns = `tt.id, tt.name, tt.label, tt.description, tt.sop, tt.pa
  tt.timeout_seconds, tt.retry_backoff_seconds, tt.archived, tt.created_at, tt.updated_at, tt.version,
  tt.paused, tt.pause_reason, tt.paused_by, tt.paused_at, tt.max_in_progress,
  CASE WHEN tt.rate_limit_count IS NOT NULL THEN jsonb_build_object('count', tt.rate_limit_count, 'seconds', tt.rate_limit_seconds) END,
- tt.concurrency_key, tt.max_in_progress_per_key, coalesce(tt.alias, ''), tt.params_template`
+ tt.concurrency_key, tt.max_in_progress_per_key, coalesce(tt.alias, ''), tt.params_template,
+ tt.daily_token_budget, tt.daily_cost_budget_micro_usd`
 
 // taskTypeDest scans taskTypeColumns; call normalizeTaskType after.
 func taskTypeDest(tt *events.TaskType) []any {
 	return []any{&tt.ID, &tt.Name, &tt.Label, &tt.Description, &tt.SOP, &tt.ParamSchema, &tt.MaxRetries,
 		&tt.TimeoutSeconds, &tt.RetryBackoffSeconds, &tt.Archived, &tt.CreatedAt, &tt.UpdatedAt, &tt.Version,
 		&tt.Paused, &tt.PauseReason, &tt.PausedBy, &tt.PausedAt, &tt.MaxInProgress,
-		rateLimitDest{&tt.RateLimit}, &tt.ConcurrencyKey, &tt.MaxInProgressPerKey, &tt.Alias, textJSONDest{&tt.ParamsTemplate}}
+		rateLimitDest{&tt.RateLimit}, &tt.ConcurrencyKey, &tt.MaxInProgressPerKey, &tt.Alias, textJSONDest{&tt.ParamsTemplate},
+		&tt.DailyTokenBudget, microUSDDest{&tt.DailyCostBudgetUSD}}
+}
+
+// microUSDDest scans a nullable bigint of millionths of a dollar into USD.
+type microUSDDest struct{ usd **float64 }
+
+func (d microUSDDest) Scan(src any) error {
+	*d.usd = nil
+	switch v := src.(type) {
+	case nil:
+		return nil
+	case int64:
+		usd := float64(v) / events.UsageCostDecimal
+		*d.usd = &usd
+		return nil
+	}
+	return fmt.Errorf("cost budget: unexpected %T", src)
 }
 
 // normalizeTaskType makes timestamps UTC so a read row equals the fold.

@@ -359,6 +359,9 @@ type NewTaskType struct {
 	// Alias and ParamsTemplate make the type's tasks from a key (/add).
 	Alias          string          `json:"alias,omitempty"`
 	ParamsTemplate json.RawMessage `json:"params_template,omitempty"`
+	// Daily LLM budgets; nil: none.
+	DailyTokenBudget   *int64   `json:"daily_token_budget,omitempty"`
+	DailyCostBudgetUSD *float64 `json:"daily_cost_budget_usd,omitempty"`
 }
 
 // CreateTaskType defines a type of work.

@@ -1256,6 +1256,8 @@ type TaskType struct {
 	Archived            bool                    `json:"archived"`
 	ConcurrencyKey      *string                 `json:"concurrency_key,omitempty"`
 	CreatedAt           time.Time               `json:"created_at"`
+	DailyCostBudgetUsd  *float32                `json:"daily_cost_budget_usd,omitempty"`
+	DailyTokenBudget    *int                    `json:"daily_token_budget,omitempty"`
 	Description         string                  `json:"description"`
 	Id                  string                  `json:"id"`
 	Label               string                  `json:"label"`
@@ -1442,7 +1444,13 @@ type CreateTaskTypeJSONBody struct {
 
 	// ConcurrencyKey a JSON path into params, such as $.ticker: tasks with the same value there share max_in_progress_per_key
 	ConcurrencyKey *string `json:"concurrency_key,omitempty"`
-	Description    *string `json:"description,omitempty"`
+
+	// DailyCostBudgetUsd LLM cost in US dollars (at least 0.01) the type may use per team day; reaching it pauses the type until the day turns (leave out: no budget)
+	DailyCostBudgetUsd *float32 `json:"daily_cost_budget_usd,omitempty"`
+
+	// DailyTokenBudget LLM tokens (all four kinds) the type may use per team day (DIGEST_TZ); reaching it pauses the type until the day turns (leave out: no budget)
+	DailyTokenBudget *int    `json:"daily_token_budget,omitempty"`
+	Description      *string `json:"description,omitempty"`
 
 	// Label display name (default: the name)
 	Label *string `json:"label,omitempty"`

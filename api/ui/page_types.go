@@ -62,6 +62,12 @@ func typeValues(tt *events.TaskType) url.Values {
 	if tt.MaxInProgressPerKey != nil {
 		v.Set("max_in_progress_per_key", strconv.Itoa(*tt.MaxInProgressPerKey))
 	}
+	if tt.DailyTokenBudget != nil {
+		v.Set("daily_token_budget", strconv.FormatInt(*tt.DailyTokenBudget, 10))
+	}
+	if tt.DailyCostBudgetUSD != nil {
+		v.Set("daily_cost_budget_usd", strconv.FormatFloat(*tt.DailyCostBudgetUSD, 'f', -1, 64))
+	}
 	return v
 }
 
@@ -127,6 +133,21 @@ func typeRequest(f url.Values) (api.TaskTypeRequest, error) {
 	req.ConcurrencyKey = strings.TrimSpace(f.Get("concurrency_key"))
 	if req.MaxInProgressPerKey, err = optional("max_in_progress_per_key"); err != nil {
 		return req, err
+	}
+	// Budgets: an empty field is no budget.
+	if v := strings.TrimSpace(f.Get("daily_token_budget")); v != "" {
+		n, perr := strconv.ParseInt(v, 10, 64)
+		if perr != nil {
+			return req, events.Invalid("daily_token_budget", "must be a whole number of tokens")
+		}
+		req.DailyTokenBudget = &n
+	}
+	if v := strings.TrimSpace(f.Get("daily_cost_budget_usd")); v != "" {
+		usd, perr := strconv.ParseFloat(v, 64)
+		if perr != nil {
+			return req, events.Invalid("daily_cost_budget_usd", "must be an amount in US dollars, like 25 or 7.50")
+		}
+		req.DailyCostBudgetUSD = &usd
 	}
 	return req, nil
 }

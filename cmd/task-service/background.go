@@ -142,6 +142,8 @@ func (b *background) addWorkers(cfg config, db *store.DB, reg prometheus.Registe
 		rs := retry.Reactors()
 		// Schedules whose executions keep failing pause themselves (ADR 013).
 		rs = append(rs, reactors.ScheduleFailures(db, log))
+		// A type whose LLM usage today reached a budget pauses (ADR 021).
+		rs = append(rs, reactors.NewBudgetReactor(db, log))
 
 		// Telegram: the reactor records notifications in the runner's
 		// transactions; the sender delivers them (and stops with the reactors).
@@ -196,6 +198,13 @@ func (b *background) addWorkers(cfg config, db *store.DB, reg prometheus.Registe
 		return err
 	}
 	b.workers = append(b.workers, monitor.Run)
+	// Every instance may resume the types a budget paused, at the day's
+	// turn; the type's stream lets only one resume happen.
+	days, err := reactors.NewBudgetDays(reactors.BudgetDaysConfig{DB: db, Check: cfg.usage.budgetCheck, Logger: log})
+	if err != nil {
+		return err
+	}
+	b.workers = append(b.workers, days.Run)
 	if bg.stuckDetector {
 		stuck, err := reactors.NewStuck(reactors.StuckConfig{DB: db, InstanceID: b.instanceID, Tick: bg.stuckTick,
 			OfflineAfter: bg.offlineAfter, StuckAfter: bg.stuckAfter, Registerer: reg, Logger: log})

@@ -20,6 +20,7 @@ var typesCommand = group("types", "Define the kinds of work: each type has an SO
 	"list":   {"list task types", (*app).typesList},
 	"show":   {"show a type with its SOP and schema, its limits and their use", (*app).typesShow},
 	"limit":  {"set a type's limits: tasks in progress, claims per window, per key of its params", (*app).typesLimit},
+	"budget": {"set a type's daily LLM budgets: tokens and US dollars per team day", (*app).typesBudget},
 	"pause":  {"stop claims of a type's tasks (they stay pending), with a reason", (*app).typesPause},
 	"resume": {"let claims take a paused type's tasks again", (*app).typesResume},
 })
@@ -48,6 +49,7 @@ func (a *app) typesCreate(args []string) int {
 	lf := addLimitFlags(fs)
 	alias := fs.String("alias", "", "a short unique name people type: /add ALIAS NVDA in Telegram")
 	template := fs.String("params-template", "", `the params of a task made from a key, with {{key}} and {{name}} placeholders: '{"ticker": "{{key}}"}'`)
+	bf := addBudgetFlags(fs)
 	asJSON := fs.Bool("json", false, "print the type as JSON")
 	_, code, ok := a.parseArgs(fs, spec, args, 0, "")
 	if !ok {
@@ -75,6 +77,7 @@ func (a *app) typesCreate(args []string) int {
 	if nt.ParamsTemplate, err = jsonArg(*template, "", "params-template"); err != nil {
 		return a.fail(spec.name, err)
 	}
+	nt.DailyTokenBudget, nt.DailyCostBudgetUSD = bf.budgets()
 	if *maxRetries >= 0 {
 		nt.MaxRetries = maxRetries
 	}
@@ -207,6 +210,12 @@ func (a *app) printType(tt *events.TaskType, u *store.TypeUsage) {
 	}
 	if tt.ParamsTemplate != nil {
 		row("Params template", string(tt.ParamsTemplate))
+	}
+	if b := tt.DailyTokenBudget; b != nil {
+		row("Daily token budget", fmt.Sprint(*b))
+	}
+	if b := tt.DailyCostBudgetUSD; b != nil {
+		row("Daily cost budget", fmt.Sprintf("%.2f USD", *b))
 	}
 	row("Created", fmtTime(tt.CreatedAt))
 	row("Updated", fmtTime(tt.UpdatedAt))
@@ -360,8 +369,71 @@ func (a *app) typesLimit(args []string) int {
 			SOP: tt.SOP, ParamSchema: tt.ParamSchema, MaxRetries: &tt.MaxRetries, TimeoutSeconds: tt.TimeoutSeconds,
 			RetryBackoffSeconds: tt.RetryBackoffSeconds, MaxInProgress: l.MaxInProgress, RateLimit: l.RateLimit,
 			ConcurrencyKey: l.ConcurrencyKey, MaxInProgressPerKey: l.MaxInProgressPerKey,
-			Alias: tt.Alias, ParamsTemplate: tt.ParamsTemplate})
+			Alias: tt.Alias, ParamsTemplate: tt.ParamsTemplate,
+			DailyTokenBudget: tt.DailyTokenBudget, DailyCostBudgetUSD: tt.DailyCostBudgetUSD})
 	})
+}
+
+var typesBudgetSpec = cmdSpec{
+	name: "types budget", args: "TYPE [--daily-tokens N] [--daily-usd X] [--none] [--json]",
+	summary: "Set a task type's daily LLM budgets, replacing the ones it has: the tokens (input, output and\n" +
+		"both cache kinds) and the US dollars its tasks may use per team day (DIGEST_TZ). When the day's\n" +
+		"usage reaches one, the type is paused (by \"budget\") until the day turns, or until resumed by hand.\n" +
+		"--none removes them.",
+	example: `taskctl types budget reddit_crawl --daily-tokens 5000000 --daily-usd 25`,
+}
+
+func (a *app) typesBudget(args []string) int {
+	spec := typesBudgetSpec
+	fs := flagSet(spec)
+	api := apiFlag(fs)
+	bf := addBudgetFlags(fs)
+	none := fs.Bool("none", false, "remove both budgets")
+	asJSON := fs.Bool("json", false, "print the type as JSON")
+	return a.typeAction(spec, fs, api, args, asJSON, func(ctx context.Context, c *client.Client, id string) (*events.TaskType, error) {
+		tokens, usd := bf.budgets()
+		if !*none && tokens == nil && usd == nil {
+			return nil, usagef("give --daily-tokens, --daily-usd or both, or --none")
+		}
+		if *none {
+			tokens, usd = nil, nil
+		}
+		tt, err := c.TaskType(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		return c.UpdateTaskType(ctx, id, client.NewTaskType{Name: tt.Name, Label: tt.Label, Description: tt.Description,
+			SOP: tt.SOP, ParamSchema: tt.ParamSchema, MaxRetries: &tt.MaxRetries, TimeoutSeconds: tt.TimeoutSeconds,
+			RetryBackoffSeconds: tt.RetryBackoffSeconds, MaxInProgress: tt.MaxInProgress, RateLimit: tt.RateLimit,
+			ConcurrencyKey: tt.ConcurrencyKey, MaxInProgressPerKey: tt.MaxInProgressPerKey,
+			Alias: tt.Alias, ParamsTemplate: tt.ParamsTemplate, DailyTokenBudget: tokens, DailyCostBudgetUSD: usd})
+	})
+}
+
+// budgetFlags are the flags that set a type's daily LLM budgets.
+type budgetFlags struct {
+	tokens *int64
+	usd    *float64
+}
+
+func addBudgetFlags(fs *flag.FlagSet) budgetFlags {
+	return budgetFlags{
+		tokens: fs.Int64("daily-tokens", 0, "LLM tokens the type may use per team day; reaching it pauses the type until the day turns (0: no budget)"),
+		usd:    fs.Float64("daily-usd", 0, "LLM cost in US dollars the type may use per team day (0: no budget)"),
+	}
+}
+
+// budgets reads the flags; 0 is none, the server checks the values.
+func (f budgetFlags) budgets() (*int64, *float64) {
+	var tokens *int64
+	var usd *float64
+	if *f.tokens != 0 {
+		tokens = f.tokens
+	}
+	if *f.usd != 0 {
+		usd = f.usd
+	}
+	return tokens, usd
 }
 
 // limitFlags are the flags that set a type's limits.

@@ -42,4 +42,21 @@ func TestUsageCommand(t *testing.T) {
 	code, _, errOut := e.taskctl("usage", task.ID, "extra")
 	require.Equal(t, exitUsage, code)
 	require.Contains(t, errOut, `unexpected argument "extra"`)
+
+	// Budgets: set, shown, kept by other edits, removed; a bad one refused.
+	e.ok("types", "budget", "crawl", "--daily-tokens", "5000000", "--daily-usd", "2.5")
+	out = e.ok("types", "show", "crawl")
+	require.Regexp(t, `Daily token budget\s+5000000`, out)
+	require.Regexp(t, `Daily cost budget\s+2.50 USD`, out)
+	require.Regexp(t, `crawl\s+\S+\s+1200000\s+5000000\s+2\.0000\s+2\.50\s+1\s+0\s+running`, e.ok("usage"))
+	e.ok("types", "limit", "crawl", "--max-in-progress", "3")
+	require.Regexp(t, `Daily token budget\s+5000000`, e.ok("types", "show", "crawl"), "a limit keeps the budgets")
+	code, _, errOut = e.taskctl("types", "budget", "crawl", "--daily-tokens", "-3")
+	require.Equal(t, exitFailure, code)
+	require.Contains(t, errOut, "daily_token_budget")
+	code, _, errOut = e.taskctl("types", "budget", "crawl")
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut, "give --daily-tokens")
+	e.ok("types", "budget", "crawl", "--none")
+	require.NotContains(t, e.ok("types", "show", "crawl"), "Daily token budget")
 }
