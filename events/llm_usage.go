@@ -296,7 +296,9 @@ func (b *TypeBudgets) validate() error {
 }
 
 // HasBudget reports whether any daily budget is set.
-func (b TypeBudgets) HasBudget() bool { return b.DailyTokenBudget != nil || b.DailyCostBudgetUSD != nil }
+func (b TypeBudgets) HasBudget() bool {
+	return b.DailyTokenBudget != nil || b.DailyCostBudgetUSD != nil
+}
 
 // BudgetPauser is the pause's actor id (PausedBy) when a budget paused the
 // type: the only pause that ends by itself at the day's turn.

@@ -25,7 +25,7 @@ func claudeCodeUsage(t *testing.T) events.UsageReport {
 		TotalCostUSD float64 `json:"total_cost_usd"`
 		ModelUsage   map[string]struct {
 			InputTokens, OutputTokens, CacheReadInputTokens, CacheCreationInputTokens int64
-			CostUSD                                                                 float64
+			CostUSD                                                                   float64
 		} `json:"modelUsage"`
 	}
 	require.NoError(t, json.Unmarshal(raw, &r))
