@@ -505,4 +505,16 @@ func TestHelpAndConfigErrors(t *testing.T) {
 		require.Equal(t, 1, code, out)
 		require.Contains(t, out, want, env)
 	}
+	// LLM usage settings: a mistake stops the start and says which.
+	for _, c := range []struct{ env, want string }{
+		{"DIGEST_TZ=Mars/Olympus", "DIGEST_TZ"},
+		{"DAY_STARTS_AT=25:00", "DAY_STARTS_AT"},
+		{`LLM_PRICES={"claude-x": {"input": -1}}`, "LLM_PRICES"},
+		{`LLM_PRICES={"claude-x": {"inputs": 1}}`, "LLM_PRICES"},
+		{"LLM_PRICES=@/no/such/prices.json", "LLM_PRICES"},
+	} {
+		code, out = runCmd(t, baseEnv("DATABASE_URL="+dbURL, "LISTEN_ADDR="+freeAddr(t), "JWT_SECRET=e2e-secret-0123456789abcdef", c.env))
+		require.Equal(t, 1, code, out)
+		require.Contains(t, out, c.want, c.env)
+	}
 }
