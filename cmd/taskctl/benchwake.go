@@ -19,14 +19,10 @@ import (
 const (
 	wakeLocal  = "local"  // created on the instance the workers poll: the hub wakes them at commit
 	wakeNotify = "notify" // created on another instance: its NOTIFY wakes the workers' instance
-	wakeRunAt  = "run-at" // created with a run_at wakeRunAtLead ahead: the due timer wakes the workers when it comes
+	wakeRunAt  = "run-at" // created with a run_at --run-at-lead ahead: the due timer wakes the workers when it comes
 )
 
 var allWakePaths = []string{wakeLocal, wakeNotify, wakeRunAt}
-
-// wakeRunAtLead is how far ahead the run-at path's tasks are due: longer
-// than a create takes, so each is scheduled before its time.
-const wakeRunAtLead = 250 * time.Millisecond
 
 type wakeConfig struct {
 	databaseURL    string
@@ -39,6 +35,9 @@ type wakeConfig struct {
 	notifyInterval time.Duration
 	jsonOut        bool
 	cpuProfile     string
+	// runAtLead is how far ahead the run-at path's tasks are due: longer
+	// than a create takes, so each is scheduled before its time.
+	runAtLead time.Duration
 }
 
 // wakeStats are percentiles of one latency, in milliseconds.
@@ -90,6 +89,7 @@ type wakeReport struct {
 	Max              int       `json:"max"`
 	EveryMs          float64   `json:"every_ms"`
 	NotifyIntervalMs float64   `json:"notify_interval_ms"`
+	RunAtLeadMs      float64   `json:"run_at_lead_ms"`
 	Warmup           int       `json:"warmup_tasks"`
 	// ClaimsPerTask: claim statements the workers' instance ran per timed
 	// task (each wake of each waiting claim runs one, found or not).
@@ -129,7 +129,7 @@ waits for its NOTIFY):
   notify  created through a second instance on the same database: the
           workers' instance hears of it through PostgreSQL NOTIFY/LISTEN,
           sent at once after a quiet moment, else once per --notify-interval
-  run-at  created through the workers' instance with a run_at 250 ms ahead:
+  run-at  created through the workers' instance with a run_at --run-at-lead ahead:
           not claimable until then; the instance's due timer marks it due
           when it comes and wakes the waiting claims (the goal: under 50 ms
           at p99, docs/adr/017-queue-controls.md)
@@ -201,6 +201,7 @@ func parseBenchWakeFlags(args []string, stdout, stderr io.Writer) (wakeConfig, i
 	fs.IntVar(&cfg.max, "max", 10, "max of each worker's claim-many (1 to 100)")
 	fs.StringVar(&paths, "paths", strings.Join(allWakePaths, ","), "comma-separated paths: "+strings.Join(allWakePaths, ", "))
 	fs.DurationVar(&cfg.notifyInterval, "notify-interval", 50*time.Millisecond, "spacing of a busy instance's NOTIFYs (task-service's NOTIFY_INTERVAL)")
+	fs.DurationVar(&cfg.runAtLead, "run-at-lead", 250*time.Millisecond, "run-at path: how far ahead of its create each task's run_at is (longer than a create takes)")
 	fs.BoolVar(&cfg.jsonOut, "json", false, "print the results as JSON instead of a table")
 	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the timed tasks (both instances, workers and admin included) to this file")
 	usage := func(w io.Writer) {
@@ -282,7 +283,7 @@ func printWakeTable(w io.Writer, rep *wakeReport) {
 		fmtOpt(rep.BenchRunWaitUsPerTask), fmtOpt(rep.PGRunWaitUsPerTask))
 	fmt.Fprintln(w, "\nsent -> worker: the create request leaving the admin client -> the claim answer carrying the task reaching a worker.")
 	fmt.Fprintf(w, "run_at -> worker (path run-at): tasks created %g ms before their run_at; from the run_at to the same moment, woken by the due timer.\n",
-		float64(wakeRunAtLead.Milliseconds()))
+		rep.RunAtLeadMs)
 	fmt.Fprintln(w, "created -> worker: the create's answer (its commit done) -> the same moment; negative when the worker had the task first.")
 	fmt.Fprintln(w, "The indented lines split sent -> worker by the server's timestamps (the task's created_at and started_at).")
 }
@@ -307,6 +308,7 @@ func newWakeReport(cfg wakeConfig, pgVersion string) *wakeReport {
 		LoadBefore: loadAverage(), Workers: cfg.workers, Max: cfg.max,
 		EveryMs:          float64(cfg.every.Microseconds()) / 1000,
 		NotifyIntervalMs: float64(cfg.notifyInterval.Microseconds()) / 1000,
+		RunAtLeadMs:      float64(cfg.runAtLead.Microseconds()) / 1000,
 		Warmup:           wakeWarmup(cfg)}
 }
 

@@ -216,7 +216,7 @@ func createSpaced(ctx context.Context, cfg wakeConfig, typeID string, admins map
 		var runAt time.Time
 		if path == wakeRunAt {
 			// Truncated as the server stores it, so no task is due before its recorded run_at.
-			runAt = sent.Add(wakeRunAtLead).Truncate(time.Microsecond)
+			runAt = sent.Add(cfg.runAtLead).Truncate(time.Microsecond)
 			nt.RunAt = runAt.UTC().Format(time.RFC3339Nano)
 		}
 		t, err := admins[path].CreateTask(ctx, nt)
@@ -228,7 +228,7 @@ func createSpaced(ctx context.Context, cfg wakeConfig, typeID string, admins map
 			return fmt.Errorf("create task %d through %s: %w", i, path, err)
 		}
 		if answered.After(runAt) && !runAt.IsZero() {
-			return fmt.Errorf("task %d: its create took %s, longer than the run-at lead %s", i, answered.Sub(sent), wakeRunAtLead)
+			return fmt.Errorf("task %d: its create took %s, longer than the run-at lead %s (a loaded machine? raise --run-at-lead)", i, answered.Sub(sent), cfg.runAtLead)
 		}
 		rec.created(t.ID, path, timed, sent, answered, t.CreatedAt, runAt)
 		if timed && time.Since(lastReport) >= 2*time.Second {
