@@ -76,7 +76,9 @@ func (u *UI) toLogin(c echo.Context, notice string) error {
 	if u.safeNext(back) != "/" {
 		q.Set("next", back)
 	}
-	if notice != "" {
+	// An htmx request comes from a page that was open while logged in: with
+	// no session now, the login ended there too (a cleared cookie, say).
+	if notice != "" || c.Request().Header.Get("HX-Request") == "true" {
 		q.Set("expired", "1")
 	}
 	to := "/login"

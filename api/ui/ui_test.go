@@ -226,6 +226,12 @@ func TestLoggedOutVisitsGoToLoginAndBack(t *testing.T) {
 	require.NoError(t, err)
 	r2.Body.Close()
 	require.Equal(t, "/login?expired=1&next=%2Ftasks%3Fq%3Dx", r2.Header.Get("HX-Redirect"))
+	// With no cookie at all (cleared while the page was open): the same.
+	s.http.Jar.SetCookies(mustURL(s.url), []*http.Cookie{{Name: api.SessionCookie, Value: "", Path: "/", MaxAge: -1}})
+	r2, err = s.http.Do(req)
+	require.NoError(t, err)
+	r2.Body.Close()
+	require.Equal(t, "/login?expired=1&next=%2Ftasks%3Fq%3Dx", r2.Header.Get("HX-Redirect"))
 
 	// The session probe of the live views says 401.
 	resp, _ = s.get("/session")
