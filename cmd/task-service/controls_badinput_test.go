@@ -14,7 +14,7 @@ import (
 	"github.com/clawdbot/task-service/api/client"
 )
 
-// Bad input to the queue controls and LLM usage, through the binary: each
+// Bad input to the queue controls, freshness rules and LLM usage, through the binary: each
 // gets a 4xx with a code and the field at fault, and nothing changes: no
 // event is appended.
 func TestControlsRefuseBadInput(t *testing.T) {
@@ -49,6 +49,21 @@ func TestControlsRefuseBadInput(t *testing.T) {
 		}
 		return `{"tasks": [` + strings.Join(items, ",") + `]}`
 	}
+	// A whole freshness rule with one field replaced (the API refuses a
+	// field given twice, so the case cannot just append it).
+	rule := func(field string) string {
+		r := map[string]string{
+			"name": `"name": "watchlist"`, "task_type_id": fmt.Sprintf(`"task_type_id": %q`, tt.ID),
+			"title_template": `"title_template": "Crawl {{key}}"`, "params_template": `"params_template": {"ticker": "{{key}}"}`,
+			"max_age": `"max_age": "6h"`, "keys": `"keys": [{"key": "NVDA", "weight": 5}]`,
+		}
+		r[strings.Trim(strings.SplitN(field, ":", 2)[0], ` "`)] = field
+		parts := make([]string, 0, len(r))
+		for _, k := range []string{"name", "task_type_id", "title_template", "params_template", "max_age", "keys"} {
+			parts = append(parts, r[k])
+		}
+		return "{" + strings.Join(parts, ", ") + "}"
+	}
 	admin, worker := c.admin.Token(), w.clients[0].Token()
 	for _, tc := range []struct {
 		name, method, path, token, body string
@@ -72,11 +87,18 @@ func TestControlsRefuseBadInput(t *testing.T) {
 		{"a pause reason over 10,000 bytes", "POST", "/task-types/" + tt.ID + "/pause", admin, `{"reason": "` + strings.Repeat("r", 10001) + `"}`, nil, 400, "validation_failed", "reason"},
 		{"a bulk action that is none", "POST", "/tasks/bulk", admin, `{"action": "explode", "filter": {"status": "pending"}}`, nil, 400, "validation_failed", "action"},
 		{"an Idempotency-Key reused with another body", "POST", "/tasks", admin, task(`"priority": "high"`), []string{"Idempotency-Key", "create-once-1"}, 422, "idempotency_key_reused", "Idempotency-Key"},
+		{"a freshness title template that does not parse", "POST", "/api/v1/admin/freshness-rules", admin, rule(`"title_template": "Crawl {{key"`), nil, 400, "validation_failed", "title_template"},
+		{"a freshness params template that does not parse", "POST", "/api/v1/admin/freshness-rules", admin, rule(`"params_template": {"ticker": "{{ key"}`), nil, 400, "validation_failed", "params_template"},
+		{"a negative freshness max age", "POST", "/api/v1/admin/freshness-rules", admin, rule(`"max_age": "-6h"`), nil, 400, "validation_failed", "max_age"},
+		{"a watchlist over the key limit", "POST", "/api/v1/admin/freshness-rules", admin, rule(`"keys": [` + strings.Repeat(`{"key": "k", "weight": 1},`, 10001) + `{"key": "last", "weight": 1}]`), nil, 400, "validation_failed", "keys"},
 		{"usage with negative tokens", "POST", "/usage", worker, `{"model": "claude-sonnet-4-5", "input_tokens": -5}`, nil, 400, "validation_failed", "input_tokens"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := "/api/v1/admin/workers" + tc.path
-			if tc.token == worker {
+			switch {
+			case strings.HasPrefix(tc.path, "/api/"):
+				path = tc.path
+			case tc.token == worker:
 				path = "/api/v1/worker/tasks/" + held.ID + tc.path
 			}
 			before := c.count(`SELECT count(*) FROM task_events`)
