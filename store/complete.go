@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/clawdbot/task-service/events"
+	"github.com/clawdbot/task-service/projections"
 )
 
 // completeTasks is the hot path's other half, fused like the claim (ADR 001)
@@ -36,7 +37,7 @@ import (
 // cnt keeps task_counts (ADR 010): the guard admits tasks in progress only,
 // so the batch moves n from in progress to completed; nothing is written
 // when nothing was completed.
-const completeTasks = `WITH t AS (
+var completeTasks = `WITH t AS (
     UPDATE worker_tasks w
        SET status = 'completed', completed_at = $3, updated_at = $3, version = w.version + 1
      WHERE w.id = ANY($1::uuid[])
@@ -55,16 +56,11 @@ const completeTasks = `WITH t AS (
 SELECT ` + taskColumns + ` FROM t`
 
 // freshKeyCompleted keeps the watched keys (freshness rules) of the
-// completed tasks that carry one's unique key, as the projector does for
-// every other end of a task (projections.KeyTaskEnded, the same SQL;
-// replay --verify checks what both wrote): a probe of the keys' unique
-// index for those tasks only.
-const freshKeyCompleted = `UPDATE freshness_keys k
-       SET last_completed_at = greatest(k.last_completed_at, $3), current_task_id = nullif(k.current_task_id, t.id),
-           due_at = CASE WHEN r.state = 'active' AND nullif(k.current_task_id, t.id) IS NULL
-                    THEN coalesce(greatest(k.last_completed_at, $3, k.last_failed_at) + make_interval(secs => r.max_age_seconds), k.added_at) END
-      FROM freshness_rules r, t
-     WHERE r.id = k.rule_id AND k.unique_key = t.unique_key AND k.task_type_id = t.task_type_id AND t.unique_key LIKE 'fresh:%'`
+// completed tasks that carry one's unique key, with the projector's
+// statement for every other end of a task (replay --verify checks what both
+// wrote): a probe of the keys' unique index for those tasks only.
+var freshKeyCompleted = projections.KeyTaskEnded("t.unique_key", "t.task_type_id", "$3", "true", "t.id", ", t") +
+	" AND t.unique_key LIKE 'fresh:%'"
 
 // completeRequest is one completion, its event data and meta marshalled.
 type completeRequest struct {
