@@ -61,7 +61,10 @@ func main() {
 
 func run(args []string) int {
 	cmd := "serve"
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+	switch {
+	case len(args) > 0 && (args[0] == "--version" || args[0] == "-version"):
+		cmd, args = "version", args[1:]
+	case len(args) > 0 && !strings.HasPrefix(args[0], "-"):
 		cmd, args = args[0], args[1:]
 	}
 	fs := flag.NewFlagSet("task-service "+cmd, flag.ContinueOnError)

@@ -463,10 +463,12 @@ func TestHelpAndConfigErrors(t *testing.T) {
 	require.Contains(t, out, "Usage: task-service")
 	require.NotContains(t, out, `"level":`, "nothing ran: no log line, no migration")
 
-	code, out = runCmd(t, baseEnv(), "version")
-	require.Equal(t, 0, code, out)
-	require.Regexp(t, `(?m)^task-service version \S+\nrevision .+\n`, out)
-	require.Contains(t, out, "module github.com/clawdbot/task-service")
+	for _, spelling := range []string{"version", "--version", "-version"} {
+		code, out = runCmd(t, baseEnv(), spelling)
+		require.Equal(t, 0, code, out)
+		require.Regexp(t, `(?m)^task-service version \S+\nrevision .+\n`, out, spelling)
+		require.Contains(t, out, "module github.com/clawdbot/task-service")
+	}
 
 	code, out = runCmd(t, baseEnv(), "openapi")
 	require.Equal(t, 0, code, out)

@@ -109,7 +109,7 @@ func (a *apiClient) retry(ctx context.Context, what string, fn func(ctx context.
 			return err
 		}
 		d := b.next()
-		a.log.Warn().Err(err).Str("call", what).Dur("retry_in", d).Msg("API call failed; will retry")
+		a.log.Warn().Err(err).Str("call", what).Str("retry_in", logDuration(d)).Msg("API call failed; will retry")
 		if !sleepCtx(ctx, d) {
 			return fmt.Errorf("%s: gave up: %w (last error: %w)", what, context.Cause(ctx), err)
 		}

@@ -177,12 +177,14 @@ Per task the worker:
     params.json to a fresh directory, and runs the command with sh -c in its own
     process group, with the prompt on stdin and these variables set:
       TASK_ID, TASK_TYPE, TASK_TITLE, TASK_ATTEMPT, TASK_PARAMS_FILE, TASK_PROMPT_FILE,
-      TASK_RESULT_FILE, TASK_DIR, TASK_API (base URL), TASK_TOKEN (bearer token for the API)
+      TASK_RESULT_FILE, TASK_DIR, TASK_OUTPUT_DIR, TASK_API (base URL), TASK_TOKEN (bearer token for the API)
     (TASK_WORKER_PASSWORD is removed from the command's environment),
   - posts the lines the command prints on stdout as task updates, batched (every 2 s
     or 50 lines, up to 8 KB per update, at most 4 updates a second; under a flood
     lines are merged, and past 256 KB of backlog the middle is replaced by
     "... N lines omitted ..."),
+  - uploads every file the command left in $TASK_OUTPUT_DIR as task data (the
+    subdirectory's name is the data type, else output) before it reports;
   - on exit 0 posts the result and completes the task. The result is the file
     $TASK_RESULT_FILE if the command wrote it (JSON, or else posted as a JSON string),
     else the last line of stdout that is a JSON object, else none;
@@ -225,6 +227,9 @@ Examples:
 // loadConfig merges flags (args), the environment (getenv) and the config
 // file. It returns flag.ErrHelp for -h/--help after printing usage to out.
 func loadConfig(args []string, getenv func(string) string, out io.Writer) (*Config, error) {
+	if len(args) == 1 && args[0] == "version" {
+		args = []string{"--version"} // both spellings, as in task-service and taskctl
+	}
 	opts := options()
 	fs := flag.NewFlagSet("task-worker", flag.ContinueOnError)
 	fs.SetOutput(out)

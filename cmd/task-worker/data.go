@@ -102,14 +102,14 @@ func (w *Worker) uploadOutput(ctx context.Context, log zerolog.Logger, taskID, d
 				return i, sent, fmt.Errorf("upload %s/%s failed after %d attempts: %w", f.dataType, f.name, attempt, err)
 			}
 			d := b.next()
-			log.Warn().Err(err).Str("file", f.dataType+"/"+f.name).Int("attempt", attempt).Dur("retry_in", d).Msg("upload failed; will retry")
+			log.Warn().Err(err).Str("file", f.dataType+"/"+f.name).Int("attempt", attempt).Str("retry_in", logDuration(d)).Msg("upload failed; will retry")
 			if !sleepCtx(ctx, d) {
 				return i, sent, fmt.Errorf("upload %s/%s: %w", f.dataType, f.name, context.Cause(ctx))
 			}
 		}
 		sent += f.size
 		took := time.Since(start)
-		log.Info().Str("file", f.dataType+"/"+f.name).Str("size", events.HumanBytes(f.size)).Dur("took", took).
+		log.Info().Str("file", f.dataType+"/"+f.name).Str("size", events.HumanBytes(f.size)).Str("took", logDuration(took)).
 			Str("rate", rate(f.size, took)).Int("done", i+1).Int("of", len(files)).Msg("uploaded")
 	}
 	return len(files), sent, nil

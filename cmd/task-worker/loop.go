@@ -148,7 +148,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.heartbeats(hbCtx)
 	}()
 
-	w.log.Info().Int("slots", w.cfg.Slots).Dur("claim_wait", w.cfg.ClaimWait).Msg("worker started; claiming tasks")
+	w.log.Info().Int("slots", w.cfg.Slots).Str("claim_wait", logDuration(w.cfg.ClaimWait)).Msg("worker started; claiming tasks")
 	var slots sync.WaitGroup
 	for i := range w.cfg.Slots {
 		slots.Add(1)
@@ -199,7 +199,7 @@ func (w *Worker) startup(ctx context.Context) error {
 			return errFatal{fmt.Errorf("%w (check --email and the password)", err)}
 		}
 		d := b.next()
-		w.log.Warn().Err(err).Dur("retry_in", d).Msg("cannot reach the service to log in; will retry")
+		w.log.Warn().Err(err).Str("retry_in", logDuration(d)).Msg("cannot reach the service to log in; will retry")
 		if !sleepCtx(ctx, d) {
 			return fmt.Errorf("stopped before logging in: %w", err)
 		}
@@ -229,7 +229,7 @@ func (w *Worker) shutdownTimers(runCtx, killCtx context.Context, slotsDone <-cha
 		return
 	}
 	if w.busy() > 0 {
-		w.log.Info().Int("running", w.busy()).Dur("grace", w.cfg.Grace).
+		w.log.Info().Int("running", w.busy()).Str("grace", logDuration(w.cfg.Grace)).
 			Msg("shutting down: no new claims; running tasks may finish within the grace period (signal again to stop them now)")
 	} else {
 		w.log.Info().Msg("shutting down")
@@ -288,7 +288,7 @@ func (w *Worker) claimNext(ctx context.Context, slot int) *claimedTask {
 			if err := w.sweepLocked(ctx, reason); err != nil {
 				if ctx.Err() == nil {
 					d := b.next()
-					w.log.Warn().Err(err).Dur("retry_in", d).Msg("could not check held tasks after a failed claim; will retry")
+					w.log.Warn().Err(err).Str("retry_in", logDuration(d)).Msg("could not check held tasks after a failed claim; will retry")
 					sleepCtx(ctx, d)
 				}
 				continue
@@ -315,12 +315,12 @@ func (w *Worker) claimNext(ctx context.Context, slot int) *claimedTask {
 			case transient(ctx, err):
 				w.needSweep = true
 				d := b.next()
-				w.log.Warn().Err(err).Dur("retry_in", d).Msg("claim failed; backing off")
+				w.log.Warn().Err(err).Str("retry_in", logDuration(d)).Msg("claim failed; backing off")
 				sleepCtx(ctx, d)
 			default:
 				// The service rejected the request itself: retrying at
 				// once would only repeat it. Wait long, then try again.
-				w.log.Error().Err(err).Dur("retry_in", maxBackoff).Msg("claim rejected by the service")
+				w.log.Error().Err(err).Str("retry_in", logDuration(maxBackoff)).Msg("claim rejected by the service")
 				sleepCtx(ctx, maxBackoff)
 			}
 			continue
@@ -342,7 +342,7 @@ func (w *Worker) claimNext(ctx context.Context, slot int) *claimedTask {
 			// Something was claimed that we cannot read: the sweep
 			// releases it (the tasks read are run).
 			d := b.next()
-			w.log.Error().Err(err).Dur("retry_in", d).Msg("could not read a claimed task; releasing it")
+			w.log.Error().Err(err).Str("retry_in", logDuration(d)).Msg("could not read a claimed task; releasing it")
 			w.needSweep, w.sweepReason = true, reasonLostClaim
 			if len(tasks) == 0 {
 				sleepCtx(ctx, d)

@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/clawdbot/task-service/cmd/internal/logs"
 	"github.com/clawdbot/task-service/cmd/internal/version"
@@ -65,3 +66,7 @@ func run(args []string) int {
 
 // buildVersion is the version the worker reports in its logs and heartbeats.
 func buildVersion() string { return version.Read().Short() }
+
+// logDuration is a duration as logs show it, with its unit: 29.047s, 350ms
+// (zerolog's Dur writes a bare number of milliseconds).
+func logDuration(d time.Duration) string { return d.Round(time.Millisecond).String() }

@@ -181,7 +181,7 @@ func terminate(pgid int, exited <-chan error, grace time.Duration, log zerolog.L
 			exited = nil
 		case <-tick.C:
 		case <-deadline.C:
-			log.Warn().Dur("grace", grace).Msg("command ignored SIGTERM; sending SIGKILL")
+			log.Warn().Str("grace", logDuration(grace)).Msg("command ignored SIGTERM; sending SIGKILL")
 			_ = syscall.Kill(-pgid, syscall.SIGKILL)
 			if !leaderDone {
 				waitErr = <-exited

@@ -55,7 +55,7 @@ func (w *Worker) runTask(killCtx, reportCtx context.Context, slot int, t *claime
 		serverTimeout = t.TaskType.TimeoutSeconds
 	}
 	spec := w.cfg.Resolve(t.typeName(), serverTimeout)
-	log.Info().Str("title", t.Title).Dur("timeout", spec.Timeout).Str("timeout_from", spec.TimeoutFrom).Msg("claimed a task")
+	log.Info().Str("title", t.Title).Str("timeout", logDuration(spec.Timeout)).Str("timeout_from", spec.TimeoutFrom).Msg("claimed a task")
 
 	if spec.Command == "" {
 		w.report(reportCtx, log, t, outcome{action: "fail", kind: events.FailureError,
@@ -113,7 +113,7 @@ func (w *Worker) runTask(killCtx, reportCtx context.Context, slot int, t *claime
 		// command exited → outcome acknowledged by the service.
 		ev = ev.Float64("claim_ms", ms(t.claimTook)).Float64("start_overhead_ms", ms(res.Started.Sub(t.claimedAt))).
 			Float64("report_overhead_ms", ms(done.Sub(res.Exited))).
-			Dur("ran", res.Exited.Sub(res.Started)).Int("exit_code", res.ExitCode)
+			Str("ran", logDuration(res.Exited.Sub(res.Started))).Int("exit_code", res.ExitCode)
 	}
 	ev.Str("outcome", o.action).Bool("reported", reported).Int("lines", lines).Int("updates", posts).
 		Int("lines_omitted", omitted).Msg("task finished")

@@ -318,6 +318,15 @@ func TestExitCodesAndHelp(t *testing.T) {
 		{[]string{"replay"}, exitUsage, "--database-url"},
 		{[]string{"tail", "--after", "1-1", "--from-start"}, exitUsage, "not both"},
 		{[]string{"stats", "--api", "http://127.0.0.1:1"}, exitAuth, "not logged in to http://127.0.0.1:1"},
+		// Global flags anywhere: before the command, before a verb.
+		{[]string{"--api", "http://127.0.0.1:1", "stats"}, exitAuth, "not logged in to http://127.0.0.1:1"},
+		{[]string{"--api=http://127.0.0.1:1", "--json", "tasks", "list"}, exitAuth, "not logged in to http://127.0.0.1:1"},
+		{[]string{"tasks", "--api", "http://127.0.0.1:1", "list"}, exitAuth, "not logged in to http://127.0.0.1:1"},
+		{[]string{"--api"}, exitUsage, "flag needs an argument"},
+		{[]string{"--bogus", "stats"}, exitUsage, "unknown command"},
+		// Nothing asked: the help, as a mistake.
+		{nil, exitUsage, "Usage: taskctl COMMAND"},
+		{[]string{"--api", "http://127.0.0.1:1"}, exitUsage, "Usage: taskctl COMMAND"},
 	} {
 		code, _, errOut := e.taskctl(tc.args...)
 		require.Equal(t, tc.code, code, "taskctl %s: %s", strings.Join(tc.args, " "), errOut)
@@ -331,7 +340,10 @@ func TestExitCodesAndHelp(t *testing.T) {
 	require.Contains(t, errOut, "cannot reach the API")
 	t.Setenv("TASKCTL_TOKEN", "")
 
-	require.Regexp(t, `^taskctl version \S+\nrevision `, e.ok("version"))
+	for _, spelling := range []string{"version", "--version", "-version"} {
+		require.Regexp(t, `^taskctl version \S+\nrevision `, e.ok(spelling))
+	}
+	require.Contains(t, e.ok("--help"), "Usage: taskctl COMMAND")
 
 	// Every command and verb has --help with an example, on stdout, exit 0.
 	for name := range commands() {

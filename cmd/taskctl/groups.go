@@ -22,6 +22,11 @@ type subcommand struct {
 // group runs the verb named by args[0] of a command group.
 func group(name, summary string, subs map[string]subcommand) func(a *app, args []string) int {
 	return func(a *app, args []string) int {
+		args, err := hoistGlobalFlags(args)
+		if err != nil {
+			fmt.Fprintf(a.stderr, "taskctl %s: %v\n", name, err)
+			return exitUsage
+		}
 		if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 			w := a.stdout
 			code := exitOK

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strings"
 
 	"github.com/clawdbot/task-service/cmd/internal/version"
 )
@@ -54,17 +55,74 @@ func main() {
 
 func run(args []string, stdout, stderr io.Writer) int {
 	cmds := commands()
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+	args, err := hoistGlobalFlags(args)
+	if err != nil {
+		fmt.Fprintf(stderr, "taskctl: %v\n\n", err)
+		usage(stderr, cmds)
+		return exitUsage
+	}
+	if len(args) == 0 {
+		// Nothing asked: the help, on stderr, as a mistake scripts can see.
+		usage(stderr, cmds)
+		return exitUsage
+	}
+	switch args[0] {
+	case "help", "-h", "-help", "--help":
 		usage(stdout, cmds)
-		return 0
+		return exitOK
+	case "-version", "--version":
+		args[0] = "version"
 	}
 	c, ok := cmds[args[0]]
 	if !ok {
 		fmt.Fprintf(stderr, "taskctl: unknown command %q\n\n", args[0])
 		usage(stderr, cmds)
-		return 2
+		return exitUsage
 	}
 	return c.run(args[1:], stdout, stderr)
+}
+
+// globalFlags are the flags every API command takes; true for those that
+// take a value.
+var globalFlags = map[string]bool{"api": true, "json": false}
+
+// hoistGlobalFlags moves the global flags written before the command (or
+// before a group's verb) to the end, where the command's own flags are
+// parsed: `taskctl --api X stats` is `taskctl stats --api X`. Anything after
+// a "--" stays an argument.
+func hoistGlobalFlags(args []string) ([]string, error) {
+	var lead []string
+	for len(args) > 0 && strings.HasPrefix(args[0], "-") && args[0] != "--" {
+		name, _, hasValue := strings.Cut(strings.TrimLeft(args[0], "-"), "=")
+		takesValue, global := globalFlags[name]
+		if !global {
+			break // -h, --version or a mistake: the caller decides
+		}
+		n := 1
+		if takesValue && !hasValue {
+			if len(args) < 2 {
+				return nil, fmt.Errorf("flag needs an argument: %s", args[0])
+			}
+			n = 2
+		}
+		lead, args = append(lead, args[:n]...), args[n:]
+	}
+	if len(lead) == 0 {
+		return args, nil
+	}
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		// No command after the global flags: nothing to hoist them into.
+		return args, nil
+	}
+	end := len(args)
+	for i, a := range args {
+		if a == "--" {
+			end = i
+			break
+		}
+	}
+	out := append(append(append([]string{}, args[:end]...), lead...), args[end:]...)
+	return out, nil
 }
 
 func usage(w io.Writer, cmds map[string]command) {
