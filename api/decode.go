@@ -103,7 +103,13 @@ func jsonError(err error) error {
 		if field == "" {
 			field = "body"
 		}
-		return events.Invalid(field, "must be %s, not %s", jsonKind(typ.Type.Kind().String()), typ.Value)
+		kind := jsonKind(typ.Type.Kind().String())
+		if number, ok := strings.CutPrefix(typ.Value, "number "); ok && kind == "a number" {
+			// A number that does not fit the field's type, or a fraction for a
+			// whole number: not "must be a number, not number".
+			return events.Invalid(field, "is out of range or not a whole number: %s", cutString(number, 64))
+		}
+		return events.Invalid(field, "must be %s, not %s", kind, typ.Value)
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return events.Invalid("body", "malformed JSON: unexpected end")
 	case strings.HasPrefix(err.Error(), "json: unknown field "):

@@ -41,10 +41,16 @@ func Invalid(field, format string, args ...any) error {
 type TransitionError struct {
 	Command string
 	Status  Status
+	// Subject is what the command is refused for; empty means a task.
+	Subject string
 }
 
 func (e *TransitionError) Error() string {
-	return fmt.Sprintf("cannot %s a task that is %s", e.Command, e.Status)
+	subject := e.Subject
+	if subject == "" {
+		subject = "task"
+	}
+	return fmt.Sprintf("cannot %s a %s that is %s", e.Command, subject, e.Status)
 }
 
 func (e *TransitionError) Unwrap() error { return ErrInvalidTransition }

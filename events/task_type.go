@@ -143,7 +143,7 @@ func (s *TaskTypeSpec) validateAlias() error {
 // Update decides a change of definition; the name may not change.
 func (tt *TaskType) Update(s TaskTypeSpec) ([]Payload, error) {
 	if tt.Archived {
-		return nil, &TransitionError{Command: "update", Status: "archived"}
+		return nil, &TransitionError{Command: "update", Status: "archived", Subject: "task type"}
 	}
 	if err := s.Validate(); err != nil {
 		return nil, err
@@ -161,10 +161,10 @@ func (tt *TaskType) Gated() bool { return tt.Paused || tt.HasLimits() }
 // Pause stops claims of the type's tasks. by is the actor's id.
 func (tt *TaskType) Pause(by, reason string) ([]Payload, error) {
 	if tt.Paused {
-		return nil, &TransitionError{Command: "pause", Status: "paused"}
+		return nil, &TransitionError{Command: "pause", Status: "paused", Subject: "task type"}
 	}
 	if tt.Archived {
-		return nil, &TransitionError{Command: "pause", Status: "archived"}
+		return nil, &TransitionError{Command: "pause", Status: "archived", Subject: "task type"}
 	}
 	reason = strings.TrimSpace(reason)
 	if reason == "" {
@@ -179,7 +179,7 @@ func (tt *TaskType) Pause(by, reason string) ([]Payload, error) {
 // Resume lets claims take the type's tasks again.
 func (tt *TaskType) Resume(by, reason string) ([]Payload, error) {
 	if !tt.Paused {
-		return nil, &TransitionError{Command: "resume", Status: "not paused"}
+		return nil, &TransitionError{Command: "resume", Status: "not paused", Subject: "task type"}
 	}
 	if len(reason) > MaxReasonLen {
 		return nil, Invalid("reason", "is longer than %d bytes", MaxReasonLen)
@@ -190,7 +190,7 @@ func (tt *TaskType) Resume(by, reason string) ([]Payload, error) {
 // Archive hides the type from new tasks; existing tasks keep it.
 func (tt *TaskType) Archive() ([]Payload, error) {
 	if tt.Archived {
-		return nil, &TransitionError{Command: "archive", Status: "archived"}
+		return nil, &TransitionError{Command: "archive", Status: "archived", Subject: "task type"}
 	}
 	return []Payload{TaskTypeArchived{}}, nil
 }
