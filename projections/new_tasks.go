@@ -82,11 +82,11 @@ SELECT %s, tt.gated, CASE WHEN tt.gated THEN %s END FROM r LEFT JOIN tt ON tt.id
 }
 
 // rowsJSON writes the rows of items as a JSON array of objects keyed by
-// column. Values of the columns in raw are JSON text already (params).
-// It sits on the bulk create path, so it appends into one buffer sized
-// from the first row, and writes the common values itself rather than
-// through encoding/json (ADR 018).
-func rowsJSON[T any](cols []string, items []T, row func(T) []any, raw map[string]bool) (string, error) {
+// column, as bytes pgx sends as they are. Values of the columns in raw are
+// JSON text already (params). It sits on the bulk create path, so it
+// appends into one buffer sized from the first row, and writes the common
+// values itself rather than through encoding/json (ADR 018).
+func rowsJSON[T any](cols []string, items []T, row func(T) []any, raw map[string]bool) ([]byte, error) {
 	isRaw := make([]bool, len(cols))
 	for j, c := range cols {
 		isRaw[j] = raw[c]
@@ -111,7 +111,7 @@ func rowsJSON[T any](cols []string, items []T, row func(T) []any, raw map[string
 			buf = append(buf, '"', ':')
 			var err error
 			if buf, err = appendValue(buf, v, isRaw[j]); err != nil {
-				return "", fmt.Errorf("%s: %w", cols[j], err)
+				return nil, fmt.Errorf("%s: %w", cols[j], err)
 			}
 		}
 		buf = append(buf, '}')
@@ -120,7 +120,7 @@ func rowsJSON[T any](cols []string, items []T, row func(T) []any, raw map[string
 		buf = append(buf, '[')
 	}
 	buf = append(buf, ']')
-	return string(buf), nil
+	return buf, nil
 }
 
 // appendValue appends one column's value; a nil pointer is null. A time is

@@ -33,7 +33,7 @@ func TestRowsJSONDecodesToTheRows(t *testing.T) {
 	out, err := rowsJSON(TaskColumns, ts, TaskRow, map[string]bool{"params": true, "result": true})
 	require.NoError(t, err)
 	var rows []map[string]any
-	require.NoError(t, json.Unmarshal([]byte(out), &rows), out)
+	require.NoError(t, json.Unmarshal(out, &rows), string(out))
 	require.Len(t, rows, 3)
 	for i, r := range rows {
 		require.Equal(t, ts[i].Title, r["title"])
