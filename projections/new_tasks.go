@@ -214,4 +214,3 @@ func appendTime(buf []byte, t time.Time) []byte {
 	buf = t.Truncate(time.Microsecond).AppendFormat(buf, time.RFC3339Nano)
 	return append(buf, '"')
 }
-
