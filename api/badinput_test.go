@@ -511,6 +511,21 @@ func TestBadInput(t *testing.T) {
 		{"data: bad data id", "GET", A + "/tasks/" + held.ID + "/data/not-a-uuid", admin, "", 400, "validation_failed", "data_id"},
 		{"data: unknown data id", "GET", A + "/tasks/" + held.ID + "/data/" + unknown, admin, "", 404, "not_found", ""},
 
+		// Task checkpoints: only the holder of a task in progress saves one,
+		// a JSON value of at most 64 KiB compacted; no event otherwise.
+		{"checkpoint: not the holder", "PUT", W + "/tasks/" + held.ID + "/checkpoint", duo, `{"state":{"session_id":"s"}}`, 403, "forbidden", ""},
+		{"checkpoint: by an admin", "PUT", W + "/tasks/" + held.ID + "/checkpoint", admin, `{"state":{"session_id":"s"}}`, 403, "forbidden", ""},
+		{"checkpoint: finished task", "PUT", W + "/tasks/" + doneTask.ID + "/checkpoint", una, `{"state":{"session_id":"s"}}`, 409, "invalid_transition", ""},
+		{"checkpoint: pending task", "PUT", W + "/tasks/" + pending.ID + "/checkpoint", una, `{"state":{"session_id":"s"}}`, 403, "forbidden", ""},
+		{"checkpoint: unknown task", "PUT", W + "/tasks/" + unknown + "/checkpoint", una, `{"state":{"session_id":"s"}}`, 404, "not_found", ""},
+		{"checkpoint: over 64 KiB", "PUT", W + "/tasks/" + held.ID + "/checkpoint", una, `{"state":{"log":"` + strings.Repeat("x", events.MaxCheckpointBytes) + `"}}`, 413, "too_large", "state"},
+		{"checkpoint: body over its bound", "PUT", W + "/tasks/" + held.ID + "/checkpoint", una, `{"state":"` + strings.Repeat("x", api.MaxCheckpointBodyBytes) + `"}`, 413, "too_large", "state"},
+		{"checkpoint: not JSON", "PUT", W + "/tasks/" + held.ID + "/checkpoint", una, `{"state": session-42}`, 400, "validation_failed", "body"},
+		{"checkpoint: null state", "PUT", W + "/tasks/" + held.ID + "/checkpoint", una, `{"state":null}`, 400, "validation_failed", "state"},
+		{"checkpoint: no state", "PUT", W + "/tasks/" + held.ID + "/checkpoint", una, `{}`, 400, "validation_failed", "state"},
+		{"checkpoint: unknown field", "PUT", W + "/tasks/" + held.ID + "/checkpoint", una, `{"state":1,"session":"s"}`, 400, "validation_failed", "session"},
+		{"checkpoint: state nested too deep", "PUT", W + "/tasks/" + held.ID + "/checkpoint", una, `{"state":` + deep(D+1) + `}`, 400, "validation_failed", "state"},
+
 		// Routing.
 		{"unknown route", "GET", "/api/v1/nope", admin, "", 404, "not_found", ""},
 		{"unknown sub-route", "POST", A + "/tasks/" + pending.ID + "/explode", admin, `{}`, 404, "not_found", ""},

@@ -50,6 +50,8 @@ func (s *Server) table() []route {
 			request: statusRequest{}, status: okay, response: events.Task{}, errors: []int{bad, notFound, conflict}},
 		{method: http.MethodPost, path: w + "/tasks/:id/usage", id: "reportUsage", summary: "Report LLM usage of this attempt (adds to the task's, its retry chain's, its type's and this worker's totals); cost_usd, when left out, comes from the price table", role: roleWorker, handler: s.reportUsage, tag: "usage",
 			request: events.UsageReport{}, status: okay, response: events.Task{}, errors: []int{bad, http.StatusForbidden, notFound, conflict}},
+		{method: http.MethodPut, path: w + "/tasks/:id/checkpoint", id: "putTaskCheckpoint", summary: "Save the task's checkpoint: a JSON state (at most 64 KiB) that its next attempt receives in the claim answer when the task is retried or released; the latest save wins", role: roleWorker, handler: s.putCheckpoint,
+			request: checkpointRequest{}, status: okay, response: store.CheckpointSaved{}, errors: []int{bad, notFound, conflict, http.StatusRequestEntityTooLarge}, bodyLimit: MaxCheckpointBodyBytes},
 		{method: http.MethodPost, path: w + "/tasks/:id/release", id: "releaseTask", summary: "Give the task back to the pool", role: roleWorker, handler: s.release,
 			request: reasonRequest{}, emptyBody: true, status: okay, response: events.Task{}, errors: []int{bad, notFound, conflict}},
 

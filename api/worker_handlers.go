@@ -77,7 +77,7 @@ func (s *Server) claim(c echo.Context) error {
 }
 
 // countClaims counts a claim call's outcome and events, and gives each
-// retry its previous attempts.
+// retry its previous attempts and each task that may resume its checkpoint.
 func (s *Server) countClaims(c echo.Context, tasks []*store.TaskWithType) {
 	if len(tasks) == 0 {
 		s.metrics.claims.WithLabelValues("empty").Inc()
@@ -86,6 +86,7 @@ func (s *Server) countClaims(c echo.Context, tasks []*store.TaskWithType) {
 	s.metrics.claims.WithLabelValues("claimed").Inc()
 	for _, t := range tasks {
 		s.attachPreviousAttempts(c, t)
+		s.attachCheckpoint(c, t)
 	}
 }
 
@@ -114,6 +115,7 @@ func (s *Server) workerTask(c echo.Context) error {
 		return events.ErrForbidden
 	}
 	s.attachPreviousAttempts(c, t)
+	s.attachCheckpoint(c, t)
 	return ok(c, http.StatusOK, t)
 }
 

@@ -69,6 +69,8 @@ func Summary(e Envelope, names func(userID string) string) string {
 			s += fmt.Sprintf(", replacing an earlier upload (%s)", HumanBytes(p.Replaced.Size))
 		}
 		return s
+	case TaskCheckpointed:
+		return fmt.Sprintf("checkpoint saved by %s (%s)", who(p.WorkerID), HumanBytes(int64(p.SizeBytes)))
 	case TaskUsageReported:
 		by := "the retry advisor"
 		if p.WorkerID != "" {

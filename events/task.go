@@ -94,7 +94,11 @@ type Task struct {
 	ScheduleID    *string `json:"schedule_id"`
 	ScheduleRun   *int    `json:"schedule_run"`
 	UniqueKey     *string `json:"unique_key"`
-	Version       int     `json:"version"`
+	// CheckpointedAt is when the task's latest checkpoint was saved (nil:
+	// none): a claim reads the checkpoint only for a task that has one or
+	// is a retry, so the common claim pays nothing.
+	CheckpointedAt *time.Time `json:"checkpointed_at"`
+	Version        int        `json:"version"`
 }
 
 // HeldBy reports whether workerID holds (or was assigned) the task.
@@ -161,6 +165,8 @@ func (t *Task) Apply(e Envelope) {
 			t.AvailableAt = p.AvailableAt.UTC()
 			t.Scheduled = t.AvailableAt.After(at)
 		}
+	case TaskCheckpointed:
+		t.CheckpointedAt = &at
 	case TaskUpdatePosted:
 		// The thread lives in worker_task_updates; the task only moves its clock.
 	}

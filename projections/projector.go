@@ -26,6 +26,7 @@ func (Projector) Task(b *pgx.Batch, before, t *events.Task, evs []events.Envelop
 		queueTaskUpdate(b, e)
 		queueTaskAssignment(b, e)
 		queueTaskData(b, e)
+		queueTaskCheckpoint(b, e)
 	}
 }
 

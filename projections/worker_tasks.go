@@ -16,7 +16,7 @@ var TaskColumns = []string{
 	"assigned_to", "result", "retry_count", "parent_task_id", "created_by", "created_at",
 	"started_at", "completed_at", "updated_at", "available_at", "failure_kind",
 	"failure_reason", "retry_outcome", "retry_task_id", "version",
-	"schedule_id", "schedule_run", "unique_key", "scheduled",
+	"schedule_id", "schedule_run", "unique_key", "scheduled", "checkpointed_at",
 }
 
 // TaskRow is the worker_tasks row of a folded task.
@@ -26,7 +26,7 @@ func TaskRow(t *events.Task) []any {
 		t.AssignedTo, nullJSON(t.Result), t.RetryCount, t.ParentTaskID, t.CreatedBy, t.CreatedAt,
 		t.StartedAt, t.CompletedAt, t.UpdatedAt, t.AvailableAt, t.FailureKind,
 		t.FailureReason, t.RetryOutcome, t.RetryTaskID, t.Version,
-		t.ScheduleID, t.ScheduleRun, t.UniqueKey, t.Scheduled,
+		t.ScheduleID, t.ScheduleRun, t.UniqueKey, t.Scheduled, t.CheckpointedAt,
 	}
 }
 

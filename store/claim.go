@@ -22,6 +22,9 @@ type TaskWithType struct {
 	// PreviousAttempts is, for a retry, what happened before (see
 	// DB.PreviousAttempts); the API fills it, the claim never reads it.
 	PreviousAttempts []Attempt `json:"previous_attempts,omitempty"`
+	// Checkpoint is, for a task that may resume (events.Task.MayResume),
+	// the latest checkpoint of its retry chain; the API fills it too.
+	Checkpoint *events.TaskCheckpoint `json:"checkpoint,omitempty"`
 }
 
 // lockWorkers serializes each worker's claims so its capacity holds under

@@ -288,6 +288,10 @@ type TaskDetail struct {
 	Updates     []TaskUpdate     `json:"updates"`
 	// Data is what workers uploaded for the task (task data).
 	Data []events.TaskData `json:"data"`
+	// Checkpoint is the latest checkpoint of the task's retry chain: its
+	// own, else an earlier attempt's (task_id says whose); what its next
+	// attempt resumes from.
+	Checkpoint *events.TaskCheckpoint `json:"checkpoint,omitempty"`
 }
 
 // GetTaskWithType reads a task and its type.
@@ -333,6 +337,11 @@ func (db *DB) GetTaskDetail(ctx context.Context, id string) (*TaskDetail, error)
 	}
 	if d.Data, err = db.ListTaskData(ctx, id); err != nil {
 		return nil, err
+	}
+	if d.MayResume() {
+		if d.Checkpoint, err = db.LatestTaskCheckpoint(ctx, db.pool, id); err != nil {
+			return nil, err
+		}
 	}
 	return d, nil
 }

@@ -14,13 +14,13 @@ import (
 const taskColumns = `t.id, t.title, t.description, t.task_type_id, t.params, t.priority, t.status,
  t.assigned_to, t.result, t.retry_count, t.parent_task_id, t.created_by, t.created_at,
  t.started_at, t.completed_at, t.updated_at, t.available_at, t.failure_kind,
- t.failure_reason, t.retry_outcome, t.retry_task_id, t.version, t.schedule_id, t.schedule_run, t.unique_key, t.scheduled`
+ t.failure_reason, t.retry_outcome, t.retry_task_id, t.version, t.schedule_id, t.schedule_run, t.unique_key, t.scheduled, t.checkpointed_at`
 
 func taskDest(t *events.Task) []any {
 	return []any{&t.ID, &t.Title, &t.Description, &t.TaskTypeID, &t.Params, &t.Priority, &t.Status,
 		&t.AssignedTo, &t.Result, &t.RetryCount, &t.ParentTaskID, &t.CreatedBy, &t.CreatedAt,
 		&t.StartedAt, &t.CompletedAt, &t.UpdatedAt, &t.AvailableAt, &t.FailureKind,
-		&t.FailureReason, &t.RetryOutcome, &t.RetryTaskID, &t.Version, &t.ScheduleID, &t.ScheduleRun, &t.UniqueKey, &t.Scheduled}
+		&t.FailureReason, &t.RetryOutcome, &t.RetryTaskID, &t.Version, &t.ScheduleID, &t.ScheduleRun, &t.UniqueKey, &t.Scheduled, &t.CheckpointedAt}
 }
 
 // GetTask reads a task; a *events.NotFoundError when there is none.
@@ -47,6 +47,10 @@ func normalizeTask(t *events.Task) {
 	if t.CompletedAt != nil {
 		u := t.CompletedAt.UTC()
 		t.CompletedAt = &u
+	}
+	if t.CheckpointedAt != nil {
+		u := t.CheckpointedAt.UTC()
+		t.CheckpointedAt = &u
 	}
 }
 

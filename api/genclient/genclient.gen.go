@@ -1095,18 +1095,19 @@ type Stats struct {
 
 // Task defines model for Task.
 type Task struct {
-	AssignedTo    *string                 `json:"assigned_to"`
-	AvailableAt   time.Time               `json:"available_at"`
-	CompletedAt   *time.Time              `json:"completed_at"`
-	CreatedAt     time.Time               `json:"created_at"`
-	CreatedBy     *string                 `json:"created_by"`
-	Description   string                  `json:"description"`
-	FailureKind   *TaskFailureKind        `json:"failure_kind"`
-	FailureReason *string                 `json:"failure_reason"`
-	Id            string                  `json:"id"`
-	Params        *map[string]interface{} `json:"params"`
-	ParentTaskId  *string                 `json:"parent_task_id"`
-	Priority      TaskPriority            `json:"priority"`
+	AssignedTo     *string                 `json:"assigned_to"`
+	AvailableAt    time.Time               `json:"available_at"`
+	CheckpointedAt *time.Time              `json:"checkpointed_at"`
+	CompletedAt    *time.Time              `json:"completed_at"`
+	CreatedAt      time.Time               `json:"created_at"`
+	CreatedBy      *string                 `json:"created_by"`
+	Description    string                  `json:"description"`
+	FailureKind    *TaskFailureKind        `json:"failure_kind"`
+	FailureReason  *string                 `json:"failure_reason"`
+	Id             string                  `json:"id"`
+	Params         *map[string]interface{} `json:"params"`
+	ParentTaskId   *string                 `json:"parent_task_id"`
+	Priority       TaskPriority            `json:"priority"`
 
 	// Result any JSON value
 	Result       Task_Result       `json:"result"`
@@ -1157,6 +1158,39 @@ type TaskRetryOutcome string
 // TaskStatus defines model for Task.Status.
 type TaskStatus string
 
+// TaskCheckpoint defines model for TaskCheckpoint.
+type TaskCheckpoint struct {
+	CheckpointedAt time.Time `json:"checkpointed_at"`
+	Saves          int       `json:"saves"`
+	SizeBytes      int       `json:"size_bytes"`
+
+	// State any JSON value
+	State    TaskCheckpoint_State `json:"state"`
+	TaskId   string               `json:"task_id"`
+	Version  int                  `json:"version"`
+	WorkerId string               `json:"worker_id"`
+}
+
+// TaskCheckpointState0 defines model for TaskCheckpoint.State.0.
+type TaskCheckpointState0 map[string]interface{}
+
+// TaskCheckpointState1 defines model for TaskCheckpoint.State.1.
+type TaskCheckpointState1 = []interface{}
+
+// TaskCheckpointState2 defines model for TaskCheckpoint.State.2.
+type TaskCheckpointState2 = string
+
+// TaskCheckpointState3 defines model for TaskCheckpoint.State.3.
+type TaskCheckpointState3 = float32
+
+// TaskCheckpointState4 defines model for TaskCheckpoint.State.4.
+type TaskCheckpointState4 = bool
+
+// TaskCheckpoint_State any JSON value
+type TaskCheckpoint_State struct {
+	union json.RawMessage
+}
+
 // TaskData defines model for TaskData.
 type TaskData struct {
 	ContentType string    `json:"content_type"`
@@ -1175,21 +1209,23 @@ type TaskData struct {
 
 // TaskDetail defines model for TaskDetail.
 type TaskDetail struct {
-	AssignedTo    *string                 `json:"assigned_to"`
-	Assignments   []Assignment            `json:"assignments"`
-	AvailableAt   time.Time               `json:"available_at"`
-	CompletedAt   *time.Time              `json:"completed_at"`
-	CreatedAt     time.Time               `json:"created_at"`
-	CreatedBy     *string                 `json:"created_by"`
-	Data          []TaskData              `json:"data"`
-	Description   string                  `json:"description"`
-	FailureKind   *TaskDetailFailureKind  `json:"failure_kind"`
-	FailureReason *string                 `json:"failure_reason"`
-	Id            string                  `json:"id"`
-	Params        *map[string]interface{} `json:"params"`
-	Parent        *Task                   `json:"parent"`
-	ParentTaskId  *string                 `json:"parent_task_id"`
-	Priority      TaskDetailPriority      `json:"priority"`
+	AssignedTo     *string                 `json:"assigned_to"`
+	Assignments    []Assignment            `json:"assignments"`
+	AvailableAt    time.Time               `json:"available_at"`
+	Checkpoint     *TaskCheckpoint         `json:"checkpoint,omitempty"`
+	CheckpointedAt *time.Time              `json:"checkpointed_at"`
+	CompletedAt    *time.Time              `json:"completed_at"`
+	CreatedAt      time.Time               `json:"created_at"`
+	CreatedBy      *string                 `json:"created_by"`
+	Data           []TaskData              `json:"data"`
+	Description    string                  `json:"description"`
+	FailureKind    *TaskDetailFailureKind  `json:"failure_kind"`
+	FailureReason  *string                 `json:"failure_reason"`
+	Id             string                  `json:"id"`
+	Params         *map[string]interface{} `json:"params"`
+	Parent         *Task                   `json:"parent"`
+	ParentTaskId   *string                 `json:"parent_task_id"`
+	Priority       TaskDetailPriority      `json:"priority"`
 
 	// Result any JSON value
 	Result       TaskDetail_Result       `json:"result"`
@@ -1291,6 +1327,8 @@ type TaskUpdate struct {
 type TaskWithType struct {
 	AssignedTo       *string                  `json:"assigned_to"`
 	AvailableAt      time.Time                `json:"available_at"`
+	Checkpoint       *TaskCheckpoint          `json:"checkpoint,omitempty"`
+	CheckpointedAt   *time.Time               `json:"checkpointed_at"`
 	CompletedAt      *time.Time               `json:"completed_at"`
 	CreatedAt        time.Time                `json:"created_at"`
 	CreatedBy        *string                  `json:"created_by"`
@@ -2031,6 +2069,146 @@ func (t Task_Result) MarshalJSON() ([]byte, error) {
 }
 
 func (t *Task_Result) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	return err
+}
+
+// AsTaskCheckpointState0 returns the union data inside the TaskCheckpoint_State as a TaskCheckpointState0
+func (t TaskCheckpoint_State) AsTaskCheckpointState0() (TaskCheckpointState0, error) {
+	var body TaskCheckpointState0
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromTaskCheckpointState0 overwrites any union data inside the TaskCheckpoint_State as the provided TaskCheckpointState0
+func (t *TaskCheckpoint_State) FromTaskCheckpointState0(v TaskCheckpointState0) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeTaskCheckpointState0 performs a merge with any union data inside the TaskCheckpoint_State, using the provided TaskCheckpointState0
+func (t *TaskCheckpoint_State) MergeTaskCheckpointState0(v TaskCheckpointState0) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsTaskCheckpointState1 returns the union data inside the TaskCheckpoint_State as a TaskCheckpointState1
+func (t TaskCheckpoint_State) AsTaskCheckpointState1() (TaskCheckpointState1, error) {
+	var body TaskCheckpointState1
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromTaskCheckpointState1 overwrites any union data inside the TaskCheckpoint_State as the provided TaskCheckpointState1
+func (t *TaskCheckpoint_State) FromTaskCheckpointState1(v TaskCheckpointState1) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeTaskCheckpointState1 performs a merge with any union data inside the TaskCheckpoint_State, using the provided TaskCheckpointState1
+func (t *TaskCheckpoint_State) MergeTaskCheckpointState1(v TaskCheckpointState1) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsTaskCheckpointState2 returns the union data inside the TaskCheckpoint_State as a TaskCheckpointState2
+func (t TaskCheckpoint_State) AsTaskCheckpointState2() (TaskCheckpointState2, error) {
+	var body TaskCheckpointState2
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromTaskCheckpointState2 overwrites any union data inside the TaskCheckpoint_State as the provided TaskCheckpointState2
+func (t *TaskCheckpoint_State) FromTaskCheckpointState2(v TaskCheckpointState2) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeTaskCheckpointState2 performs a merge with any union data inside the TaskCheckpoint_State, using the provided TaskCheckpointState2
+func (t *TaskCheckpoint_State) MergeTaskCheckpointState2(v TaskCheckpointState2) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsTaskCheckpointState3 returns the union data inside the TaskCheckpoint_State as a TaskCheckpointState3
+func (t TaskCheckpoint_State) AsTaskCheckpointState3() (TaskCheckpointState3, error) {
+	var body TaskCheckpointState3
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromTaskCheckpointState3 overwrites any union data inside the TaskCheckpoint_State as the provided TaskCheckpointState3
+func (t *TaskCheckpoint_State) FromTaskCheckpointState3(v TaskCheckpointState3) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeTaskCheckpointState3 performs a merge with any union data inside the TaskCheckpoint_State, using the provided TaskCheckpointState3
+func (t *TaskCheckpoint_State) MergeTaskCheckpointState3(v TaskCheckpointState3) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsTaskCheckpointState4 returns the union data inside the TaskCheckpoint_State as a TaskCheckpointState4
+func (t TaskCheckpoint_State) AsTaskCheckpointState4() (TaskCheckpointState4, error) {
+	var body TaskCheckpointState4
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromTaskCheckpointState4 overwrites any union data inside the TaskCheckpoint_State as the provided TaskCheckpointState4
+func (t *TaskCheckpoint_State) FromTaskCheckpointState4(v TaskCheckpointState4) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeTaskCheckpointState4 performs a merge with any union data inside the TaskCheckpoint_State, using the provided TaskCheckpointState4
+func (t *TaskCheckpoint_State) MergeTaskCheckpointState4(v TaskCheckpointState4) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t TaskCheckpoint_State) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	return b, err
+}
+
+func (t *TaskCheckpoint_State) UnmarshalJSON(b []byte) error {
 	err := t.union.UnmarshalJSON(b)
 	return err
 }

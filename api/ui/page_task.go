@@ -15,24 +15,26 @@ import (
 )
 
 type taskData struct {
-	D        *store.TaskDetail
-	Chain    *store.Chain
-	LLM      *store.TaskUsage // the task's LLM usage and its chain's
-	Events   []eventRow
-	Workers  []store.WorkerRef
-	Names    map[string]string
-	Watch    string // the chain's task ids, for the live refresh
-	Prios    []events.Priority
-	AsOf     *events.Task
-	At       string
-	AtError  string
-	Action   string                // the action whose form failed
-	Errs     map[string]formErrors // its errors by field, under its name
-	Form     url.Values            // what was sent
-	Params   string                // params as JSON, for the edit form
-	Shown    shownJSON             // params as the page shows them
-	Result   shownJSON
-	MaxRetry int
+	D       *store.TaskDetail
+	Chain   *store.Chain
+	LLM     *store.TaskUsage // the task's LLM usage and its chain's
+	Events  []eventRow
+	Workers []store.WorkerRef
+	Names   map[string]string
+	Watch   string // the chain's task ids, for the live refresh
+	Prios   []events.Priority
+	AsOf    *events.Task
+	At      string
+	AtError string
+	Action  string                // the action whose form failed
+	Errs    map[string]formErrors // its errors by field, under its name
+	Form    url.Values            // what was sent
+	Params  string                // params as JSON, for the edit form
+	Shown   shownJSON             // params as the page shows them
+	Result  shownJSON
+	// Checkpoint is the state of the chain's latest checkpoint (D.Checkpoint).
+	Checkpoint shownJSON
+	MaxRetry   int
 	// Files is for the task data page (issue 14): the uploads to list in
 	// the "task-data" slot.
 	Files any
@@ -79,6 +81,9 @@ func (u *UI) renderTask(c echo.Context, status int, action string, errs formErro
 	d.Params = formJSON(d.D.Params)
 	d.Shown = showJSON(d.D.Params, maxShownJSON, "/tasks/"+id+"/params.json")
 	d.Result = showJSON(d.D.Result, maxShownJSON, "/tasks/"+id+"/result.json")
+	if cp := d.D.Checkpoint; cp != nil {
+		d.Checkpoint = showJSON(cp.State, maxShownJSON, "")
+	}
 	if d.Chain, err = u.db.TaskChain(ctx, u.db.Pool(), id); err != nil {
 		return u.fail(c, err)
 	}

@@ -14,9 +14,9 @@ import (
 	"github.com/clawdbot/task-service/api/client"
 )
 
-// Bad input to the queue controls, freshness rules and LLM usage, through the binary: each
-// gets a 4xx with a code and the field at fault, and nothing changes: no
-// event is appended.
+// Bad input to the queue controls, freshness rules, LLM usage and task
+// checkpoints, through the binary: each gets a 4xx with a code and the
+// field at fault, and nothing changes: no event is appended.
 func TestControlsRefuseBadInput(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a server")
@@ -65,6 +65,7 @@ func TestControlsRefuseBadInput(t *testing.T) {
 		return "{" + strings.Join(parts, ", ") + "}"
 	}
 	admin, worker := c.admin.Token(), w.clients[0].Token()
+	notHolder := c.worker("oscar", 1).clients[0].Token()
 	for _, tc := range []struct {
 		name, method, path, token, body string
 		header                          []string
@@ -91,6 +92,10 @@ func TestControlsRefuseBadInput(t *testing.T) {
 		{"a freshness params template that does not parse", "POST", "/api/v1/admin/freshness-rules", admin, rule(`"params_template": {"ticker": "{{ key"}`), nil, 400, "validation_failed", "params_template"},
 		{"a negative freshness max age", "POST", "/api/v1/admin/freshness-rules", admin, rule(`"max_age": "-6h"`), nil, 400, "validation_failed", "max_age"},
 		{"a watchlist over the key limit", "POST", "/api/v1/admin/freshness-rules", admin, rule(`"keys": [` + strings.Repeat(`{"key": "k", "weight": 1},`, 10001) + `{"key": "last", "weight": 1}]`), nil, 400, "validation_failed", "keys"},
+		{"a checkpoint over 64 KiB", "PUT", "/checkpoint", worker, `{"state": {"log": "` + strings.Repeat("x", 64<<10) + `"}}`, nil, 413, "too_large", "state"},
+		{"a checkpoint that is not JSON", "PUT", "/checkpoint", worker, `{"state": session-42}`, nil, 400, "validation_failed", "body"},
+		{"a checkpoint with a null state", "PUT", "/checkpoint", worker, `{"state": null}`, nil, 400, "validation_failed", "state"},
+		{"a checkpoint by a worker that does not hold the task", "PUT", "/api/v1/worker/tasks/" + held.ID + "/checkpoint", notHolder, `{"state": {"session_id": "s"}}`, nil, 403, "forbidden", ""},
 		{"usage with negative tokens", "POST", "/usage", worker, `{"model": "claude-sonnet-4-5", "input_tokens": -5}`, nil, 400, "validation_failed", "input_tokens"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -42,10 +42,12 @@ type Config struct {
 	ClaimWait    time.Duration // long-poll wait asked of the server
 	PollInterval time.Duration // empty-claim poll interval when the server does not long-poll
 	PollJitter   time.Duration
-	WorkDir      string // per-task files and the state file
-	KeepFiles    bool
-	LogLevel     string
-	LogFormat    string
+	// CheckpointEvery is how often a changed $TASK_CHECKPOINT is uploaded.
+	CheckpointEvery time.Duration
+	WorkDir         string // per-task files and the state file
+	KeepFiles       bool
+	LogLevel        string
+	LogFormat       string
 
 	// Defaults and Types come from the config file: settings for every
 	// task, and per task type name.
@@ -153,6 +155,7 @@ func options() []*option {
 		{flag: "claim-wait", env: "TASK_WORKER_CLAIM_WAIT", def: "30s", help: "long-poll: how long the server may hold a claim open waiting for work (0: no long-poll)"},
 		{flag: "poll-interval", env: "TASK_WORKER_POLL_INTERVAL", def: "30s", help: "when the server answers an empty claim at once (no long-poll), claim again after this"},
 		{flag: "poll-jitter", env: "TASK_WORKER_POLL_JITTER", def: "5s", help: "random 0..jitter added to each poll interval so a fleet does not poll in step"},
+		{flag: "checkpoint-every", env: "TASK_WORKER_CHECKPOINT_EVERY", def: "60s", help: "how often the file in $TASK_CHECKPOINT is uploaded as the task's checkpoint when it changed (and once more when the command exits)"},
 		{flag: "work-dir", env: "TASK_WORKER_WORK_DIR", def: filepath.Join(os.TempDir(), "task-worker"), help: "where per-task files (prompt, params, result) and the restart counter live"},
 		{flag: "keep-files", env: "TASK_WORKER_KEEP_FILES", def: "false", isBool: true, help: "keep each task's files after it is reported (debugging)"},
 		{flag: "log-level", env: "TASK_WORKER_LOG_LEVEL", def: "info", help: "debug, info, warn or error"},
@@ -177,8 +180,16 @@ Per task the worker:
     params.json to a fresh directory, and runs the command with sh -c in its own
     process group, with the prompt on stdin and these variables set:
       TASK_ID, TASK_TYPE, TASK_TITLE, TASK_ATTEMPT, TASK_PARAMS_FILE, TASK_PROMPT_FILE,
-      TASK_RESULT_FILE, TASK_DIR, TASK_OUTPUT_DIR, TASK_API (base URL), TASK_TOKEN (bearer token for the API)
+      TASK_RESULT_FILE, TASK_OUTPUT_DIR, TASK_CHECKPOINT, TASK_INPUTS, TASK_DIR,
+      TASK_API (base URL), TASK_TOKEN (bearer token for the API)
     (TASK_WORKER_PASSWORD is removed from the command's environment),
+  - checkpoints: $TASK_CHECKPOINT is a file holding the checkpoint an earlier attempt
+    saved (empty when none). Write a JSON state there (e.g. {"session_id": "..."},
+    at most 64 KiB); it is uploaded every --checkpoint-every when it changed and once
+    more when the command exits, and the task's next attempt (a retry, or the task
+    claimed again after a release) finds it in its own $TASK_CHECKPOINT,
+  - inputs: $TASK_INPUTS is a JSON file with the results and files of the tasks this
+    one depends on ([{ref, task_id, result, files}], [] when none); the prompt names them,
   - posts the lines the command prints on stdout as task updates, batched (every 2 s
     or 50 lines, up to 8 KB per update, at most 4 updates a second; under a flood
     lines are merged, and past 256 KB of backlog the middle is replaced by
@@ -336,6 +347,7 @@ func loadConfig(args []string, getenv func(string) string, out io.Writer) (*Conf
 		{"claim-wait", "", &cfg.ClaimWait, 0},
 		{"poll-interval", "", &cfg.PollInterval, 10 * time.Millisecond},
 		{"poll-jitter", "", &cfg.PollJitter, 0},
+		{"checkpoint-every", "", &cfg.CheckpointEvery, 100 * time.Millisecond},
 	}
 	for _, d := range durations {
 		v := raw(d.name, d.fromFile)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/clawdbot/task-service/events"
 	"github.com/clawdbot/task-service/store"
 )
 
@@ -20,6 +21,10 @@ type claimedTask struct {
 	store.TaskWithType
 	PreviousAttemptsRaw json.RawMessage   `json:"previous_attempts"`
 	PreviousAttempts    []json.RawMessage `json:"-"`
+	// Inputs are the task's dependencies' results and files ({ref, task_id,
+	// result, files}), decoded loosely for the same reason.
+	InputsRaw json.RawMessage   `json:"inputs"`
+	Inputs    []json.RawMessage `json:"-"`
 
 	claimedAt time.Time     // when the claim's answer arrived
 	claimTook time.Duration // how long the claim request took
@@ -41,6 +46,10 @@ func decodeClaim(raw json.RawMessage) (*claimedTask, error) {
 	if json.Unmarshal(t.PreviousAttemptsRaw, &list) == nil {
 		t.PreviousAttempts = list
 	}
+	var inputs []json.RawMessage
+	if json.Unmarshal(t.InputsRaw, &inputs) == nil {
+		t.Inputs = inputs
+	}
 	return &t, nil
 }
 
@@ -61,6 +70,32 @@ func (t *claimedTask) paramsJSON() []byte {
 	var out bytes.Buffer
 	if json.Indent(&out, p, "", "  ") != nil {
 		return append(bytes.Clone(p), '\n')
+	}
+	out.WriteByte('\n')
+	return out.Bytes()
+}
+
+// checkpointJSON is the checkpoint the claim carried, indented, for
+// $TASK_CHECKPOINT; empty when there is none.
+func (t *claimedTask) checkpointJSON() []byte {
+	if t.Checkpoint == nil {
+		return nil
+	}
+	return indentJSON(t.Checkpoint.State)
+}
+
+// inputsJSON is the inputs, indented, for $TASK_INPUTS; [] when none.
+func (t *claimedTask) inputsJSON() []byte {
+	if len(t.Inputs) == 0 {
+		return []byte("[]\n")
+	}
+	return indentJSON(t.InputsRaw)
+}
+
+func indentJSON(raw []byte) []byte {
+	var out bytes.Buffer
+	if json.Indent(&out, bytes.TrimSpace(raw), "", "  ") != nil {
+		return append(bytes.Clone(raw), '\n')
 	}
 	out.WriteByte('\n')
 	return out.Bytes()
@@ -105,16 +140,63 @@ func buildPrompt(t *claimedTask) string {
 			writeAttempt(&b, i+1, a)
 		}
 	}
+	writeInputs(&b, t.Inputs)
+	if t.Checkpoint != nil {
+		fmt.Fprintf(&b, "\n## Checkpoint\n\nAn earlier attempt saved this checkpoint at %s (it is also in the file named in\n$TASK_CHECKPOINT). Resume from it rather than starting over:\n\n```json\n%s```\n",
+			t.Checkpoint.CheckpointedAt.Format(time.RFC3339), capText(string(indentJSON(t.Checkpoint.State)), 8000))
+	}
 	b.WriteString(`
 ## How to report
 
 - Print short progress notes on stdout, one per line; they are posted to the task as updates.
 - When done, print the result as a single line of JSON (an object) as the last JSON line
   on stdout, or write it to the file named in $TASK_RESULT_FILE.
+- To let a later attempt resume if this one is cut short, keep your state (a session id,
+  a cursor) as JSON in the file named in $TASK_CHECKPOINT; it is saved as it changes.
 - Exit with status 0 when the task is done. If it cannot be done, explain why on stderr
   and exit with a non-zero status: the end of stderr becomes the failure reason.
 `)
 	return b.String()
+}
+
+// writeInputs names the dependencies' results (in $TASK_INPUTS in full),
+// whatever their shape, every value capped.
+func writeInputs(b *strings.Builder, inputs []json.RawMessage) {
+	if len(inputs) == 0 {
+		return
+	}
+	b.WriteString("\n## Inputs\n\nThis task depends on the tasks below; their results and files are in the JSON file\nnamed in $TASK_INPUTS.\n")
+	for i, raw := range inputs {
+		var in struct {
+			Ref    string          `json:"ref"`
+			TaskID string          `json:"task_id"`
+			Result json.RawMessage `json:"result"`
+			Files  []struct {
+				ID       string `json:"id"`
+				DataType string `json:"data_type"`
+				Filename string `json:"filename"`
+				Size     int64  `json:"size_bytes"`
+			} `json:"files"`
+		}
+		if json.Unmarshal(raw, &in) != nil {
+			fmt.Fprintf(b, "\n### Input %d\n\n%s\n", i+1, capText(compactJSON(raw), 2000))
+			continue
+		}
+		name := in.Ref
+		if name == "" {
+			name = fmt.Sprintf("input %d", i+1)
+		}
+		fmt.Fprintf(b, "\n### %s\n\n", name)
+		if in.TaskID != "" {
+			fmt.Fprintf(b, "- task_id: %s\n", in.TaskID)
+		}
+		if len(in.Result) > 0 {
+			fmt.Fprintf(b, "- result: %s\n", capText(compactJSON(in.Result), 2000))
+		}
+		for _, f := range in.Files {
+			fmt.Fprintf(b, "- file: %s/%s (%s, data id %s)\n", f.DataType, f.Filename, events.HumanBytes(f.Size), f.ID)
+		}
+	}
 }
 
 // attemptKeys are shown first, in this order, when an attempt has them

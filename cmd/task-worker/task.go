@@ -32,6 +32,14 @@ type taskFiles struct {
 	// Output is $TASK_OUTPUT_DIR: every file the command leaves there is
 	// uploaded as task data before the outcome is reported.
 	Output string
+	// Checkpoint is $TASK_CHECKPOINT: the checkpoint the claim carried
+	// (checkpointInitial, empty when none), which the command may rewrite;
+	// its changes are uploaded as the task's checkpoint.
+	Checkpoint        string
+	checkpointInitial []byte
+	// Inputs is $TASK_INPUTS: the results and files of the task's
+	// dependencies, as the claim carried them ([] when none).
+	Inputs string
 }
 
 // outcome is what the worker tells the service about a task.
@@ -84,11 +92,15 @@ func (w *Worker) runTask(killCtx, reportCtx context.Context, slot int, t *claime
 		return w.api.retry(ctx, "post update", func(ctx context.Context) error { return w.api.c.PostUpdate(ctx, t.ID, msg) })
 	})
 	upd.Start(reportCtx)
+	checkpoints := w.startCheckpoints(reportCtx, log, t, files)
 	res := runProcess(killCtx, procSpec{
 		Command: spec.Command, Dir: workdir, Env: w.commandEnv(t, spec, files), StdinFile: files.Prompt,
 		Timeout: spec.Timeout, KillGrace: w.cfg.KillGrace, OnLine: upd.Add, Log: log,
 	})
 	upd.Close()
+	// Before the report: once the task ends or is released it is no longer
+	// this worker's to checkpoint.
+	checkpoints.Close(reportCtx)
 	o := outcomeOf(res, files, spec)
 	if o.action == "complete" || o.action == "fail" {
 		o.usage = usageFromOutput(res.LastJSON)
@@ -134,7 +146,9 @@ func (w *Worker) writeFiles(t *claimedTask) (taskFiles, error) {
 		return taskFiles{}, err
 	}
 	f := taskFiles{Dir: dir, Prompt: filepath.Join(dir, "prompt.md"), Params: filepath.Join(dir, "params.json"),
-		Result: filepath.Join(dir, "result.json"), Output: filepath.Join(dir, "output")}
+		Result: filepath.Join(dir, "result.json"), Output: filepath.Join(dir, "output"),
+		Checkpoint: filepath.Join(dir, "checkpoint.json"), Inputs: filepath.Join(dir, "inputs.json"),
+		checkpointInitial: t.checkpointJSON()}
 	if err := os.MkdirAll(f.Output, 0o700); err != nil {
 		return taskFiles{}, err
 	}
@@ -142,6 +156,12 @@ func (w *Worker) writeFiles(t *claimedTask) (taskFiles, error) {
 		return taskFiles{}, err
 	}
 	if err := os.WriteFile(f.Params, t.paramsJSON(), 0o600); err != nil {
+		return taskFiles{}, err
+	}
+	if err := os.WriteFile(f.Checkpoint, f.checkpointInitial, 0o600); err != nil {
+		return taskFiles{}, err
+	}
+	if err := os.WriteFile(f.Inputs, t.inputsJSON(), 0o600); err != nil {
 		return taskFiles{}, err
 	}
 	return f, nil
@@ -171,6 +191,8 @@ func (w *Worker) commandEnv(t *claimedTask, spec Spec, f taskFiles) []string {
 		"TASK_PARAMS_FILE="+f.Params,
 		"TASK_RESULT_FILE="+f.Result,
 		"TASK_OUTPUT_DIR="+f.Output,
+		"TASK_CHECKPOINT="+f.Checkpoint,
+		"TASK_INPUTS="+f.Inputs,
 		"TASK_API="+w.cfg.API,
 		"TASK_TOKEN="+w.api.c.Token(),
 	)

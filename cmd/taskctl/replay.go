@@ -19,8 +19,8 @@ const replayMemoryLimit = 640 << 20
 var replaySpec = cmdSpec{
 	name: "replay", args: "[--verify] [--database-url URL] [flags]",
 	summary: "Rebuild every projection (users, task_types, worker_tasks, task_titles, worker_task_updates,\n" +
-		"task_assignments, task_data, schedules, schedule_firings, task_counts) from the event log,\n" +
-		"talking to the database directly.\n" +
+		"task_assignments, task_data, task_checkpoints, schedules, schedule_firings, task_counts) from\n" +
+		"the event log, talking to the database directly.\n" +
 		"The log is folded one range of streams at a time, so memory does not grow with it.\n\n" +
 		"  --verify  fold the log inside one REPEATABLE READ READ ONLY transaction and diff the rows\n" +
 		"            both ways against the live tables; print each difference; exit 1 if any.\n" +

@@ -23,7 +23,8 @@ type fold struct {
 	assignments [][]any
 	schedules   map[key]*events.Schedule
 	firings     [][]any
-	data        map[key]*events.TaskData // task_data rows by data id
+	data        map[key]*events.TaskData       // task_data rows by data id
+	checkpoints map[key]*events.TaskCheckpoint // task_checkpoints rows by task id
 	rules       map[key]*events.FreshnessRule
 	ruleKeys    map[key]map[string]events.KeyState // each rule's watchlist
 	held        map[key][]events.Envelope          // events waiting for their predecessor
@@ -52,14 +53,15 @@ func (k key) text() string {
 
 func newFold() *fold {
 	return &fold{
-		tasks:     map[key]*events.Task{},
-		types:     map[key]*events.TaskType{},
-		users:     map[key]*events.User{},
-		schedules: map[key]*events.Schedule{},
-		data:      map[key]*events.TaskData{},
-		rules:     map[key]*events.FreshnessRule{},
-		ruleKeys:  map[key]map[string]events.KeyState{},
-		held:      map[key][]events.Envelope{},
+		tasks:       map[key]*events.Task{},
+		types:       map[key]*events.TaskType{},
+		users:       map[key]*events.User{},
+		schedules:   map[key]*events.Schedule{},
+		data:        map[key]*events.TaskData{},
+		checkpoints: map[key]*events.TaskCheckpoint{},
+		rules:       map[key]*events.FreshnessRule{},
+		ruleKeys:    map[key]map[string]events.KeyState{},
+		held:        map[key][]events.Envelope{},
 	}
 }
 
@@ -123,6 +125,14 @@ func (f *fold) next(e events.Envelope, k key) (bool, error) {
 			f.assignments = append(f.assignments, row)
 		}
 		f.applyData(e)
+		if p, ok := e.Payload.(events.TaskCheckpointed); ok {
+			c := f.checkpoints[k]
+			if c == nil {
+				c = &events.TaskCheckpoint{}
+				f.checkpoints[k] = c
+			}
+			c.ApplyCheckpoint(e, p)
+		}
 	case events.StreamTaskType:
 		tt := f.types[k]
 		if ok, err := f.inOrder(e, k, tt != nil, func() int { return tt.Version }); !ok {

@@ -79,6 +79,12 @@ func tables() []table {
 			},
 		},
 		{
+			name: "task_checkpoints", columns: projections.CheckpointColumns, key: []string{"task_id"}, stream: "task_id",
+			rows: func(f *fold) (int, pgx.CopyFromSource) {
+				return aggregateRows(f.checkpoints, func(c *events.TaskCheckpoint) []any { return projections.CheckpointRow(c) })
+			},
+		},
+		{
 			name: "task_assignments", columns: projections.AssignmentColumns, key: []string{"task_id", "version"}, stream: "task_id",
 			rows: func(f *fold) (int, pgx.CopyFromSource) { return len(f.assignments), pgx.CopyFromRows(f.assignments) },
 		},
