@@ -42,7 +42,7 @@ printf '{"resumed_from": %s}\n' "$(tr -d '\n' < "$TASK_CHECKPOINT")"
 func TestAKilledWorkersRetryResumesFromItsLastCheckpoint(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, "REACTORS=true", "STUCK_DETECTOR=true", "REACTOR_CATCH_UP=1s",
-		"STUCK_TICK=200ms", "WORKER_OFFLINE_AFTER=1s", "TASK_STUCK_AFTER=1s")
+		"STUCK_TICK=200ms", "WORKER_OFFLINE_AFTER=3s", "TASK_STUCK_AFTER=1s")
 	crashEmail, crashID := f.newWorkerAccount("crashing", 1)
 	rescueEmail, rescueID := f.newWorkerAccount("rescuer", 1)
 	retries := 1
@@ -53,7 +53,9 @@ func TestAKilledWorkersRetryResumesFromItsLastCheckpoint(t *testing.T) {
 
 	// task-worker heartbeats every 15 s while busy and 30 s while idle,
 	// longer than these thresholds: the test keeps both accounts heard
-	// from until the crash, so only the crash makes a worker silent.
+	// from (every 200 ms, 15 beats within the offline threshold on a
+	// loaded machine) until the crash, so only the crash makes a worker
+	// silent.
 	crashBeats := beatAs(t, f, crashEmail)
 	defer beatAs(t, f, rescueEmail)()
 

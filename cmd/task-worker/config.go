@@ -189,7 +189,8 @@ Per task the worker:
     more when the command exits, and the task's next attempt (a retry, or the task
     claimed again after a release) finds it in its own $TASK_CHECKPOINT,
   - inputs: $TASK_INPUTS is a JSON file with the results and files of the tasks this
-    one depends on ([{ref, task_id, result, files}], [] when none); the prompt names them,
+    one depends on (the claim's inputs: ref, task id, result, files; [] when none);
+    the prompt names them,
   - posts the lines the command prints on stdout as task updates, batched (every 2 s
     or 50 lines, up to 8 KB per update, at most 4 updates a second; under a flood
     lines are merged, and past 256 KB of backlog the middle is replaced by

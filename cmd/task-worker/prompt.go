@@ -168,35 +168,53 @@ func writeInputs(b *strings.Builder, inputs []json.RawMessage) {
 	b.WriteString("\n## Inputs\n\nThis task depends on the tasks below; their results and files are in the JSON file\nnamed in $TASK_INPUTS.\n")
 	for i, raw := range inputs {
 		var in struct {
-			Ref    string          `json:"ref"`
-			TaskID string          `json:"task_id"`
-			Result json.RawMessage `json:"result"`
-			Files  []struct {
-				ID       string `json:"id"`
-				DataType string `json:"data_type"`
-				Filename string `json:"filename"`
-				Size     int64  `json:"size_bytes"`
-			} `json:"files"`
+			Ref             *string         `json:"ref"`
+			DependsOn       string          `json:"depends_on"`
+			TaskID          string          `json:"task_id"`
+			Status          string          `json:"status"`
+			Result          json.RawMessage `json:"result"`
+			ResultTruncated bool            `json:"result_truncated"`
+			Files           []inputFile     `json:"files"`
+			Data            []inputFile     `json:"data"`
 		}
 		if json.Unmarshal(raw, &in) != nil {
 			fmt.Fprintf(b, "\n### Input %d\n\n%s\n", i+1, capText(compactJSON(raw), 2000))
 			continue
 		}
-		name := in.Ref
-		if name == "" {
-			name = fmt.Sprintf("input %d", i+1)
-		}
+		name := firstNonEmpty(deref(in.Ref), in.DependsOn, fmt.Sprintf("input %d", i+1))
 		fmt.Fprintf(b, "\n### %s\n\n", name)
 		if in.TaskID != "" {
 			fmt.Fprintf(b, "- task_id: %s\n", in.TaskID)
 		}
-		if len(in.Result) > 0 {
-			fmt.Fprintf(b, "- result: %s\n", capText(compactJSON(in.Result), 2000))
+		if in.Status != "" {
+			fmt.Fprintf(b, "- status: %s\n", in.Status)
 		}
-		for _, f := range in.Files {
+		if c := compactJSON(in.Result); len(in.Result) > 0 && c != "null" {
+			cut := ""
+			if in.ResultTruncated {
+				cut = " (cut; the service sent its beginning)"
+			}
+			fmt.Fprintf(b, "- result%s: %s\n", cut, capText(c, 2000))
+		}
+		for _, f := range append(in.Files, in.Data...) {
 			fmt.Fprintf(b, "- file: %s/%s (%s, data id %s)\n", f.DataType, f.Filename, events.HumanBytes(f.Size), f.ID)
 		}
 	}
+}
+
+// inputFile is a file of a dependency, as previous attempts list theirs.
+type inputFile struct {
+	ID       string `json:"id"`
+	DataType string `json:"data_type"`
+	Filename string `json:"filename"`
+	Size     int64  `json:"size_bytes"`
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }
 
 // attemptKeys are shown first, in this order, when an attempt has them

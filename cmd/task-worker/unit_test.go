@@ -193,6 +193,38 @@ func TestPromptCarriesEverythingAndLooseAttempts(t *testing.T) {
 	require.Nil(t, none)
 }
 
+// The dependencies' inputs and the checkpoint reach the command in files
+// and in the prompt, whatever shape the inputs take.
+func TestPromptCarriesInputsAndTheCheckpoint(t *testing.T) {
+	t.Parallel()
+	raw := `{"id":"0190aaaa-0000-7000-8000-000000000002","title":"Write the report","task_type_id":"x","params":{},
+		"priority":"medium","status":"in_progress","retry_count":0,
+		"inputs":[{"ref":"reddit","task_id":"0190aaaa-0000-7000-8000-00000000000a","result":{"posts":847},
+		   "data":[{"id":"d1","data_type":"posts","filename":"nvda.jsonl","size_bytes":2048}]},
+		  {"ref":null,"depends_on":"0190aaaa-0000-7000-8000-00000000000b","status":"completed","result":"bullish"}],
+		"checkpoint":{"task_id":"0190aaaa-0000-7000-8000-000000000002","state":{"session_id":"sess-9"},"size_bytes":24,
+		  "worker_id":"w","checkpointed_at":"2026-11-26T10:00:00Z","saves":3,"version":5}}`
+	task, err := decodeClaim(json.RawMessage(raw))
+	require.NoError(t, err)
+	p := buildPrompt(task)
+	for _, want := range []string{"## Inputs", "### reddit", `- result: {"posts":847}`, "- file: posts/nvda.jsonl (2.0 kB, data id d1)",
+		"### 0190aaaa-0000-7000-8000-00000000000b", "- status: completed", `- result: "bullish"`,
+		"## Checkpoint", `"session_id": "sess-9"`, "$TASK_CHECKPOINT", "$TASK_INPUTS"} {
+		require.Contains(t, p, want)
+	}
+	var inputs []map[string]any
+	require.NoError(t, json.Unmarshal(task.inputsJSON(), &inputs))
+	require.Len(t, inputs, 2)
+	require.JSONEq(t, `{"session_id":"sess-9"}`, string(task.checkpointJSON()))
+
+	bare, err := decodeClaim(json.RawMessage(`{"id":"0190aaaa-0000-7000-8000-000000000003","title":"t"}`))
+	require.NoError(t, err)
+	require.Equal(t, "[]\n", string(bare.inputsJSON()))
+	require.Empty(t, bare.checkpointJSON())
+	require.NotContains(t, buildPrompt(bare), "## Inputs")
+	require.NotContains(t, buildPrompt(bare), "## Checkpoint")
+}
+
 func TestTheExampleConfigsLoad(t *testing.T) {
 	t.Parallel()
 	env := map[string]string{"TASK_WORKER_API": "http://127.0.0.1:8001", "TASK_WORKER_EMAIL": "bot@example.com",
