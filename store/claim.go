@@ -49,20 +49,33 @@ type TaskWithType struct {
 // get (another batch is claiming them, or an admin is changing the type)
 // are left to that batch, never waited for. With no limited type the
 // lookup is one probe of an empty index.
-const (
-	lockWorkersSkipping = `WITH locked AS MATERIALIZED (
-    SELECT id FROM users WHERE id = ANY($1::uuid[]) AND is_worker ORDER BY id FOR NO KEY UPDATE SKIP LOCKED
-), ` + lockGates + `
-SELECT u.id, l.id IS NOT NULL,
+//
+// Whether any unpaused limited type exists is asked by every lock statement
+// (limitsLive): a batch runs the claim with the limited branch only while
+// one does (see runClaims), so types without controls pay nothing for it.
+func lockStatement(waiting, limited bool) string {
+	lock, rows := `FOR NO KEY UPDATE SKIP LOCKED`, `u.id, l.id IS NOT NULL`
+	from := `FROM users u LEFT JOIN locked l ON l.id = u.id WHERE u.id = ANY($1::uuid[]) AND u.is_worker`
+	if waiting {
+		lock, rows, from = `FOR NO KEY UPDATE`, `id, true`, `FROM locked`
+	}
+	gates, gateSet := "", `''`
+	if limited {
+		gates = ", " + lockGates
+		gateSet = `set_config('` + claimGatesSetting + `', (SELECT COALESCE(array_agg(id), '{}')::text FROM gates), true)`
+	}
+	return `WITH locked AS MATERIALIZED (
+    SELECT id FROM users WHERE id = ANY($1::uuid[]) AND is_worker ORDER BY id ` + lock + `
+)` + gates + `
+SELECT ` + rows + `,
        set_config('` + claimWorkersSetting + `', (SELECT COALESCE(array_agg(id), '{}')::text FROM locked), true),
-       set_config('` + claimGatesSetting + `', (SELECT COALESCE(array_agg(id), '{}')::text FROM gates), true)
-  FROM users u LEFT JOIN locked l ON l.id = u.id WHERE u.id = ANY($1::uuid[]) AND u.is_worker`
-	lockWorkersWaiting = `WITH locked AS MATERIALIZED (
-    SELECT id FROM users WHERE id = ANY($1::uuid[]) AND is_worker ORDER BY id FOR NO KEY UPDATE
-), ` + lockGates + `
-SELECT id, true, set_config('` + claimWorkersSetting + `', (SELECT COALESCE(array_agg(id), '{}')::text FROM locked), true),
-       set_config('` + claimGatesSetting + `', (SELECT COALESCE(array_agg(id), '{}')::text FROM gates), true)
-  FROM locked`
+       ` + gateSet + `, ` + limitsLive + `
+  ` + from
+}
+
+const (
+	// limitsLive is whether a claim may need the limited branch now.
+	limitsLive = `EXISTS (SELECT 1 FROM task_types WHERE gated AND NOT paused)`
 	// lockGates locks the rows of the unpaused limited types with tasks a
 	// claim of this batch could take: unassigned, or assigned to one of its
 	// workers ($1), when one of the workers it locked has a free slot. A
@@ -180,7 +193,24 @@ SELECT id, true, set_config('` + claimWorkersSetting + `', (SELECT COALESCE(arra
 // worker's tasks in progress (ADR 016).
 // A LATERAL join, so that it runs once per worker: as a scalar subquery in
 // a flattened select list it ran again for the WHERE.
-var claimTasks = `WITH req AS (
+// claimStatements and lockStatements are the statements runClaims picks
+// from, by [waiting][limited].
+var (
+	claimStatements = map[bool]string{false: claimStatement(false), true: claimStatement(true)}
+	lockStatements  = map[bool]map[bool]string{
+		false: {false: lockStatement(false, false), true: lockStatement(false, true)},
+		true:  {false: lockStatement(true, false), true: lockStatement(true, true)},
+	}
+)
+
+func claimStatement(limited bool) string {
+	pick := func(withLimits, without string) string {
+		if limited {
+			return withLimits
+		}
+		return without
+	}
+	return `WITH req AS (
     SELECT worker, want, ord FROM unnest($1::uuid[], $4::int[]) WITH ORDINALITY AS r(worker, want, ord)
 ), elig AS MATERIALIZED (
     SELECT r.worker, r.ord, least(r.want, u.max_concurrent_tasks - held.n)::int AS want
@@ -194,7 +224,54 @@ var claimTasks = `WITH req AS (
         SELECT id, priority_rank, created_at FROM worker_tasks
          WHERE status = 'pending' AND assigned_to = e.worker AND NOT scheduled AND NOT gated AND available_at <= $2
          ORDER BY priority_rank, created_at, id LIMIT e.want FOR UPDATE SKIP LOCKED) m
-), lim AS MATERIALIZED (
+` + pick(limitedCTEs, "") + `), rest AS MATERIALIZED (
+    SELECT e.worker, n.have, e.want - n.have AS need,
+           (sum(e.want - n.have) OVER (ORDER BY e.ord) - (e.want - n.have))::int AS before
+      FROM elig e CROSS JOIN LATERAL (SELECT count(*)::int AS have FROM (SELECT worker FROM mine` + pick(" UNION ALL SELECT worker FROM gmine", "") + `) h
+                                       WHERE h.worker = e.worker) n
+     WHERE e.want > n.have
+), pool AS MATERIALIZED (
+    SELECT coalesce(array_agg(p.id ORDER BY p.priority_rank, p.created_at, p.id), '{}') AS ids FROM (
+        SELECT id, priority_rank, created_at FROM worker_tasks
+         WHERE status = 'pending' AND assigned_to IS NULL AND NOT scheduled AND NOT gated AND available_at <= $2
+         ORDER BY priority_rank, created_at, id LIMIT (SELECT coalesce(sum(need), 0) FROM rest) FOR UPDATE SKIP LOCKED) p
+` + pick(limitedOffer, plainOffer) + `), picked AS MATERIALIZED (
+    SELECT id, worker, k FROM mine
+` + pick("    UNION ALL\n    SELECT id, worker, k FROM gmine\n", "") + `    UNION ALL
+    SELECT s.id, r.worker, r.have + s.i FROM rest r CROSS JOIN offer
+     CROSS JOIN LATERAL unnest(offer.ids[r.before + 1 : r.before + r.need]) WITH ORDINALITY AS s(id, i)
+), pm AS MATERIALIZED (
+    SELECT array_agg(id) AS ids, jsonb_object_agg(id, jsonb_build_array(worker, k)) AS m FROM picked
+), t AS (
+    UPDATE worker_tasks w
+       SET status = 'in_progress', assigned_to = ((SELECT m FROM pm) -> w.id::text ->> 0)::uuid, started_at = $2, updated_at = $2, version = w.version + 1
+     WHERE w.id = ANY((SELECT ids FROM pm)::uuid[])
+    RETURNING w.*, ((SELECT m FROM pm) -> w.id::text ->> 1)::bigint AS k
+), ev AS (
+    INSERT INTO task_events (stream_type, stream_id, version, type, data, meta, occurred_at)
+    SELECT 'task', t.id, t.version, 'task.claimed',
+           CASE WHEN t.gated THEN ($3::jsonb -> t.assigned_to::text -> 0) || jsonb_build_object('task_type_id', t.task_type_id)
+                ELSE $3::jsonb -> t.assigned_to::text -> 0 END,
+           $3::jsonb -> t.assigned_to::text -> 1, $2 FROM t
+), asg AS (
+    INSERT INTO task_assignments (task_id, version, worker_id, assigned_by, kind, reason, at)
+    SELECT t.id, t.version, t.assigned_to, t.assigned_to, 'claimed', '', $2 FROM t
+), cnt AS (
+    INSERT INTO task_counts AS c (pid, pending, queued, in_progress)
+    SELECT pg_backend_pid(), -n, -(SELECT cardinality(ids) FROM offer), n FROM (SELECT count(*) AS n FROM t) x WHERE n > 0
+    ON CONFLICT (pid) DO UPDATE SET pending = c.pending + excluded.pending, queued = c.queued + excluded.queued,
+        in_progress = c.in_progress + excluded.in_progress
+` + pick(`), cur AS (
+    UPDATE task_types tt SET key_cursor = c.key
+      FROM (SELECT type_id, (array_agg(key ORDER BY step DESC))[1] AS key FROM gkeys GROUP BY type_id) c
+     WHERE tt.id = c.type_id
+`, "") + `)
+SELECT ` + taskColumns + `, ` + taskTypeColumns + `, t.k
+  FROM t JOIN task_types tt ON tt.id = t.task_type_id`
+}
+
+// limitedCTEs are the claim's limited branch (see claimStatement).
+var limitedCTEs = `), lim AS MATERIALIZED (
     ` + limitedTypes("$2", "(SELECT coalesce(sum(want), 0) FROM elig)",
 	"tt.id = ANY(NULLIF(current_setting('"+claimGatesSetting+"', true), '')::uuid[])") + `
 ), gkeys AS MATERIALIZED (
@@ -235,59 +312,23 @@ var claimTasks = `WITH req AS (
           FROM gok g JOIN elig e ON e.worker = g.worker
          CROSS JOIN LATERAL (SELECT count(*) AS have FROM mine WHERE mine.worker = g.worker) n) x
      WHERE x.k <= x.want
-), rest AS MATERIALIZED (
-    SELECT e.worker, n.have, e.want - n.have AS need,
-           (sum(e.want - n.have) OVER (ORDER BY e.ord) - (e.want - n.have))::int AS before
-      FROM elig e CROSS JOIN LATERAL (SELECT count(*)::int AS have FROM (SELECT worker FROM mine UNION ALL SELECT worker FROM gmine) h
-                                       WHERE h.worker = e.worker) n
-     WHERE e.want > n.have
-), pool AS MATERIALIZED (
-    SELECT coalesce(array_agg(p.id ORDER BY p.priority_rank, p.created_at, p.id), '{}') AS ids FROM (
-        SELECT id, priority_rank, created_at FROM worker_tasks
-         WHERE status = 'pending' AND assigned_to IS NULL AND NOT scheduled AND NOT gated AND available_at <= $2
-         ORDER BY priority_rank, created_at, id LIMIT (SELECT coalesce(sum(need), 0) FROM rest) FOR UPDATE SKIP LOCKED) p
-), offer AS MATERIALIZED (
+`
+
+// limitedOffer merges the limited types' unassigned picks into the pool's
+// order; plainOffer is the pool alone.
+var (
+	limitedOffer = `), offer AS MATERIALIZED (
     SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM gok WHERE worker IS NULL) THEN (SELECT ids FROM pool) ELSE (
         SELECT coalesce(array_agg(o.id ORDER BY o.priority_rank, o.created_at, o.id), '{}') FROM (
             SELECT w.id, w.priority_rank, w.created_at FROM worker_tasks w WHERE w.id = ANY((SELECT ids FROM pool)::uuid[])
             UNION ALL
             SELECT id, priority_rank, created_at FROM gok WHERE worker IS NULL
             ORDER BY priority_rank, created_at, id LIMIT (SELECT coalesce(sum(need), 0) FROM rest)) o) END AS ids
-), picked AS MATERIALIZED (
-    SELECT id, worker, k FROM mine
-    UNION ALL
-    SELECT id, worker, k FROM gmine
-    UNION ALL
-    SELECT s.id, r.worker, r.have + s.i FROM rest r CROSS JOIN offer
-     CROSS JOIN LATERAL unnest(offer.ids[r.before + 1 : r.before + r.need]) WITH ORDINALITY AS s(id, i)
-), pm AS MATERIALIZED (
-    SELECT array_agg(id) AS ids, jsonb_object_agg(id, jsonb_build_array(worker, k)) AS m FROM picked
-), t AS (
-    UPDATE worker_tasks w
-       SET status = 'in_progress', assigned_to = ((SELECT m FROM pm) -> w.id::text ->> 0)::uuid, started_at = $2, updated_at = $2, version = w.version + 1
-     WHERE w.id = ANY((SELECT ids FROM pm)::uuid[])
-    RETURNING w.*, ((SELECT m FROM pm) -> w.id::text ->> 1)::bigint AS k
-), ev AS (
-    INSERT INTO task_events (stream_type, stream_id, version, type, data, meta, occurred_at)
-    SELECT 'task', t.id, t.version, 'task.claimed',
-           CASE WHEN t.gated THEN ($3::jsonb -> t.assigned_to::text -> 0) || jsonb_build_object('task_type_id', t.task_type_id)
-                ELSE $3::jsonb -> t.assigned_to::text -> 0 END,
-           $3::jsonb -> t.assigned_to::text -> 1, $2 FROM t
-), asg AS (
-    INSERT INTO task_assignments (task_id, version, worker_id, assigned_by, kind, reason, at)
-    SELECT t.id, t.version, t.assigned_to, t.assigned_to, 'claimed', '', $2 FROM t
-), cnt AS (
-    INSERT INTO task_counts AS c (pid, pending, queued, in_progress)
-    SELECT pg_backend_pid(), -n, -(SELECT cardinality(ids) FROM offer), n FROM (SELECT count(*) AS n FROM t) x WHERE n > 0
-    ON CONFLICT (pid) DO UPDATE SET pending = c.pending + excluded.pending, queued = c.queued + excluded.queued,
-        in_progress = c.in_progress + excluded.in_progress
-), cur AS (
-    UPDATE task_types tt SET key_cursor = c.key
-      FROM (SELECT type_id, (array_agg(key ORDER BY step DESC))[1] AS key FROM gkeys GROUP BY type_id) c
-     WHERE tt.id = c.type_id
+`
+	plainOffer = `), offer AS MATERIALIZED (
+    SELECT ids FROM pool
+`
 )
-SELECT ` + taskColumns + `, ` + taskTypeColumns + `, t.k
-  FROM t JOIN task_types tt ON tt.id = t.task_type_id`
 
 // limitedTypes selects the unpaused limited types that where picks, with
 // what the claim's limited branch needs of each: whether it has a key, the
@@ -450,17 +491,55 @@ var errWorkerLocked = errors.New("the worker's row is locked by another transact
 // claimBatch runs a batch of claims of distinct workers as one implicit
 // transaction; a worker whose row is locked elsewhere gets errWorkerLocked.
 func (db *DB) claimBatch(ctx context.Context, reqs []claimRequest) ([]outcome[[]*TaskWithType], error) {
-	return db.runClaims(ctx, reqs, lockWorkersSkipping)
+	return db.runClaims(ctx, reqs, false)
 }
 
 // claimAlone runs one claim, waiting for its worker's row.
 func (db *DB) claimAlone(ctx context.Context, req claimRequest) ([]outcome[[]*TaskWithType], error) {
-	return db.runClaims(ctx, []claimRequest{req}, lockWorkersWaiting)
+	return db.runClaims(ctx, []claimRequest{req}, true)
 }
 
-// runClaims runs claims of distinct workers as one implicit transaction,
-// locking the workers' rows with lockSQL.
-func (db *DB) runClaims(ctx context.Context, reqs []claimRequest, lockSQL string) ([]outcome[[]*TaskWithType], error) {
+// runClaims runs claims of distinct workers, with the limited branch while
+// the last batch saw an unpaused limited type (db.limited). A batch run
+// without it that finds one (a type limited since, on any instance) claims
+// again with it, for the workers still short, before it answers: their
+// tasks were left out, never taken past a limit, and must not wait for the
+// next wake.
+func (db *DB) runClaims(ctx context.Context, reqs []claimRequest, waiting bool) ([]outcome[[]*TaskWithType], error) {
+	limited := db.limited.Load()
+	outs, live, err := db.runClaimStatements(ctx, reqs, waiting, limited)
+	if err != nil {
+		return nil, err
+	}
+	db.limited.Store(live)
+	if limited || !live {
+		return outs, nil
+	}
+	var short []claimRequest
+	var at []int
+	for i, r := range reqs {
+		if outs[i].err == nil && len(outs[i].res) < r.want {
+			r.want -= len(outs[i].res)
+			short, at = append(short, r), append(at, i)
+		}
+	}
+	if len(short) == 0 {
+		return outs, nil
+	}
+	more, live, err := db.runClaimStatements(ctx, short, waiting, true)
+	if err != nil {
+		return outs, nil // the first claim committed; the rest waits for the next wake
+	}
+	db.limited.Store(live)
+	for j, i := range at {
+		outs[i].res = append(outs[i].res, more[j].res...)
+	}
+	return outs, nil
+}
+
+// runClaimStatements runs claims of distinct workers as one implicit
+// transaction, and tells whether an unpaused limited type exists.
+func (db *DB) runClaimStatements(ctx context.Context, reqs []claimRequest, waiting, limited bool) ([]outcome[[]*TaskWithType], bool, error) {
 	n := len(reqs)
 	workers, wants := make([]string, n), make([]int32, n)
 	m := jsonMap{}
@@ -470,28 +549,29 @@ func (db *DB) runClaims(ctx context.Context, reqs []claimRequest, lockSQL string
 	}
 	b := &pgx.Batch{}
 	b.Queue(indexLookupsOnly)
-	b.Queue(lockSQL, workers)
-	b.Queue(claimTasks, workers, db.Now(), m.String(), wants)
+	b.Queue(lockStatements[waiting][limited], workers)
+	b.Queue(claimStatements[limited], workers, db.Now(), m.String(), wants)
 	br := db.pool.SendBatch(ctx, b)
 	defer br.Close()
 
 	if _, err := br.Exec(); err != nil {
-		return nil, fmt.Errorf("claim: %w", err)
+		return nil, false, fmt.Errorf("claim: %w", err)
 	}
 	// locked[w] exists when w is a worker, and is true when this batch
 	// holds its row.
 	locked := make(map[string]bool, n)
 	rows, err := br.Query()
 	if err != nil {
-		return nil, fmt.Errorf("claim: lock workers: %w", err)
+		return nil, false, fmt.Errorf("claim: lock workers: %w", err)
 	}
 	var (
 		id                 string
 		isLocked           bool
 		workerSet, gateSet string
+		live               = true // no worker row: keep the branch
 	)
-	if _, err := pgx.ForEachRow(rows, []any{&id, &isLocked, &workerSet, &gateSet}, func() error { locked[id] = isLocked; return nil }); err != nil {
-		return nil, fmt.Errorf("claim: lock workers: %w", err)
+	if _, err := pgx.ForEachRow(rows, []any{&id, &isLocked, &workerSet, &gateSet, &live}, func() error { locked[id] = isLocked; return nil }); err != nil {
+		return nil, false, fmt.Errorf("claim: lock workers: %w", err)
 	}
 
 	type numbered struct {
@@ -501,23 +581,23 @@ func (db *DB) runClaims(ctx context.Context, reqs []claimRequest, lockSQL string
 	claimed := make(map[string][]numbered, n)
 	rows, err = br.Query()
 	if err != nil {
-		return nil, fmt.Errorf("claim: %w", err)
+		return nil, false, fmt.Errorf("claim: %w", err)
 	}
 	for rows.Next() {
 		out := &TaskWithType{TaskType: &events.TaskType{}}
 		var k int64
 		if err := rows.Scan(append(append(taskDest(&out.Task), taskTypeDest(out.TaskType)...), &k)...); err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("claim: %w", err)
+			return nil, false, fmt.Errorf("claim: %w", err)
 		}
 		normalizeTask(&out.Task)
 		claimed[*out.AssignedTo] = append(claimed[*out.AssignedTo], numbered{k, out})
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("claim: %w", err)
+		return nil, false, fmt.Errorf("claim: %w", err)
 	}
 	if err := br.Close(); err != nil {
-		return nil, fmt.Errorf("claim: %w", err)
+		return nil, false, fmt.Errorf("claim: %w", err)
 	}
 	if len(claimed) > 0 {
 		for _, got := range claimed {
@@ -548,5 +628,5 @@ func (db *DB) runClaims(ctx context.Context, reqs []claimRequest, lockSQL string
 		}
 		outs[i].res = tasks
 	}
-	return outs, nil
+	return outs, live, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -117,7 +118,11 @@ type DB struct {
 	txMu    sync.Mutex
 	txHooks map[pgx.Tx][]func() // run at WithTx's commit (onCommit)
 
-	claims      *batcher[claimRequest, []*TaskWithType]
+	claims *batcher[claimRequest, []*TaskWithType]
+	// limited is whether the last claim saw an unpaused limited type, so
+	// the next one runs with the limited branch (runClaims). It starts
+	// true: the first claim finds out.
+	limited     atomic.Bool
 	completions *batcher[completeRequest, *events.Task]
 	creations   *batcher[createRequest, *events.Task]
 }
@@ -157,6 +162,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*DB, error) {
 	if db.metrics, err = newStoreMetrics(cfg.Registerer, pool); err != nil {
 		return nil, err
 	}
+	db.limited.Store(true)
 	db.claims = newBatcher(batchMax, func(r claimRequest) string { return r.worker }, db.claimBatch)
 	db.completions = newBatcher(completionBatchMax, func(r completeRequest) string { return r.id }, db.completeBatch)
 	db.creations = newBatcher(batchMax, nil, db.createBatch)

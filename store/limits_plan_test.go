@@ -44,8 +44,8 @@ func TestLimitedClaimReadsOnlyItsRoom(t *testing.T) {
 		require.NoError(t, err)
 		return strings.Join(lines, "\n")
 	}
-	lock := analyze(lockWorkersSkipping, []string{w})
-	claim := analyze(claimTasks, []string{w}, e.db.Now(), `{"`+w+`":[{},{}]}`, []int32{10})
+	lock := analyze(lockStatements[false][true], []string{w})
+	claim := analyze(claimStatements[true], []string{w}, e.db.Now(), `{"`+w+`":[{},{}]}`, []int32{10})
 	// Every scan of worker_tasks returns a handful of rows.
 	scan := regexp.MustCompile(`Index (?:Only )?Scan using \w+ on worker_tasks \w+ \(actual rows=(\d+) loops=(\d+)\)`)
 	for name, plan := range map[string]string{"lock": lock, "claim": claim} {

@@ -287,3 +287,29 @@ func TestLimitsChange(t *testing.T) {
 	require.Len(t, e.claim(t, a, 5), 1, "three in progress, room for one more")
 	require.Equal(t, 4, e.inProgress(t, typ))
 }
+
+// A claim runs without the limited branch while no type is limited, and
+// a type limited since the last claim (on this instance or another) is
+// still served by the very next claim: the batch that finds one claims
+// again with the branch for the workers still short.
+func TestClaimServesALimitedTypeThatAppearedSinceTheLastClaim(t *testing.T) {
+	e := newLimitsEnv(t)
+	w := e.user(t, "w", true, 5)
+	e.taskOf(t, e.typeID, `{}`, "")
+	require.Len(t, e.claim(t, w, 1), 1)
+	require.False(t, e.db.limited.Load(), "no limited type: the next claim goes without the branch")
+
+	limited := e.limitedType(t, "limited", events.TypeLimits{MaxInProgress: ptr(1)})
+	gated := e.taskOf(t, limited, `{}`, "")
+	plain := e.taskOf(t, e.typeID, `{}`, "")
+	got := e.claim(t, w, 3)
+	require.ElementsMatch(t, []string{gated, plain}, []string{got[0].ID, got[1].ID}, "both in one call")
+	require.Len(t, got, 2)
+	require.True(t, e.db.limited.Load())
+
+	// The limit holds on the way back: a second task of the type waits
+	// while the first is in progress.
+	e.taskOf(t, limited, `{}`, "")
+	require.Empty(t, e.claim(t, w, 3))
+	require.True(t, e.db.limited.Load())
+}
