@@ -5,7 +5,7 @@
 #   make run        run the server against the dev database (dev admin and secret)
 #   make test       go vet + all tests against a real PostgreSQL + promtool test rules (docs/ops/alerts.yml)
 #   make test-race  the same tests under the race detector (slower)
-#   make bench      taskctl bench: bare SQL vs store vs HTTP vs the batched lane at 1, 16, 64
+#   make bench      taskbench lanes: bare SQL vs store vs HTTP vs the batched lane at 1, 16, 64
 #                   workers, each round against River's burn-down (scripts/riverbench)
 #   make bench-go   Go benchmarks of the store hot paths (go test -bench)
 #   make bench-wake a new task's way to a long-polling worker (p50/p99): same instance and through NOTIFY
@@ -94,11 +94,11 @@ bench:
 	@set -e; \
 	if [ -z "$${DATABASE_URL:-}" ]; then DATABASE_URL="$$(scripts/devdb.sh)"; fi; \
 	export DATABASE_URL; \
-	$(GO) build -o bin/ ./cmd/taskctl; \
+	$(GO) build -o bin/ ./cmd/taskbench; \
 	echo "building scripts/riverbench (River, the peer; its own Go module)" >&2; \
 	(cd scripts/riverbench && $(GO) build -o ../../bin/riverbench .); \
-	echo "bin/taskctl bench --river bin/riverbench $(BENCHFLAGS)" >&2; \
-	bin/taskctl bench --river bin/riverbench $(BENCHFLAGS)
+	echo "bin/taskbench lanes --river bin/riverbench $(BENCHFLAGS)" >&2; \
+	bin/taskbench lanes --river bin/riverbench $(BENCHFLAGS)
 
 # Issue 16's latency (README, "The batched lane against River"): how long a new task
 # takes to reach a long-polling worker, on the instance it was created on and through
@@ -110,9 +110,9 @@ bench-wake:
 	@set -e; \
 	if [ -z "$${DATABASE_URL:-}" ]; then DATABASE_URL="$$(scripts/devdb.sh)"; fi; \
 	export DATABASE_URL; \
-	$(GO) build -o bin/ ./cmd/taskctl; \
-	echo "bin/taskctl bench-wake $(WAKEFLAGS)" >&2; \
-	bin/taskctl bench-wake $(WAKEFLAGS)
+	$(GO) build -o bin/ ./cmd/taskbench; \
+	echo "bin/taskbench wake $(WAKEFLAGS)" >&2; \
+	bin/taskbench wake $(WAKEFLAGS)
 
 bench-go:
 	@set -e; $(TEST_DB_ENV); \
@@ -155,9 +155,9 @@ bench-scale:
 	@set -e; \
 	if [ -z "$${DATABASE_URL:-}" ]; then DATABASE_URL="$$(scripts/devdb.sh)"; fi; \
 	export DATABASE_URL; \
-	$(GO) build -o bin/ ./cmd/taskctl; \
-	echo "bin/taskctl bench-scale --sizes $(SCALE_SIZES) --calls $(SCALE_CALLS)" >&2; \
-	bin/taskctl bench-scale --sizes $(SCALE_SIZES) --calls $(SCALE_CALLS)
+	$(GO) build -o bin/ ./cmd/taskbench; \
+	echo "bin/taskbench scale --sizes $(SCALE_SIZES) --calls $(SCALE_CALLS)" >&2; \
+	bin/taskbench scale --sizes $(SCALE_SIZES) --calls $(SCALE_CALLS)
 
 lint:
 	@set -e; \

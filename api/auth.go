@@ -47,7 +47,7 @@ func (s *Server) issueToken(u *events.User) (string, time.Time, error) {
 
 // verifiedTokens remembers the claims of login tokens that passed
 // parseToken, so a worker's every request does not pay the HMAC and the
-// JSON decoding again (7 % of the server's CPU in taskctl bench). The key
+// JSON decoding again (7 % of the server's CPU in taskbench lanes). The key
 // is the whole token: the same bytes verify the same way. Expiry is checked
 // on every use. When full it starts over: tokens are cheap to verify again.
 type verifiedTokens struct {

@@ -15,7 +15,7 @@ import (
 // is in flight wait and leave together with the next one. There is no
 // timer, so a lone call never waits, and under load one statement, one
 // round trip and one commit carry up to maxBatch commands. One batch is in
-// flight at a time: in taskctl bench, two or more made smaller batches that
+// flight at a time: in taskbench lanes, two or more made smaller batches that
 // cost more CPU per task and were no faster.
 //
 // A call may have a key (the claiming worker, the completed task); calls

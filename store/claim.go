@@ -398,7 +398,7 @@ func keyTake(key string) string {
 // each statement once per connection, and PostgreSQL settles on a generic
 // plan after five runs. A generic plan made while worker_tasks was small (a
 // fresh database, or a burst of new tasks before autovacuum's next ANALYZE)
-// can be wrong for as long as the connection lives. taskctl bench
+// can be wrong for as long as the connection lives. taskbench lanes
 // (store+create, 16 workers) met these:
 //   - a sequential scan for every worker in every batch: 35 million rows
 //     read in 9 s, at 0.4 x the throughput;
@@ -411,7 +411,7 @@ func keyTake(key string) string {
 // ANALYZE that recorded worker_tasks as empty, every index path costs zero
 // and the planner picked unrelated indexes (the UPDATE found each picked id
 // by scanning worker_tasks_status), reading 34 million index entries in one
-// run. Statistics prevent that one (see taskctl bench's reset).
+// run. Statistics prevent that one (see taskbench lanes's reset).
 //
 // The plan is forced generic too: left to choose, PostgreSQL kept planning
 // the claim afresh for every small batch (a custom plan knows the arrays are

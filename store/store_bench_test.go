@@ -18,7 +18,7 @@ import (
 
 // The store's hot paths under b.RunParallel: GOMAXPROCS x benchParallelism
 // goroutines, each acting as its own worker user (max_concurrent_tasks 1),
-// as the API's concurrent requests would. `taskctl bench` is the end-to-end
+// as the API's concurrent requests would. `taskbench lanes` is the end-to-end
 // counterpart (bare SQL, store and HTTP side by side); these isolate one
 // path each and run under `make bench-go`.
 

@@ -26,7 +26,7 @@ import (
 )
 
 // The soak run (make soak): three instances of the real binary on a
-// private PostgreSQL under a claim-and-complete load like taskctl bench's
+// private PostgreSQL under a claim-and-complete load like taskbench lanes's
 // http lane, for SOAK_DURATION, while faults (kill -9 of an instance,
 // PostgreSQL fast and immediate restarts, a long open transaction) and the
 // hostile inputs of issue 20 come round on a loop. Then: nothing lost or

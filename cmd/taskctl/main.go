@@ -24,10 +24,6 @@ type command struct {
 // entry here when adding a command file.
 func commands() map[string]command {
 	return map[string]command{
-		"bench":       {summary: "measure claim/complete throughput: bare SQL, store and HTTP side by side", run: runBench},
-		"bench-wake":  {summary: "time a new task's way to a long-polling worker, in-process wake and NOTIFY", run: runBenchWake},
-		"bench-scale": {summary: "time every admin and worker read at 10k, 100k and 1M tasks of history", run: runBenchScale},
-
 		"login":   {summary: "log in to task-service and keep the token", run: entry((*app).login)},
 		"logout":  {summary: "forget the kept login", run: entry((*app).logout)},
 		"tasks":   {summary: "create, list, show, cancel, assign and retry tasks", run: entry(tasksCommand)},

@@ -13,9 +13,6 @@ import (
 	"github.com/clawdbot/task-service/store/replay/replaytest"
 )
 
-// replayMemoryLimit is the Go heap's soft limit while replay runs.
-const replayMemoryLimit = 640 << 20
-
 var replaySpec = cmdSpec{
 	name: "replay", args: "[--verify] [--database-url URL] [flags]",
 	summary: "Rebuild every projection (users, task_types, worker_tasks, task_titles, worker_task_updates,\n" +
@@ -50,7 +47,7 @@ func (a *app) replay(args []string) int {
 	// collecting it less often is faster, and the soft limit keeps the
 	// peak bounded whatever the log's size (ADR 010).
 	defer debug.SetGCPercent(debug.SetGCPercent(400))
-	defer debug.SetMemoryLimit(debug.SetMemoryLimit(replayMemoryLimit))
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(replay.MemoryLimit))
 	ctx, cancel := a.signalContext()
 	defer cancel()
 	pool, err := store.Connect(ctx, *dbURL, 4)

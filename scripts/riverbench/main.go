@@ -1,4 +1,4 @@
-// Command riverbench is the peer that `taskctl bench --river` measures
+// Command riverbench is the peer that `taskbench lanes --river` measures
 // task-service against: River's burn-down with the settings River's own
 // benchmark tunes (a 2 ms fetch cooldown, a 20 ms poll interval, no-op
 // jobs), in-process, with no HTTP and no events, on the same PostgreSQL in
@@ -70,7 +70,7 @@ func run() error {
 	batch := flag.Int("batch", 1000, "insert: jobs per InsertMany call")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "Usage: riverbench --database-url URL [--mode burn-down|insert] [--jobs N] [--workers N] [--batch N]\n\n"+
-			"River's tuned burn-down or its InsertMany, driven by taskctl bench --river (see the package doc).\n\n")
+			"River's tuned burn-down or its InsertMany, driven by taskbench lanes --river (see the package doc).\n\n")
 		flag.PrintDefaults()
 	}
 	flag.Parse()

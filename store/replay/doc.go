@@ -12,3 +12,9 @@
 // package projections, the same functions the write path uses, so a live
 // table and a rebuild are equal by construction and any difference is a bug.
 package replay
+
+// MemoryLimit is the Go heap's soft limit a process sets while it rebuilds
+// or verifies (taskctl replay, taskbench scale): the fold's memory is
+// bounded by its ranges of streams, and the limit keeps the garbage
+// collector ahead of it.
+const MemoryLimit = 640 << 20

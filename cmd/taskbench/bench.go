@@ -39,7 +39,7 @@ var allModes = []string{modeBare, modeStore, modeStoreCreate, modeHTTP, modeHTTP
 // http-create, which times creation).
 func drains(mode string) bool { return mode != modeHTTPCreate }
 
-// benchConfig is what the flags of `taskctl bench` say.
+// benchConfig is what the flags of `taskbench lanes` say.
 type benchConfig struct {
 	databaseURL string
 	benchDB     string
@@ -96,7 +96,7 @@ type benchReport struct {
 	Runs       []benchResult `json:"runs"`
 }
 
-const benchHelp = `Usage: taskctl bench [flags]
+const benchHelp = `Usage: taskbench lanes [flags]
 
 Measures claim + complete throughput side by side, in one run, on one
 scratch database, at each worker count:
@@ -150,8 +150,8 @@ Flags:
 const benchExample = `
 Example:
   DATABASE_URL=postgres://postgres@127.0.0.1:55432/taskservice?sslmode=disable \
-    taskctl bench --workers 1,16,64 --tasks 20000
-  taskctl bench --modes bare,http --workers 64 --duration 10s --json > bench.json
+    taskbench lanes --workers 1,16,64 --tasks 20000
+  taskbench lanes --modes bare,http --workers 64 --duration 10s --json > bench.json
 `
 
 func runBench(args []string, stdout, stderr io.Writer) int {
@@ -163,11 +163,11 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	report, err := bench(ctx, cfg, stderr)
 	if err != nil {
-		fmt.Fprintf(stderr, "taskctl bench: %v\n", err)
+		fmt.Fprintf(stderr, "taskbench lanes: %v\n", err)
 		return 1
 	}
-	report.Command = "taskctl bench " + strings.Join(args, " ")
-	return writeReport(stdout, stderr, "taskctl bench", cfg.jsonOut, report, printBenchTable)
+	report.Command = "taskbench lanes " + strings.Join(args, " ")
+	return writeReport(stdout, stderr, "taskbench lanes", cfg.jsonOut, report, printBenchTable)
 }
 
 // writeReport writes a measurement's report to stdout: indented JSON, or
@@ -189,7 +189,7 @@ func writeReport[R any](stdout, stderr io.Writer, name string, jsonOut bool, rep
 // parseBenchFlags returns the config, or an exit code >= 0 when the command
 // should stop here (help or a usage error).
 func parseBenchFlags(args []string, stderr io.Writer) (benchConfig, int) {
-	fs := flag.NewFlagSet("taskctl bench", flag.ContinueOnError)
+	fs := flag.NewFlagSet("taskbench lanes", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cfg benchConfig
 	var workers, modes string
@@ -218,7 +218,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchConfig, int) {
 		return cfg, 2
 	}
 	usageErr := func(format string, a ...any) (benchConfig, int) {
-		fmt.Fprintf(stderr, "taskctl bench: "+format+"\n", a...)
+		fmt.Fprintf(stderr, "taskbench lanes: "+format+"\n", a...)
 		return cfg, 2
 	}
 	if fs.NArg() > 0 {
@@ -436,7 +436,7 @@ func ratio(a, b float64) *float64 {
 }
 
 func printBenchTable(w io.Writer, rep *benchReport) {
-	fmt.Fprintf(w, "taskctl bench — %s, %s, %d CPUs (GOMAXPROCS %d), api %s\n\n",
+	fmt.Fprintf(w, "taskbench lanes — %s, %s, %d CPUs (GOMAXPROCS %d), api %s\n\n",
 		rep.Postgres, rep.GoVersion, rep.NumCPU, rep.GOMAXPROCS, rep.API)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "mode\tworkers\ttasks\ttasks/s\tx river\tx bare\tclaim p50 ms\tx bare\tclaim p99 ms\tx bare\tcpu us/task: bench\tpostgres\t")

@@ -26,7 +26,7 @@ import (
 	"github.com/clawdbot/task-service/store/replay/replaytest"
 )
 
-const benchScaleHelp = `Usage: taskctl bench-scale [flags]
+const benchScaleHelp = `Usage: taskbench scale [flags]
 
 Times every read an admin or a worker makes against databases of growing
 history (issue 10): p50 and p99 per operation and per size, side by side.
@@ -49,7 +49,7 @@ Flags:
 const benchScaleExample = `
 Example:
   DATABASE_URL=postgres://postgres@127.0.0.1:55432/taskservice?sslmode=disable \
-    taskctl bench-scale --sizes 10k,100k,1m --calls 60
+    taskbench scale --sizes 10k,100k,1m --calls 60
 `
 
 // benchScaleVersion names the generator's shape; a kept database built by
@@ -66,7 +66,7 @@ type benchScaleConfig struct {
 }
 
 func runBenchScale(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("taskctl bench-scale", flag.ContinueOnError)
+	fs := flag.NewFlagSet("taskbench scale", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cfg benchScaleConfig
 	var sizes string
@@ -92,7 +92,7 @@ func runBenchScale(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	usageErr := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "taskctl bench-scale: "+format+"\n", a...)
+		fmt.Fprintf(stderr, "taskbench scale: "+format+"\n", a...)
 		return 2
 	}
 	if fs.NArg() > 0 {
@@ -116,12 +116,12 @@ func runBenchScale(args []string, stdout, stderr io.Writer) int {
 	// The rebuild folds large logs; collecting less often is faster (as in
 	// taskctl replay).
 	defer debug.SetGCPercent(debug.SetGCPercent(400))
-	defer debug.SetMemoryLimit(debug.SetMemoryLimit(replayMemoryLimit))
-	rep := &benchScaleReport{Command: "taskctl bench-scale " + strings.Join(args, " ")}
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(replay.MemoryLimit))
+	rep := &benchScaleReport{Command: "taskbench scale " + strings.Join(args, " ")}
 	for _, n := range cfg.sizes {
 		db, err := buildScaleDB(ctx, cfg, n, stderr)
 		if err != nil {
-			fmt.Fprintf(stderr, "taskctl bench-scale: %s: %v\n", sizeLabel(n), err)
+			fmt.Fprintf(stderr, "taskbench scale: %s: %v\n", sizeLabel(n), err)
 			return 1
 		}
 		if cfg.buildOnly {
@@ -129,7 +129,7 @@ func runBenchScale(args []string, stdout, stderr io.Writer) int {
 		}
 		size, err := timeScaleReads(ctx, cfg, db, stderr)
 		if err != nil {
-			fmt.Fprintf(stderr, "taskctl bench-scale: %s: %v\n", sizeLabel(n), err)
+			fmt.Fprintf(stderr, "taskbench scale: %s: %v\n", sizeLabel(n), err)
 			return 1
 		}
 		rep.Sizes = append(rep.Sizes, *size)
@@ -137,7 +137,7 @@ func runBenchScale(args []string, stdout, stderr io.Writer) int {
 	if cfg.buildOnly {
 		return 0
 	}
-	return writeReport(stdout, stderr, "taskctl bench-scale", cfg.jsonOut, rep, printScaleTable)
+	return writeReport(stdout, stderr, "taskbench scale", cfg.jsonOut, rep, printScaleTable)
 }
 
 func parseSize(s string) (int, error) {

@@ -98,7 +98,7 @@ type wakeReport struct {
 	// included (create, claim, completion, empty claims' row locks).
 	WALBytesPerTask float64 `json:"wal_bytes_per_task"`
 	// CPU time per timed task of this process (both instances, workers,
-	// admin client) and of the database's backends, as in taskctl bench.
+	// admin client) and of the database's backends, as in taskbench lanes.
 	BenchCPUUsPerTask *float64 `json:"bench_cpu_us_per_task,omitempty"`
 	PGCPUUsPerTask    *float64 `json:"pg_cpu_us_per_task,omitempty"`
 	// Time per timed task that this process's threads and the database's
@@ -109,7 +109,7 @@ type wakeReport struct {
 	Paths                 []wakePathResult `json:"paths"`
 }
 
-const benchWakeHelp = `Usage: taskctl bench-wake [flags]
+const benchWakeHelp = `Usage: taskbench wake [flags]
 
 Measures how long a new task takes to reach a long-polling worker through the
 real HTTP API while the batched lane is otherwise idle (the goal: under 5 ms
@@ -166,8 +166,8 @@ Flags:
 const benchWakeExample = `
 Example:
   DATABASE_URL=postgres://postgres@127.0.0.1:55432/taskservice?sslmode=disable \
-    taskctl bench-wake --workers 8 --tasks 1000 --every 15ms
-  taskctl bench-wake --paths notify --notify-interval 5ms --json > wake.json
+    taskbench wake --workers 8 --tasks 1000 --every 15ms
+  taskbench wake --paths notify --notify-interval 5ms --json > wake.json
 `
 
 func runBenchWake(args []string, stdout, stderr io.Writer) int {
@@ -179,17 +179,17 @@ func runBenchWake(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	rep, err := benchWake(ctx, cfg, stderr)
 	if err != nil {
-		fmt.Fprintf(stderr, "taskctl bench-wake: %v\n", err)
+		fmt.Fprintf(stderr, "taskbench wake: %v\n", err)
 		return 1
 	}
-	rep.Command = "taskctl bench-wake " + strings.Join(args, " ")
-	return writeReport(stdout, stderr, "taskctl bench-wake", cfg.jsonOut, rep, printWakeTable)
+	rep.Command = "taskbench wake " + strings.Join(args, " ")
+	return writeReport(stdout, stderr, "taskbench wake", cfg.jsonOut, rep, printWakeTable)
 }
 
 // parseBenchWakeFlags returns the config, or an exit code >= 0 when the
 // command should stop here (help or a usage error).
 func parseBenchWakeFlags(args []string, stdout, stderr io.Writer) (wakeConfig, int) {
-	fs := flag.NewFlagSet("taskctl bench-wake", flag.ContinueOnError)
+	fs := flag.NewFlagSet("taskbench wake", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cfg wakeConfig
 	var paths string
@@ -220,7 +220,7 @@ func parseBenchWakeFlags(args []string, stdout, stderr io.Writer) (wakeConfig, i
 		return cfg, 2
 	}
 	usageErr := func(format string, a ...any) (wakeConfig, int) {
-		fmt.Fprintf(stderr, "taskctl bench-wake: "+format+"\n", a...)
+		fmt.Fprintf(stderr, "taskbench wake: "+format+"\n", a...)
 		return cfg, 2
 	}
 	switch {
@@ -254,7 +254,7 @@ func parseBenchWakeFlags(args []string, stdout, stderr io.Writer) (wakeConfig, i
 }
 
 func printWakeTable(w io.Writer, rep *wakeReport) {
-	fmt.Fprintf(w, "taskctl bench-wake — %s, %s, %d CPUs (GOMAXPROCS %d), load average %s → %s\n",
+	fmt.Fprintf(w, "taskbench wake — %s, %s, %d CPUs (GOMAXPROCS %d), load average %s → %s\n",
 		rep.Postgres, rep.GoVersion, rep.NumCPU, rep.GOMAXPROCS, rep.LoadBefore, rep.LoadAfter)
 	fmt.Fprintf(w, "%d workers long-polling claims {max: %d, wait: 30}; a task every %g ms on average; NOTIFY interval %g ms\n\n",
 		rep.Workers, rep.Max, rep.EveryMs, rep.NotifyIntervalMs)
