@@ -532,6 +532,13 @@ func TestBadInput(t *testing.T) {
 		{"wrong method", "DELETE", A + "/tasks/" + pending.ID, admin, "", 405, "method_not_allowed", ""},
 		{"wrong method on claim", "PATCH", W + "/tasks/claim", una, "", 405, "method_not_allowed", ""},
 		{"wrong method on login", "GET", "/api/v1/auth/login", "", "", 405, "method_not_allowed", ""},
+		// A static path asked with a method only a parameter route beside it
+		// has: 405, never that route's "id: must be a UUID", and before
+		// authentication.
+		{"wrong method beside a parameter route", "PUT", A + "/task-types", admin, `{}`, 405, "method_not_allowed", ""},
+		{"wrong method beside a parameter route, anonymous", "PUT", A + "/task-types", "", `{}`, 405, "method_not_allowed", ""},
+		{"GET of the batch claim", "GET", W + "/tasks/claims", una, "", 405, "method_not_allowed", ""},
+		{"GET of the claim with a query", "GET", W + "/tasks/claim?wait=0", una, "", 405, "method_not_allowed", ""},
 	}
 
 	for _, c := range cases {
@@ -563,6 +570,9 @@ func TestBadInput(t *testing.T) {
 
 			require.Less(t, resp.StatusCode, 500, "never a 5xx: %s", raw)
 			require.Equal(t, c.status, resp.StatusCode, "body: %.300s", raw)
+			if c.status == http.StatusMethodNotAllowed {
+				require.NotEmpty(t, resp.Header.Get("Allow"), "a 405 names the methods the path has")
+			}
 			var env struct {
 				Success *bool          `json:"success"`
 				Error   *api.ErrorBody `json:"error"`

@@ -80,6 +80,12 @@ func (r route) statuses() []int {
 	if r.idempotent {
 		set[http.StatusUnprocessableEntity] = true // idempotency_key_reused
 	}
+	if strings.Contains(r.path, "/:") {
+		// A parameter's value that names a static route beside it (PUT
+		// .../task-types for PUT .../{id}) is that route, asked with a
+		// method it lacks (refuseWrongMethod).
+		set[http.StatusMethodNotAllowed] = true
+	}
 	// Bodies: the edge guard (guardBody) bounds any route's body, also of
 	// the writes that take none.
 	if r.request != nil || !r.rawBody && r.method != http.MethodGet && r.method != http.MethodHead {
@@ -100,6 +106,7 @@ var errorResponses = map[int]string{
 	http.StatusUnauthorized:          "Unauthorized",
 	http.StatusForbidden:             "Forbidden",
 	http.StatusNotFound:              "NotFound",
+	http.StatusMethodNotAllowed:      "MethodNotAllowed",
 	http.StatusConflict:              "Conflict",
 	http.StatusRequestEntityTooLarge: "TooLarge",
 	http.StatusUnsupportedMediaType:  "UnsupportedMediaType",
@@ -223,8 +230,12 @@ func (s *Server) OpenAPI() map[string]any {
 		if !g.errorsUsed[status] {
 			continue
 		}
+		headers := requestIDHeader()
+		if status == http.StatusMethodNotAllowed {
+			headers["Allow"] = map[string]any{"description": "the methods the path has", "schema": map[string]any{"type": "string"}}
+		}
 		responses[name] = map[string]any{"description": http.StatusText(status),
-			"headers": requestIDHeader(), "content": jsonContent(ref("Error"))}
+			"headers": headers, "content": jsonContent(ref("Error"))}
 	}
 	return map[string]any{
 		"openapi": "3.0.3",

@@ -74,6 +74,7 @@ type Server struct {
 	schemas    *schemas
 	metrics    *metrics
 	routes     []route
+	methods    methodTable // the methods of each path, for 405s (refuseWrongMethod)
 	dummyHash  []byte
 	drain      *drainer
 	names      *nameCache
@@ -178,9 +179,11 @@ func (s *Server) newEcho() *echo.Echo {
 	if s.cfg.HSTSMaxAge > 0 {
 		e.Use(s.hsts)
 	}
+	s.routes = s.table()
+	s.methods = newMethodTable(s.routes)
+	e.Use(s.refuseWrongMethod)
 	e.Use(s.guardBody)
 
-	s.routes = s.table()
 	s.uploads, s.bodyLimits = map[string]bool{}, map[string]int64{}
 	for _, r := range s.routes {
 		if r.rawBody {

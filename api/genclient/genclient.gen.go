@@ -1426,6 +1426,9 @@ type Forbidden = Error
 // Internal The envelope of every error answer.
 type Internal = Error
 
+// MethodNotAllowed The envelope of every error answer.
+type MethodNotAllowed = Error
+
 // NotFound The envelope of every error answer.
 type NotFound = Error
 
@@ -5391,6 +5394,12 @@ type GetTaskResponse404Headers struct {
 	XRequestId *string
 }
 
+// GetTaskResponse405Headers the declared response headers of an HTTP 405 response for GetTask
+type GetTaskResponse405Headers struct {
+	Allow      *string
+	XRequestId *string
+}
+
 // GetTaskResponse500Headers the declared response headers of an HTTP 500 response for GetTask
 type GetTaskResponse500Headers struct {
 	XRequestId *string
@@ -5417,6 +5426,8 @@ type GetTaskResponse struct {
 	JSON403 *Forbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
+	// JSON405 the response for an HTTP 405 `application/json` response
+	JSON405 *MethodNotAllowed
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *Internal
 	// JSON503 the response for an HTTP 503 `application/json` response
@@ -5431,6 +5442,8 @@ type GetTaskResponse struct {
 	Headers403 *GetTaskResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *GetTaskResponse404Headers
+	// Headers405 the parsed response headers for an HTTP 405 response
+	Headers405 *GetTaskResponse405Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *GetTaskResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -5463,6 +5476,11 @@ func (r GetTaskResponse) GetJSON403() *Forbidden {
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
 func (r GetTaskResponse) GetJSON404() *NotFound {
 	return r.JSON404
+}
+
+// GetJSON405 returns the response for an HTTP 405 `application/json` response
+func (r GetTaskResponse) GetJSON405() *MethodNotAllowed {
+	return r.JSON405
 }
 
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
@@ -5529,6 +5547,12 @@ type GetTaskChainResponse404Headers struct {
 	XRequestId *string
 }
 
+// GetTaskChainResponse405Headers the declared response headers of an HTTP 405 response for GetTaskChain
+type GetTaskChainResponse405Headers struct {
+	Allow      *string
+	XRequestId *string
+}
+
 // GetTaskChainResponse500Headers the declared response headers of an HTTP 500 response for GetTaskChain
 type GetTaskChainResponse500Headers struct {
 	XRequestId *string
@@ -5555,6 +5579,8 @@ type GetTaskChainResponse struct {
 	JSON403 *Forbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
+	// JSON405 the response for an HTTP 405 `application/json` response
+	JSON405 *MethodNotAllowed
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *Internal
 	// JSON503 the response for an HTTP 503 `application/json` response
@@ -5569,6 +5595,8 @@ type GetTaskChainResponse struct {
 	Headers403 *GetTaskChainResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *GetTaskChainResponse404Headers
+	// Headers405 the parsed response headers for an HTTP 405 response
+	Headers405 *GetTaskChainResponse405Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *GetTaskChainResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -5601,6 +5629,11 @@ func (r GetTaskChainResponse) GetJSON403() *Forbidden {
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
 func (r GetTaskChainResponse) GetJSON404() *NotFound {
 	return r.JSON404
+}
+
+// GetJSON405 returns the response for an HTTP 405 `application/json` response
+func (r GetTaskChainResponse) GetJSON405() *MethodNotAllowed {
+	return r.JSON405
 }
 
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
@@ -5667,6 +5700,12 @@ type ListTaskEventsResponse404Headers struct {
 	XRequestId *string
 }
 
+// ListTaskEventsResponse405Headers the declared response headers of an HTTP 405 response for ListTaskEvents
+type ListTaskEventsResponse405Headers struct {
+	Allow      *string
+	XRequestId *string
+}
+
 // ListTaskEventsResponse500Headers the declared response headers of an HTTP 500 response for ListTaskEvents
 type ListTaskEventsResponse500Headers struct {
 	XRequestId *string
@@ -5693,6 +5732,8 @@ type ListTaskEventsResponse struct {
 	JSON403 *Forbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
+	// JSON405 the response for an HTTP 405 `application/json` response
+	JSON405 *MethodNotAllowed
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *Internal
 	// JSON503 the response for an HTTP 503 `application/json` response
@@ -5707,6 +5748,8 @@ type ListTaskEventsResponse struct {
 	Headers403 *ListTaskEventsResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *ListTaskEventsResponse404Headers
+	// Headers405 the parsed response headers for an HTTP 405 response
+	Headers405 *ListTaskEventsResponse405Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *ListTaskEventsResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -5739,6 +5782,11 @@ func (r ListTaskEventsResponse) GetJSON403() *Forbidden {
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
 func (r ListTaskEventsResponse) GetJSON404() *NotFound {
 	return r.JSON404
+}
+
+// GetJSON405 returns the response for an HTTP 405 `application/json` response
+func (r ListTaskEventsResponse) GetJSON405() *MethodNotAllowed {
+	return r.JSON405
 }
 
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
@@ -5805,6 +5853,12 @@ type RetryTaskResponse404Headers struct {
 	XRequestId *string
 }
 
+// RetryTaskResponse405Headers the declared response headers of an HTTP 405 response for RetryTask
+type RetryTaskResponse405Headers struct {
+	Allow      *string
+	XRequestId *string
+}
+
 // RetryTaskResponse408Headers the declared response headers of an HTTP 408 response for RetryTask
 type RetryTaskResponse408Headers struct {
 	XRequestId *string
@@ -5856,6 +5910,8 @@ type RetryTaskResponse struct {
 	JSON403 *Forbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
+	// JSON405 the response for an HTTP 405 `application/json` response
+	JSON405 *MethodNotAllowed
 	// JSON408 the response for an HTTP 408 `application/json` response
 	JSON408 *RequestTimeout
 	// JSON409 the response for an HTTP 409 `application/json` response
@@ -5880,6 +5936,8 @@ type RetryTaskResponse struct {
 	Headers403 *RetryTaskResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *RetryTaskResponse404Headers
+	// Headers405 the parsed response headers for an HTTP 405 response
+	Headers405 *RetryTaskResponse405Headers
 	// Headers408 the parsed response headers for an HTTP 408 response
 	Headers408 *RetryTaskResponse408Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
@@ -5922,6 +5980,11 @@ func (r RetryTaskResponse) GetJSON403() *Forbidden {
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
 func (r RetryTaskResponse) GetJSON404() *NotFound {
 	return r.JSON404
+}
+
+// GetJSON405 returns the response for an HTTP 405 `application/json` response
+func (r RetryTaskResponse) GetJSON405() *MethodNotAllowed {
+	return r.JSON405
 }
 
 // GetJSON408 returns the response for an HTTP 408 `application/json` response
@@ -6511,6 +6574,12 @@ type PostResultResponse404Headers struct {
 	XRequestId *string
 }
 
+// PostResultResponse405Headers the declared response headers of an HTTP 405 response for PostResult
+type PostResultResponse405Headers struct {
+	Allow      *string
+	XRequestId *string
+}
+
 // PostResultResponse408Headers the declared response headers of an HTTP 408 response for PostResult
 type PostResultResponse408Headers struct {
 	XRequestId *string
@@ -6557,6 +6626,8 @@ type PostResultResponse struct {
 	JSON403 *Forbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
+	// JSON405 the response for an HTTP 405 `application/json` response
+	JSON405 *MethodNotAllowed
 	// JSON408 the response for an HTTP 408 `application/json` response
 	JSON408 *RequestTimeout
 	// JSON409 the response for an HTTP 409 `application/json` response
@@ -6579,6 +6650,8 @@ type PostResultResponse struct {
 	Headers403 *PostResultResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *PostResultResponse404Headers
+	// Headers405 the parsed response headers for an HTTP 405 response
+	Headers405 *PostResultResponse405Headers
 	// Headers408 the parsed response headers for an HTTP 408 response
 	Headers408 *PostResultResponse408Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
@@ -6619,6 +6692,11 @@ func (r PostResultResponse) GetJSON403() *Forbidden {
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
 func (r PostResultResponse) GetJSON404() *NotFound {
 	return r.JSON404
+}
+
+// GetJSON405 returns the response for an HTTP 405 `application/json` response
+func (r PostResultResponse) GetJSON405() *MethodNotAllowed {
+	return r.JSON405
 }
 
 // GetJSON408 returns the response for an HTTP 408 `application/json` response
@@ -6705,6 +6783,12 @@ type SetTaskStatusResponse404Headers struct {
 	XRequestId *string
 }
 
+// SetTaskStatusResponse405Headers the declared response headers of an HTTP 405 response for SetTaskStatus
+type SetTaskStatusResponse405Headers struct {
+	Allow      *string
+	XRequestId *string
+}
+
 // SetTaskStatusResponse408Headers the declared response headers of an HTTP 408 response for SetTaskStatus
 type SetTaskStatusResponse408Headers struct {
 	XRequestId *string
@@ -6751,6 +6835,8 @@ type SetTaskStatusResponse struct {
 	JSON403 *Forbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
+	// JSON405 the response for an HTTP 405 `application/json` response
+	JSON405 *MethodNotAllowed
 	// JSON408 the response for an HTTP 408 `application/json` response
 	JSON408 *RequestTimeout
 	// JSON409 the response for an HTTP 409 `application/json` response
@@ -6773,6 +6859,8 @@ type SetTaskStatusResponse struct {
 	Headers403 *SetTaskStatusResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *SetTaskStatusResponse404Headers
+	// Headers405 the parsed response headers for an HTTP 405 response
+	Headers405 *SetTaskStatusResponse405Headers
 	// Headers408 the parsed response headers for an HTTP 408 response
 	Headers408 *SetTaskStatusResponse408Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
@@ -6813,6 +6901,11 @@ func (r SetTaskStatusResponse) GetJSON403() *Forbidden {
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
 func (r SetTaskStatusResponse) GetJSON404() *NotFound {
 	return r.JSON404
+}
+
+// GetJSON405 returns the response for an HTTP 405 `application/json` response
+func (r SetTaskStatusResponse) GetJSON405() *MethodNotAllowed {
+	return r.JSON405
 }
 
 // GetJSON408 returns the response for an HTTP 408 `application/json` response
@@ -6899,6 +6992,12 @@ type PostUpdateResponse404Headers struct {
 	XRequestId *string
 }
 
+// PostUpdateResponse405Headers the declared response headers of an HTTP 405 response for PostUpdate
+type PostUpdateResponse405Headers struct {
+	Allow      *string
+	XRequestId *string
+}
+
 // PostUpdateResponse408Headers the declared response headers of an HTTP 408 response for PostUpdate
 type PostUpdateResponse408Headers struct {
 	XRequestId *string
@@ -6950,6 +7049,8 @@ type PostUpdateResponse struct {
 	JSON403 *Forbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
+	// JSON405 the response for an HTTP 405 `application/json` response
+	JSON405 *MethodNotAllowed
 	// JSON408 the response for an HTTP 408 `application/json` response
 	JSON408 *RequestTimeout
 	// JSON409 the response for an HTTP 409 `application/json` response
@@ -6974,6 +7075,8 @@ type PostUpdateResponse struct {
 	Headers403 *PostUpdateResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *PostUpdateResponse404Headers
+	// Headers405 the parsed response headers for an HTTP 405 response
+	Headers405 *PostUpdateResponse405Headers
 	// Headers408 the parsed response headers for an HTTP 408 response
 	Headers408 *PostUpdateResponse408Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
@@ -7016,6 +7119,11 @@ func (r PostUpdateResponse) GetJSON403() *Forbidden {
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
 func (r PostUpdateResponse) GetJSON404() *NotFound {
 	return r.JSON404
+}
+
+// GetJSON405 returns the response for an HTTP 405 `application/json` response
+func (r PostUpdateResponse) GetJSON405() *MethodNotAllowed {
+	return r.JSON405
 }
 
 // GetJSON408 returns the response for an HTTP 408 `application/json` response
@@ -8417,6 +8525,13 @@ func ParseGetTaskResponse(rsp *http.Response) (*GetTaskResponse, error) {
 		}
 		response.JSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 405:
+		var dest MethodNotAllowed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON405 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -8484,6 +8599,23 @@ func ParseGetTaskResponse(rsp *http.Response) (*GetTaskResponse, error) {
 			headers.XRequestId = &value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 405:
+		var headers GetTaskResponse405Headers
+		if values := rsp.Header.Values("Allow"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Allow", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Allow = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers405 = &headers
 	case rsp.StatusCode == 500:
 		var headers GetTaskResponse500Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -8561,6 +8693,13 @@ func ParseGetTaskChainResponse(rsp *http.Response) (*GetTaskChainResponse, error
 		}
 		response.JSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 405:
+		var dest MethodNotAllowed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON405 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -8628,6 +8767,23 @@ func ParseGetTaskChainResponse(rsp *http.Response) (*GetTaskChainResponse, error
 			headers.XRequestId = &value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 405:
+		var headers GetTaskChainResponse405Headers
+		if values := rsp.Header.Values("Allow"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Allow", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Allow = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers405 = &headers
 	case rsp.StatusCode == 500:
 		var headers GetTaskChainResponse500Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -8705,6 +8861,13 @@ func ParseListTaskEventsResponse(rsp *http.Response) (*ListTaskEventsResponse, e
 		}
 		response.JSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 405:
+		var dest MethodNotAllowed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON405 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Internal
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -8772,6 +8935,23 @@ func ParseListTaskEventsResponse(rsp *http.Response) (*ListTaskEventsResponse, e
 			headers.XRequestId = &value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 405:
+		var headers ListTaskEventsResponse405Headers
+		if values := rsp.Header.Values("Allow"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Allow", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Allow = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers405 = &headers
 	case rsp.StatusCode == 500:
 		var headers ListTaskEventsResponse500Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -8848,6 +9028,13 @@ func ParseRetryTaskResponse(rsp *http.Response) (*RetryTaskResponse, error) {
 			return nil, err
 		}
 		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 405:
+		var dest MethodNotAllowed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON405 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
 		var dest RequestTimeout
@@ -8951,6 +9138,23 @@ func ParseRetryTaskResponse(rsp *http.Response) (*RetryTaskResponse, error) {
 			headers.XRequestId = &value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 405:
+		var headers RetryTaskResponse405Headers
+		if values := rsp.Header.Values("Allow"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Allow", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Allow = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers405 = &headers
 	case rsp.StatusCode == 408:
 		var headers RetryTaskResponse408Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -9612,6 +9816,13 @@ func ParsePostResultResponse(rsp *http.Response) (*PostResultResponse, error) {
 		}
 		response.JSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 405:
+		var dest MethodNotAllowed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON405 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
 		var dest RequestTimeout
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -9707,6 +9918,23 @@ func ParsePostResultResponse(rsp *http.Response) (*PostResultResponse, error) {
 			headers.XRequestId = &value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 405:
+		var headers PostResultResponse405Headers
+		if values := rsp.Header.Values("Allow"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Allow", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Allow = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers405 = &headers
 	case rsp.StatusCode == 408:
 		var headers PostResultResponse408Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -9824,6 +10052,13 @@ func ParseSetTaskStatusResponse(rsp *http.Response) (*SetTaskStatusResponse, err
 		}
 		response.JSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 405:
+		var dest MethodNotAllowed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON405 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
 		var dest RequestTimeout
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -9919,6 +10154,23 @@ func ParseSetTaskStatusResponse(rsp *http.Response) (*SetTaskStatusResponse, err
 			headers.XRequestId = &value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 405:
+		var headers SetTaskStatusResponse405Headers
+		if values := rsp.Header.Values("Allow"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Allow", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Allow = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers405 = &headers
 	case rsp.StatusCode == 408:
 		var headers SetTaskStatusResponse408Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
@@ -10036,6 +10288,13 @@ func ParsePostUpdateResponse(rsp *http.Response) (*PostUpdateResponse, error) {
 		}
 		response.JSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 405:
+		var dest MethodNotAllowed
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON405 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
 		var dest RequestTimeout
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -10138,6 +10397,23 @@ func ParsePostUpdateResponse(rsp *http.Response) (*PostUpdateResponse, error) {
 			headers.XRequestId = &value
 		}
 		response.Headers404 = &headers
+	case rsp.StatusCode == 405:
+		var headers PostUpdateResponse405Headers
+		if values := rsp.Header.Values("Allow"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Allow", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Allow = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers405 = &headers
 	case rsp.StatusCode == 408:
 		var headers PostUpdateResponse408Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
