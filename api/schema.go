@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
 
@@ -72,22 +73,72 @@ func (s *schemas) validate(tt *events.TaskType, params json.RawMessage) error {
 	err = sch.Validate(inst)
 	var ve *jsonschema.ValidationError
 	if errors.As(err, &ve) {
-		leaf := deepest(ve)
-		path := "params"
-		for _, p := range leaf.InstanceLocation {
-			path += "." + p
-		}
-		return events.Invalid(path, "%s", strings.TrimSpace(leaf.ErrorKind.LocalizedString(englishPrinter)))
+		return paramsError(ve)
 	}
 	return err
 }
 
-// deepest follows the first cause down to the most specific failure.
-func deepest(ve *jsonschema.ValidationError) *jsonschema.ValidationError {
-	for len(ve.Causes) > 0 {
-		ve = ve.Causes[0]
+// ParamsError is every way params break their type's schema. The API
+// answers with the first, the most specific failure down the first causes
+// (errors.As finds it); forms show each of Fields at its own input.
+type ParamsError struct {
+	First *events.ValidationError
+	// Fields has one error per field: a missing property is "is required" at
+	// params.NAME. At most maxParamsErrors.
+	Fields []*events.ValidationError
+}
+
+func (e *ParamsError) Error() string { return e.First.Error() }
+func (e *ParamsError) Unwrap() error { return e.First }
+
+// maxParamsErrors bounds the errors kept from one validation (a long array
+// can fail at every item).
+const maxParamsErrors = 50
+
+func paramsError(ve *jsonschema.ValidationError) *ParamsError {
+	var leaves []*jsonschema.ValidationError
+	var walk func(*jsonschema.ValidationError)
+	walk = func(v *jsonschema.ValidationError) {
+		if len(v.Causes) == 0 {
+			leaves = append(leaves, v)
+		}
+		for _, c := range v.Causes {
+			walk(c)
+		}
 	}
-	return ve
+	walk(ve)
+	out := &ParamsError{First: leafError(leaves[0])}
+	seen := map[string]bool{}
+	add := func(field, msg string) {
+		if !seen[field] && len(out.Fields) < maxParamsErrors {
+			seen[field] = true
+			out.Fields = append(out.Fields, &events.ValidationError{Field: field, Message: msg})
+		}
+	}
+	for _, leaf := range leaves {
+		if req, ok := leaf.ErrorKind.(*kind.Required); ok {
+			for _, name := range req.Missing {
+				add(instancePath(leaf)+"."+name, "is required")
+			}
+			continue
+		}
+		e := leafError(leaf)
+		add(e.Field, e.Message)
+	}
+	return out
+}
+
+func leafError(leaf *jsonschema.ValidationError) *events.ValidationError {
+	return &events.ValidationError{Field: instancePath(leaf), Message: strings.TrimSpace(leaf.ErrorKind.LocalizedString(englishPrinter))}
+}
+
+// instancePath is where in params a failure is: params.owner.email.
+func instancePath(v *jsonschema.ValidationError) string {
+	path := "params"
+	for _, p := range v.InstanceLocation {
+		path += "." + p
+	}
+	return path
 }
 
 func firstLine(s string) string {

@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/url"
@@ -58,6 +59,7 @@ func (u *UI) typeNames(c echo.Context) (map[string]string, error) {
 type scheduleForm struct {
 	Schedule *events.Schedule // nil when creating
 	Types    []events.TaskType
+	Workers  []store.WorkerRef // the assignee picker's choices
 	Form     url.Values
 	Errors   formErrors
 	// On the schedule's page.
@@ -176,16 +178,26 @@ func formErrorsOf(err error) (formErrors, int, error) {
 	return fe, status, nil
 }
 
-func (u *UI) newSchedule(c echo.Context) error {
-	ts, err := u.db.ListTaskTypes(c.Request().Context(), false)
-	if err != nil {
-		return u.fail(c, err)
+// choices fills what the form's pickers offer: task types (archived ones
+// too on an existing schedule's page) and workers.
+func (u *UI) choices(ctx context.Context, d *scheduleForm, archived bool) (err error) {
+	if d.Types, err = u.db.ListTaskTypes(ctx, archived); err != nil {
+		return err
 	}
+	d.Workers, err = u.db.Workers(ctx)
+	return err
+}
+
+func (u *UI) newSchedule(c echo.Context) error {
 	form := scheduleValues(nil)
 	if id := c.QueryParam("type"); id != "" {
 		form.Set("task.task_type_id", id)
 	}
-	return u.render(c, http.StatusOK, "schedule_new", scheduleForm{Types: ts, Form: form})
+	d := scheduleForm{Form: form}
+	if err := u.choices(c.Request().Context(), &d, false); err != nil {
+		return u.fail(c, err)
+	}
+	return u.render(c, http.StatusOK, "schedule_new", d)
 }
 
 func (u *UI) createSchedule(c echo.Context) error {
@@ -204,11 +216,11 @@ func (u *UI) createSchedule(c echo.Context) error {
 		if ferr != nil {
 			return u.fail(c, ferr)
 		}
-		ts, lerr := u.db.ListTaskTypes(ctx, false)
-		if lerr != nil {
-			return u.fail(c, lerr)
+		d := scheduleForm{Form: form, Errors: fe}
+		if err := u.choices(ctx, &d, false); err != nil {
+			return u.fail(c, err)
 		}
-		return u.render(c, status, "schedule_new", scheduleForm{Types: ts, Form: form, Errors: fe})
+		return u.render(c, status, "schedule_new", d)
 	}
 	return c.Redirect(http.StatusSeeOther, "/schedules/"+s.ID)
 }
@@ -225,10 +237,6 @@ func (u *UI) findSchedule(c echo.Context) (*events.Schedule, error) {
 // values) and errors at their fields.
 func (u *UI) schedulePage(c echo.Context, s *events.Schedule, status int, form url.Values, fe formErrors) error {
 	ctx := c.Request().Context()
-	ts, err := u.db.ListTaskTypes(ctx, true)
-	if err != nil {
-		return u.fail(c, err)
-	}
 	st, err := u.db.GetScheduleStats(ctx, s.ID)
 	if err != nil {
 		return u.fail(c, err)
@@ -239,8 +247,11 @@ func (u *UI) schedulePage(c echo.Context, s *events.Schedule, status int, form u
 	if err != nil {
 		return u.fail(c, err)
 	}
-	d := scheduleForm{Schedule: s, Types: ts, Form: form, Errors: fe, Stats: st, Executions: exs,
+	d := scheduleForm{Schedule: s, Form: form, Errors: fe, Stats: st, Executions: exs,
 		When: timing.Describe(s.ScheduleTiming), Before: max(before, 0), Watch: watchSchedule(s.ID, exs)}
+	if err := u.choices(ctx, &d, true); err != nil {
+		return u.fail(c, err)
+	}
 	if len(exs) == page && exs[len(exs)-1].Run > 1 {
 		d.NextBefore = exs[len(exs)-1].Run
 	}

@@ -37,6 +37,9 @@ type newTaskData struct {
 	Prios   []events.Priority
 	Form    url.Values
 	Errors  formErrors
+	// Unplaced are the params errors no input shows (a raw JSON form, a path
+	// inside a field): the fieldset lists them.
+	Unplaced []string
 }
 
 func (u *UI) newTask(c echo.Context) error {
@@ -64,13 +67,27 @@ func (u *UI) renderNewTask(c echo.Context, status int, typeID string, form url.V
 	}
 	if d.Type != nil {
 		d.Fields, d.RawOnly = schemaFields(d.Type.ParamSchema)
+		placed := map[string]bool{"params": true}
 		for i := range d.Fields {
 			f := &d.Fields[i]
 			f.Value = form.Get("p." + f.Name)
 			f.Error = d.Errors["params."+f.Name]
+			placed["params."+f.Name] = true
 		}
+		d.Unplaced = unplacedErrors(d.Errors, placed)
 	}
 	return u.render(c, status, "task_new", d)
+}
+
+func unplacedErrors(errs formErrors, placed map[string]bool) []string {
+	var out []string
+	for field, msg := range errs {
+		if strings.HasPrefix(field, "params") && !placed[field] {
+			out = append(out, msg)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // schemaFields reads the flat properties of a JSON Schema object; anything

@@ -2,6 +2,7 @@ package ui
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -32,7 +33,6 @@ type tasksData struct {
 	Statuses []events.Status
 	Prios    []events.Priority
 	Error    string // a filter the list refused
-	Notice   string // what a bulk action did
 	Problems []string
 	// CancelAll and RetryAll lead to the confirm step of acting on every
 	// task the filter matches; "" when the list is not filtered.
@@ -72,12 +72,12 @@ func taskFilter(q url.Values) (store.TaskFilter, error) {
 }
 
 func (u *UI) tasks(c echo.Context) error {
-	return u.renderTasks(c, c.QueryParams(), http.StatusOK, "", nil)
+	return u.renderTasks(c, c.QueryParams(), http.StatusOK, nil)
 }
 
-func (u *UI) renderTasks(c echo.Context, q url.Values, status int, notice string, problems []string) error {
+func (u *UI) renderTasks(c echo.Context, q url.Values, status int, problems []string) error {
 	ctx := c.Request().Context()
-	d := tasksData{Q: q, Notice: notice, Problems: problems, Statuses: allStatuses(), Prios: allPriorities()}
+	d := tasksData{Q: q, Problems: problems, Statuses: allStatuses(), Prios: allPriorities()}
 	var err error
 	if d.Types, err = u.db.ListTaskTypes(ctx, true); err != nil {
 		return u.fail(c, err)
@@ -151,6 +151,27 @@ func workerNames(ws []store.WorkerRef) map[string]string {
 
 // bulk cancels or retries the selected tasks, one command each, and shows
 // what each did.
+// bulkData is the confirm step and the result of acting on the tasks
+// selected on the list.
+type bulkData struct {
+	Action, Verb, Past string
+	IDs                []string
+	Titles             []string // the first few selected tasks, to check the choice
+	More               int      // selected tasks not in Titles
+	Reason             string
+	Back               string // the list as it was (query string)
+	// After the action: what it did.
+	Done     bool
+	Notice   string
+	Problems []string
+}
+
+// bulkTitlesShown bounds the titles the confirm step lists.
+const bulkTitlesShown = 20
+
+// bulk acts on the tasks selected on the list: a first post shows what will
+// change and asks to confirm; the confirmed post acts and shows the result
+// on a page of its own (the list's live refresh would wipe a notice).
 func (u *UI) bulk(c echo.Context) error {
 	form, err := c.FormParams()
 	if err != nil {
@@ -159,31 +180,46 @@ func (u *UI) bulk(c echo.Context) error {
 	back, _ := url.ParseQuery(form.Get("back"))
 	ids := form["id"]
 	action := form.Get("action")
-	if len(ids) == 0 {
-		return u.renderTasks(c, back, http.StatusBadRequest, "", []string{"Select at least one task."})
-	}
-	if len(ids) > 200 {
-		return u.renderTasks(c, back, http.StatusBadRequest, "", []string{"Select at most 200 tasks at a time."})
-	}
-	var run func(ctx context.Context, id string) error
-	switch action {
-	case "cancel":
-		reason := strings.TrimSpace(form.Get("reason"))
-		run = func(ctx context.Context, id string) error {
-			_, err := u.api.CancelTask(ctx, id, reason, actor(c))
-			return err
-		}
-	case "retry":
-		run = func(ctx context.Context, id string) error {
-			_, err := u.api.RetryTask(ctx, id, strings.TrimSpace(form.Get("reason")), actor(c))
-			return err
-		}
-	default:
-		return u.renderTasks(c, back, http.StatusBadRequest, "", []string{"Choose cancel or retry."})
+	verbs, known := matchingVerbs[action]
+	switch {
+	case len(ids) == 0:
+		return u.renderTasks(c, back, http.StatusBadRequest, []string{"Select at least one task."})
+	case len(ids) > 200:
+		return u.renderTasks(c, back, http.StatusBadRequest, []string{"Select at most 200 tasks at a time."})
+	case !known:
+		return u.renderTasks(c, back, http.StatusBadRequest, []string{"Choose cancel or retry."})
 	}
 	ctx := c.Request().Context()
+	d := bulkData{Action: action, Verb: verbs[0], Past: verbs[1], IDs: ids, Reason: strings.TrimSpace(form.Get("reason")), Back: back.Encode()}
+	if form.Get("confirm") == "" {
+		for i, id := range ids {
+			if i == bulkTitlesShown {
+				d.More = len(ids) - i
+				break
+			}
+			title := shortID(id) + " (not found)"
+			if id, err := uuidField("id", id); err == nil {
+				if t, err := u.db.GetTask(ctx, u.db.Pool(), id); err == nil {
+					title = t.Title
+				} else if !errors.Is(err, events.ErrNotFound) {
+					return u.fail(c, err)
+				}
+			}
+			d.Titles = append(d.Titles, title)
+		}
+		return u.render(c, http.StatusOK, "tasks_bulk", d)
+	}
+	run := func(ctx context.Context, id string) error {
+		_, err := u.api.CancelTask(ctx, id, d.Reason, actor(c))
+		return err
+	}
+	if action == "retry" {
+		run = func(ctx context.Context, id string) error {
+			_, err := u.api.RetryTask(ctx, id, d.Reason, actor(c))
+			return err
+		}
+	}
 	done := 0
-	var problems []string
 	for _, id := range ids {
 		id, err := uuidField("id", id)
 		if err == nil {
@@ -195,19 +231,19 @@ func (u *UI) bulk(c echo.Context) error {
 				return u.fail(c, ferr)
 			}
 			for _, m := range fe {
-				problems = append(problems, fmt.Sprintf("%s: %s", shortID(id), m))
+				d.Problems = append(d.Problems, fmt.Sprintf("%s: %s", shortID(id), m))
 			}
 			continue
 		}
 		done++
 	}
-	verb := map[string]string{"cancel": "cancelled", "retry": "retried"}[action]
-	notice := fmt.Sprintf("%d of %d tasks %s.", done, len(ids), verb)
+	d.Done = true
+	d.Notice = fmt.Sprintf("%d of %d %s %s.", done, len(ids), plural(len(ids), "task", "tasks"), d.Past)
 	status := http.StatusOK
 	if done == 0 {
 		status = http.StatusConflict
 	}
-	return u.renderTasks(c, back, status, notice, problems)
+	return u.render(c, status, "tasks_bulk", d)
 }
 
 func allStatuses() []events.Status {

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"html/template"
 	"io/fs"
@@ -179,6 +180,14 @@ func errorsOf(err error) (formErrors, int, error) {
 		return nil, 0, err
 	}
 	fe := formErrors{}
+	var pe *api.ParamsError
+	if errors.As(err, &pe) {
+		// Every field the schema refuses, each at its input.
+		for _, f := range pe.Fields {
+			fe[f.Field] = f.Error()
+		}
+		return fe, status, nil
+	}
 	field := body.Field
 	if field == "params" {
 		// "missing property 'ticker'" belongs at params.ticker.
@@ -195,20 +204,44 @@ func errorsOf(err error) (formErrors, int, error) {
 func funcs(as *assets) template.FuncMap {
 	return template.FuncMap{
 		"asset": as.url,
-		"time": func(t any) string {
-			switch v := t.(type) {
-			case time.Time:
-				if v.IsZero() {
-					return "—"
+		// retryBadge is a retry's place in its chain: "Retry 2/3", or, for a
+		// manual retry past the type's automatic ones, "Retry 2 (manual)".
+		"retryBadge": func(count, max int) template.HTML {
+			if count <= 0 {
+				return ""
+			}
+			if count > max {
+				return template.HTML(fmt.Sprintf(`<span class="badge" title="retry %d, asked for by hand: the type retries automatically at most %d %s">Retry %d (manual)</span>`,
+					count, max, plural(max, "time", "times"), count))
+			}
+			return template.HTML(fmt.Sprintf(`<span class="badge" title="retry %d of at most %d">Retry %d/%d</span>`, count, max, count, max))
+		},
+		// plural picks the word for n: {{plural .N "task" "tasks"}}.
+		"plural": plural,
+		// atField is a field's error with the field's name in front, once.
+		"atField": func(field, msg string) string {
+			if strings.HasPrefix(msg, field+": ") {
+				return msg
+			}
+			return field + ": " + msg
+		},
+		// time shows an instant in UTC, saying so; app.js turns it into the
+		// viewer's local time and keeps UTC in the tooltip.
+		"time": func(t any) template.HTML {
+			at, ok := instant(t)
+			if !ok {
+				if s, isString := t.(string); isString {
+					return template.HTML(template.HTMLEscapeString(s))
 				}
-				return v.UTC().Format("2006-01-02 15:04:05")
-			case *time.Time:
-				if v == nil {
-					return "—"
-				}
-				return v.UTC().Format("2006-01-02 15:04:05")
-			case string:
-				return v
+				return "—"
+			}
+			return template.HTML(fmt.Sprintf(`<time datetime="%s" title="%s">%s</time>`,
+				at.Format(time.RFC3339), utcText(at), utcText(at)))
+		},
+		// utc is time as plain text, for attributes.
+		"utc": func(t any) string {
+			if at, ok := instant(t); ok {
+				return utcText(at)
 			}
 			return "—"
 		},
@@ -288,3 +321,25 @@ func agoText(d time.Duration) string {
 	}
 	return fmt.Sprintf("%dd ago", int(d.Hours()/24))
 }
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// instant reads a time.Time or a non-nil *time.Time that is not zero.
+func instant(t any) (time.Time, bool) {
+	switch v := t.(type) {
+	case time.Time:
+		return v, !v.IsZero()
+	case *time.Time:
+		if v != nil {
+			return *v, !v.IsZero()
+		}
+	}
+	return time.Time{}, false
+}
+
+func utcText(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05") + " UTC" }

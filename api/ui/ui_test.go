@@ -259,7 +259,14 @@ func TestStateChangesNeedTheCSRFTokenAndOrigin(t *testing.T) {
 
 	resp, body = s.post("/tasks/bulk", form)
 	require.Equal(t, http.StatusOK, resp.StatusCode, body)
-	require.Contains(t, body, "1 of 1 tasks cancelled")
+	require.Contains(t, body, `id="bulk-confirm"`, "a first post asks to confirm")
+	got, err = s.db.GetTask(s.ctx, s.db.Pool(), task.ID)
+	require.NoError(t, err)
+	require.Equal(t, events.StatusPending, got.Status, "nothing is cancelled before the confirmation")
+	form.Set("confirm", "1")
+	resp, body = s.post("/tasks/bulk", form)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	require.Contains(t, body, "1 of 1 task cancelled")
 	got, err = s.db.GetTask(s.ctx, s.db.Pool(), task.ID)
 	require.NoError(t, err)
 	require.Equal(t, events.StatusCancelled, got.Status)
@@ -268,7 +275,7 @@ func TestStateChangesNeedTheCSRFTokenAndOrigin(t *testing.T) {
 	form.Del("_csrf")
 	resp, body = s.post("/tasks/bulk", form, "X-CSRF-Token", token)
 	require.Equal(t, http.StatusConflict, resp.StatusCode, "cancelling twice is refused by the command")
-	require.Contains(t, body, "0 of 1 tasks cancelled")
+	require.Contains(t, body, "0 of 1 task cancelled")
 
 	// The API does not take the cookie for writes.
 	req, _ := http.NewRequest(http.MethodPost, s.url+"/api/v1/admin/workers/tasks/"+task.ID+"/cancel", strings.NewReader(`{}`))

@@ -4,6 +4,7 @@
 //   (the session cookie authenticates it) reports a matching event, and the
 //   header says whether the stream is live or the connection is lost;
 // - the live events page ([data-tail]) appends events as they arrive;
+// - times in the viewer's zone (the server writes UTC);
 // - small helpers: select-all checkboxes, the SOP preview.
 "use strict";
 
@@ -297,7 +298,25 @@
     });
   }
 
+  // Times: the server writes UTC ("2026-11-26 15:04:05 UTC"); show the
+  // viewer's local time with its zone, UTC staying in the tooltip.
+  const pad = (n) => String(n).padStart(2, "0");
+  const zone = (d) => {
+    const part = new Intl.DateTimeFormat(undefined, { timeZoneName: "short" }).formatToParts(d).find((p) => p.type === "timeZoneName");
+    return part ? part.value : "";
+  };
+  function localTimes(root) {
+    root.querySelectorAll("time[datetime]:not([data-local])").forEach((el) => {
+      const d = new Date(el.getAttribute("datetime"));
+      if (isNaN(d)) return;
+      el.dataset.local = "1";
+      el.textContent = `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())} ${zone(d)}`;
+    });
+  }
+  document.addEventListener("htmx:afterSwap", (e) => localTimes(e.target));
+
   document.addEventListener("DOMContentLoaded", () => {
+    localTimes(document);
     startLive();
     startTail();
     startPreview();
