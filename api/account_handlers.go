@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"net/http"
 
 	"github.com/labstack/echo/v4"
@@ -40,11 +41,8 @@ func (s *Server) updateWorker(c echo.Context) error {
 	if err := decode(c, &req, false); err != nil {
 		return err
 	}
-	meta := actor(c, events.ActorAdmin)
-	u, err := s.db.UpdateUser(c.Request().Context(), id, meta, func(u *events.User) ([]events.Payload, error) {
-		return u.Update(events.UserEdit{FullName: req.FullName, MaxConcurrentTasks: req.MaxConcurrentTasks,
-			IsAdmin: req.IsAdmin, IsWorker: req.IsWorker}, meta.Actor.ID)
-	})
+	u, err := s.UpdateUser(c.Request().Context(), id, events.UserEdit{FullName: req.FullName, MaxConcurrentTasks: req.MaxConcurrentTasks,
+		IsAdmin: req.IsAdmin, IsWorker: req.IsWorker}, actor(c, events.ActorAdmin))
 	return s.accountChanged(c, u, err, "user.updated")
 }
 
@@ -57,7 +55,7 @@ func (s *Server) deactivateWorker(c echo.Context) error {
 	if err := decode(c, &req, true); err != nil {
 		return err
 	}
-	u, err := s.db.DeactivateUser(c.Request().Context(), id, req.Reason, actor(c, events.ActorAdmin))
+	u, err := s.DeactivateUser(c.Request().Context(), id, req.Reason, actor(c, events.ActorAdmin))
 	return s.accountChanged(c, u, err, "user.deactivated")
 }
 
@@ -70,9 +68,7 @@ func (s *Server) reactivateWorker(c echo.Context) error {
 	if err := decode(c, &req, true); err != nil {
 		return err
 	}
-	u, err := s.db.UpdateUser(c.Request().Context(), id, actor(c, events.ActorAdmin), func(u *events.User) ([]events.Payload, error) {
-		return u.Reactivate(req.Reason)
-	})
+	u, err := s.ReactivateUser(c.Request().Context(), id, req.Reason, actor(c, events.ActorAdmin))
 	return s.accountChanged(c, u, err, "user.reactivated")
 }
 
@@ -90,11 +86,7 @@ func (s *Server) resetPassword(c echo.Context) error {
 	if err := decode(c, &req, false); err != nil {
 		return err
 	}
-	hash, err := s.newPasswordHash("password", req.Password)
-	if err != nil {
-		return err
-	}
-	u, err := s.db.SetPassword(c.Request().Context(), id, req.Password, hash, events.PasswordByAdmin, actor(c, events.ActorAdmin))
+	u, err := s.SetUserPassword(c.Request().Context(), id, req.Password, actor(c, events.ActorAdmin))
 	return s.accountChanged(c, u, err, "user.password_changed")
 }
 
@@ -164,10 +156,49 @@ func (s *Server) accountChanged(c echo.Context, u *events.User, err error, event
 	if err != nil {
 		return err
 	}
-	s.auth.saw(u.ID, u.Version)
 	w, err := s.db.GetWorkerView(c.Request().Context(), u.ID)
 	if err != nil {
 		return err
 	}
 	return ok(c, http.StatusOK, w)
+}
+
+// The account commands admins run, from the API and the UI. Each tells
+// this instance's authenticator at once, so a revoked token stops here
+// without waiting for the event to come round.
+
+// UpdateUser changes a user's name, capacity or roles.
+func (s *Server) UpdateUser(ctx context.Context, id string, edit events.UserEdit, meta events.Meta) (*events.User, error) {
+	u, err := s.db.UpdateUser(ctx, id, meta, func(u *events.User) ([]events.Payload, error) { return u.Update(edit, meta.Actor.ID) })
+	return s.sawAccount(u, err)
+}
+
+// DeactivateUser stops a user's logins and releases the tasks it holds.
+func (s *Server) DeactivateUser(ctx context.Context, id, reason string, meta events.Meta) (*events.User, error) {
+	u, err := s.db.DeactivateUser(ctx, id, reason, meta)
+	return s.sawAccount(u, err)
+}
+
+// ReactivateUser lets a deactivated user log in again.
+func (s *Server) ReactivateUser(ctx context.Context, id, reason string, meta events.Meta) (*events.User, error) {
+	u, err := s.db.UpdateUser(ctx, id, meta, func(u *events.User) ([]events.Payload, error) { return u.Reactivate(reason) })
+	return s.sawAccount(u, err)
+}
+
+// SetUserPassword is an admin setting a user's password.
+func (s *Server) SetUserPassword(ctx context.Context, id, password string, meta events.Meta) (*events.User, error) {
+	hash, err := s.newPasswordHash("password", password)
+	if err != nil {
+		return nil, err
+	}
+	u, err := s.db.SetPassword(ctx, id, password, hash, events.PasswordByAdmin, meta)
+	return s.sawAccount(u, err)
+}
+
+func (s *Server) sawAccount(u *events.User, err error) (*events.User, error) {
+	if err != nil {
+		return nil, err
+	}
+	s.auth.saw(u.ID, u.Version)
+	return u, nil
 }

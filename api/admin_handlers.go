@@ -9,6 +9,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/clawdbot/task-service/events"
+	"github.com/clawdbot/task-service/store"
 	"github.com/clawdbot/task-service/store/paramtemplate"
 )
 
@@ -17,7 +18,8 @@ type createWorkerRequest struct {
 	Password           string `json:"password" openapi:"required,minLength=8,maxLength=72"`
 	FullName           string `json:"full_name" openapi:"required,maxLength=200"`
 	MaxConcurrentTasks int    `json:"max_concurrent_tasks,omitempty" openapi:"min=1,max=100" doc:"tasks it may hold at once (default 1)"`
-	IsAdmin            bool   `json:"is_admin,omitempty" doc:"also an admin"`
+	IsAdmin            bool   `json:"is_admin,omitempty" doc:"an admin too"`
+	IsWorker           *bool  `json:"is_worker,omitempty" doc:"a worker (default true); false with is_admin true makes an admin-only account"`
 }
 
 func (s *Server) createWorker(c echo.Context) error {
@@ -32,8 +34,15 @@ func (s *Server) createWorker(c echo.Context) error {
 	return ok(c, http.StatusCreated, u)
 }
 
+// accountRoles are the role query's values: which accounts a listing shows.
+var accountRoles = map[string]store.AccountRole{"": store.RoleWorker, "worker": store.RoleWorker, "admin": store.RoleAdmin, "any": store.RoleAny}
+
 func (s *Server) listWorkers(c echo.Context) error {
-	ws, err := s.db.ListWorkers(c.Request().Context())
+	role, known := accountRoles[c.QueryParam("role")]
+	if !known {
+		return events.Invalid("role", "must be worker, admin or any")
+	}
+	ws, err := s.db.ListAccounts(c.Request().Context(), role)
 	if err != nil {
 		return err
 	}
@@ -250,14 +259,49 @@ func (s *Server) createTask(c echo.Context) error {
 	if err := decode(c, &req, false); err != nil {
 		return err
 	}
-	t, created, err := s.CreateTask(c.Request().Context(), req, actor(c, events.ActorAdmin))
+	types := typeCache{}
+	t, created, err := s.createTaskOf(c.Request().Context(), req, actor(c, events.ActorAdmin), types)
 	if err != nil {
 		return err
 	}
+	answer := taskAnswer(*t, types[t.TaskTypeID])
 	if !created {
-		return ok(c, http.StatusOK, t)
+		return ok(c, http.StatusOK, answer)
 	}
-	return ok(c, http.StatusCreated, t)
+	return ok(c, http.StatusCreated, answer)
+}
+
+// TaskTypeRef is the type a task answer carries, so a client reads the task
+// without asking for its type.
+type TaskTypeRef struct {
+	ID         string `json:"id"`
+	Name       string `json:"name"`
+	Label      string `json:"label"`
+	MaxRetries int    `json:"max_retries"`
+}
+
+// TaskAnswer is a task as create and list answer it: with its type and the
+// automatic retries it gets.
+type TaskAnswer struct {
+	events.Task
+	MaxRetries int          `json:"max_retries" doc:"automatic retries after a failure (the type's max_retries)"`
+	TaskType   *TaskTypeRef `json:"task_type"`
+}
+
+// TaskListPage is one page of the task list, newest first.
+type TaskListPage struct {
+	Tasks      []TaskAnswer `json:"tasks"`
+	NextCursor string       `json:"next_cursor,omitempty"`
+	QueueDepth int          `json:"queue_depth"`
+}
+
+func taskAnswer(t events.Task, tt *events.TaskType) TaskAnswer {
+	a := TaskAnswer{Task: t}
+	if tt != nil {
+		a.MaxRetries = tt.MaxRetries
+		a.TaskType = &TaskTypeRef{ID: tt.ID, Name: tt.Name, Label: tt.Label, MaxRetries: tt.MaxRetries}
+	}
+	return a
 }
 
 func (s *Server) listTasks(c echo.Context) error {
@@ -283,11 +327,24 @@ func (s *Server) listTasks(c echo.Context) error {
 			return events.Invalid("limit", "must be a number from 1 to 200")
 		}
 	}
-	page, err := s.db.ListTasks(c.Request().Context(), f)
+	ctx := c.Request().Context()
+	page, err := s.db.ListTasks(ctx, f)
 	if err != nil {
 		return err
 	}
-	return ok(c, http.StatusOK, page)
+	out := TaskListPage{Tasks: make([]TaskAnswer, 0, len(page.Tasks)), NextCursor: page.NextCursor, QueueDepth: page.QueueDepth}
+	types := typeCache{}
+	for _, t := range page.Tasks {
+		tt, seen := types[t.TaskTypeID]
+		if !seen {
+			if tt, err = s.db.GetTaskType(ctx, s.db.Pool(), t.TaskTypeID); err != nil {
+				return err
+			}
+			types[t.TaskTypeID] = tt
+		}
+		out.Tasks = append(out.Tasks, taskAnswer(t, tt))
+	}
+	return ok(c, http.StatusOK, out)
 }
 
 func (s *Server) getTask(c echo.Context) error {
@@ -359,9 +416,44 @@ func (s *Server) assignTask(c echo.Context) error {
 	if err := decode(c, &req, false); err != nil {
 		return err
 	}
-	t, err := s.AssignTask(c.Request().Context(), id, req, actor(c, events.ActorAdmin))
+	ctx := c.Request().Context()
+	t, err := s.AssignTask(ctx, id, req, actor(c, events.ActorAdmin))
 	if err != nil {
 		return err
 	}
-	return ok(c, http.StatusOK, t)
+	history, err := s.db.TaskAssignments(ctx, id)
+	if err != nil {
+		return err
+	}
+	answer := AssignAnswer{Task: t}
+	for i := range history {
+		if history[i].Version == t.Version {
+			answer.Assignment = &history[i]
+		}
+	}
+	return ok(c, http.StatusOK, answer)
+}
+
+// AssignAnswer is what an assignment answers: the task and the assignment
+// it recorded.
+type AssignAnswer struct {
+	Task       *events.Task      `json:"task"`
+	Assignment *store.Assignment `json:"assignment"`
+}
+
+// taskAssignments answers a task's assignment history, oldest first.
+func (s *Server) taskAssignments(c echo.Context) error {
+	id, err := pathID(c, "id")
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	if _, err := s.db.GetTask(ctx, s.db.Pool(), id); err != nil {
+		return err
+	}
+	history, err := s.db.TaskAssignments(ctx, id)
+	if err != nil {
+		return err
+	}
+	return ok(c, http.StatusOK, history)
 }

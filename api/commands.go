@@ -34,7 +34,7 @@ func (s *Server) CreateWorker(ctx context.Context, req CreateWorkerRequest, meta
 		return nil, err
 	}
 	u, err := s.db.CreateUser(ctx, events.UserRegistered{
-		Email: req.Email, FullName: req.FullName, IsWorker: true, IsAdmin: req.IsAdmin,
+		Email: req.Email, FullName: req.FullName, IsWorker: req.IsWorker == nil || *req.IsWorker, IsAdmin: req.IsAdmin,
 		MaxConcurrentTasks: req.MaxConcurrentTasks,
 	}, req.Password, hash, meta)
 	if err != nil {
@@ -100,7 +100,12 @@ func (s *Server) ResumeTaskType(ctx context.Context, id, reason string, meta eve
 // or that task (created false) when the request says on_duplicate
 // "existing".
 func (s *Server) CreateTask(ctx context.Context, req CreateTaskRequest, meta events.Meta) (t *events.Task, created bool, err error) {
-	p, err := s.taskParams(ctx, req, meta, typeCache{})
+	return s.createTaskOf(ctx, req, meta, typeCache{})
+}
+
+// createTaskOf is CreateTask that leaves the task's type in types.
+func (s *Server) createTaskOf(ctx context.Context, req CreateTaskRequest, meta events.Meta, types typeCache) (t *events.Task, created bool, err error) {
+	p, err := s.taskParams(ctx, req, meta, types)
 	if err != nil {
 		return nil, false, err
 	}

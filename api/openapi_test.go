@@ -133,7 +133,7 @@ func TestOpenAPIDocument(t *testing.T) {
 	for _, tag := range doc.Tags {
 		require.NotEmpty(t, tag.Description, "tag %s needs a line in tagDocs (api/openapi.go)", tag.Name)
 	}
-	for _, name := range []string{"Task", "TaskType", "User", "WorkerView", "TaskWithType", "Attempt", "TaskPage", "Stats", "Capacity", "EventPage", "Chain", "StreamToken", "HeartbeatView", "ErrorCode", "Error"} {
+	for _, name := range []string{"Task", "TaskType", "User", "WorkerView", "TaskWithType", "Attempt", "TaskListPage", "TaskAnswer", "Assignment", "AssignAnswer", "Stats", "Capacity", "EventPage", "Chain", "StreamToken", "HeartbeatView", "ErrorCode", "Error"} {
 		require.Contains(t, doc.Components.Schemas, name)
 	}
 	ids := map[string]string{}

@@ -271,11 +271,33 @@ type TaskUpdate struct {
 
 // Assignment is one line of a task's assignment history.
 type Assignment struct {
-	WorkerID   string    `json:"worker_id"`
-	AssignedBy *string   `json:"assigned_by"`
-	Kind       string    `json:"kind"`
-	Reason     string    `json:"reason"`
-	At         time.Time `json:"at"`
+	TaskID string `json:"task_id"`
+	// Version is the task stream version of the event that recorded it.
+	Version        int       `json:"version"`
+	WorkerID       string    `json:"worker_id"`
+	WorkerName     string    `json:"worker_name"`
+	AssignedBy     *string   `json:"assigned_by"`
+	AssignedByName *string   `json:"assigned_by_name"`
+	Kind           string    `json:"kind" openapi:"enum=assigned|claimed|released"`
+	Reason         string    `json:"reason"`
+	At             time.Time `json:"at"`
+}
+
+// TaskAssignments is a task's assignment history, oldest first: admin
+// assignments, claims and releases, with the names of who was given the
+// task and who gave it (none for the system).
+func (db *DB) TaskAssignments(ctx context.Context, taskID string) ([]Assignment, error) {
+	rows, err := db.pool.Query(ctx, `SELECT a.task_id, a.version, a.worker_id, coalesce(w.full_name, ''),
+		a.assigned_by, b.full_name, a.kind, a.reason, a.at
+		FROM task_assignments a
+		LEFT JOIN users w ON w.id = a.worker_id
+		LEFT JOIN users b ON b.id = a.assigned_by
+		WHERE a.task_id = $1 ORDER BY a.version`, taskID)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Assignment])
+	return out, mapErr(err)
 }
 
 // TaskDetail is a task with everything around it.
@@ -324,13 +346,8 @@ func (db *DB) GetTaskDetail(ctx context.Context, id string) (*TaskDetail, error)
 		WHERE t.parent_task_id = $1 ORDER BY t.created_at`, id); err != nil {
 		return nil, err
 	}
-	rows, err := db.pool.Query(ctx, `SELECT worker_id, assigned_by, kind, reason, at
-		FROM task_assignments WHERE task_id = $1 ORDER BY version`, id)
-	if err != nil {
-		return nil, mapErr(err)
-	}
-	if d.Assignments, err = pgx.CollectRows(rows, pgx.RowToStructByPos[Assignment]); err != nil {
-		return nil, mapErr(err)
+	if d.Assignments, err = db.TaskAssignments(ctx, id); err != nil {
+		return nil, err
 	}
 	if d.Updates, err = db.TaskUpdates(ctx, id, 1000); err != nil {
 		return nil, err

@@ -163,18 +163,22 @@ type WorkerView struct {
 	CurrentTaskID   *string         `json:"current_task_id"`
 	Metadata        json.RawMessage `json:"metadata"`
 	InProgressCount int             `json:"in_progress_count"`
-	CompletedToday  int             `json:"completed_today"`
-	AvailableSlots  int             `json:"available_slots"`
+	// PendingCount is the tasks assigned to the worker that still wait
+	// for it (pending; scheduled ones included).
+	PendingCount   int `json:"pending_count"`
+	CompletedToday int `json:"completed_today"`
+	AvailableSlots int `json:"available_slots"`
 }
 
-// workerViewsSQL reads each worker's tasks in progress through
-// worker_tasks_holder and its completions since $1 through
+// workerViewsSQL reads each worker's tasks in progress and waiting for it
+// through worker_tasks_holder and its completions since $1 through
 // worker_tasks_completed: both bounded by what the worker does now or did
 // today, never by its whole history (ADR 010).
 func workerViewsSQL(where string) string {
 	return `SELECT ` + userColumns + `, u.last_activity_at, u.heartbeat_status,
     u.current_task_id, u.heartbeat_metadata,
     (SELECT count(*) FROM worker_tasks t WHERE t.assigned_to = u.id AND t.status = 'in_progress'),
+    (SELECT count(*) FROM worker_tasks t WHERE t.assigned_to = u.id AND t.status = 'pending'),
     (SELECT count(*) FROM worker_tasks t WHERE t.assigned_to = u.id AND t.status = 'completed' AND t.completed_at >= $1)
   FROM users u WHERE ` + where + ` ORDER BY u.full_name, u.id`
 }
@@ -183,6 +187,27 @@ func workerViewsSQL(where string) string {
 // is marked online, was heard from within the offline threshold and did not
 // say it was going offline.
 func (db *DB) ListWorkers(ctx context.Context) ([]WorkerView, error) {
+	return db.ListAccounts(ctx, RoleWorker)
+}
+
+// AccountRole picks the accounts a listing shows.
+type AccountRole string
+
+const (
+	RoleWorker AccountRole = "worker"
+	RoleAdmin  AccountRole = "admin"
+	RoleAny    AccountRole = "any"
+)
+
+// ListAccounts lists the accounts that have role (any: every account) as
+// ListWorkers shows workers.
+func (db *DB) ListAccounts(ctx context.Context, role AccountRole) ([]WorkerView, error) {
+	switch role {
+	case RoleAdmin:
+		return db.workerViews(ctx, `u.is_admin`)
+	case RoleAny:
+		return db.workerViews(ctx, `true`)
+	}
 	return db.workerViews(ctx, `u.is_worker`)
 }
 
@@ -210,7 +235,7 @@ func (db *DB) workerViews(ctx context.Context, where string, args ...any) ([]Wor
 	for rows.Next() {
 		var w WorkerView
 		dest := append(userDest(&w.User), &w.LastActivityAt, &w.HeartbeatStatus, &w.CurrentTaskID, &w.Metadata,
-			&w.InProgressCount, &w.CompletedToday)
+			&w.InProgressCount, &w.PendingCount, &w.CompletedToday)
 		if err := rows.Scan(dest...); err != nil {
 			return nil, mapErr(err)
 		}

@@ -313,6 +313,9 @@ type NewWorker struct {
 	Password           string `json:"password"`
 	FullName           string `json:"full_name"`
 	MaxConcurrentTasks int    `json:"max_concurrent_tasks,omitempty"`
+	IsAdmin            bool   `json:"is_admin,omitempty"`
+	// IsWorker false (with IsAdmin) makes an admin-only account; nil a worker.
+	IsWorker *bool `json:"is_worker,omitempty"`
 }
 
 // CreateWorker creates a worker user.
@@ -324,8 +327,13 @@ func (c *Client) CreateWorker(ctx context.Context, w NewWorker) (*events.User, e
 
 // Workers lists workers with their activity.
 func (c *Client) Workers(ctx context.Context) ([]store.WorkerView, error) {
+	return c.Accounts(ctx, "worker")
+}
+
+// Accounts lists the accounts with role: worker, admin or any.
+func (c *Client) Accounts(ctx context.Context, role string) ([]store.WorkerView, error) {
 	var out []store.WorkerView
-	return out, c.Do(ctx, http.MethodGet, adminBase, nil, &out)
+	return out, c.Do(ctx, http.MethodGet, adminBase+"?role="+url.QueryEscape(role), nil, &out)
 }
 
 // Capacity reads the fleet's capacity.
@@ -526,9 +534,31 @@ func (c *Client) CancelTask(ctx context.Context, id, reason string) (*events.Tas
 
 // AssignTask assigns a pending task to a worker.
 func (c *Client) AssignTask(ctx context.Context, id, workerID, reason string) (*events.Task, error) {
-	var out events.Task
+	a, err := c.Assign(ctx, id, workerID, reason)
+	if err != nil {
+		return nil, err
+	}
+	return a.Task, nil
+}
+
+// Assignment is what an assignment answers: the task and the assignment
+// it recorded.
+type Assignment struct {
+	Task       *events.Task      `json:"task"`
+	Assignment *store.Assignment `json:"assignment"`
+}
+
+// Assign assigns a pending task to a worker with a reason.
+func (c *Client) Assign(ctx context.Context, id, workerID, reason string) (*Assignment, error) {
+	var out Assignment
 	return &out, c.Do(ctx, http.MethodPost, adminBase+"/tasks/"+url.PathEscape(id)+"/assign",
 		map[string]string{"assigned_to": workerID, "reason": reason}, &out)
+}
+
+// TaskAssignments is a task's assignment history, oldest first.
+func (c *Client) TaskAssignments(ctx context.Context, id string) ([]store.Assignment, error) {
+	var out []store.Assignment
+	return out, c.Do(ctx, http.MethodGet, adminBase+"/tasks/"+url.PathEscape(id)+"/assignments", nil, &out)
 }
 
 // Event is one event as the API shows it.

@@ -66,6 +66,27 @@ func (e ActorViewKind) Valid() bool {
 	}
 }
 
+// Defines values for AssignmentKind.
+const (
+	Assigned AssignmentKind = "assigned"
+	Claimed  AssignmentKind = "claimed"
+	Released AssignmentKind = "released"
+)
+
+// Valid indicates whether the value is a known member of the AssignmentKind enum.
+func (e AssignmentKind) Valid() bool {
+	switch e {
+	case Assigned:
+		return true
+	case Claimed:
+		return true
+	case Released:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for AttemptStatus.
 const (
 	AttemptStatusCancelled  AttemptStatus = "cancelled"
@@ -288,6 +309,99 @@ func (e TaskStatus) Valid() bool {
 	case TaskStatusInProgress:
 		return true
 	case TaskStatusPending:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for TaskAnswerFailureKind.
+const (
+	TaskAnswerFailureKindError         TaskAnswerFailureKind = "error"
+	TaskAnswerFailureKindTimeout       TaskAnswerFailureKind = "timeout"
+	TaskAnswerFailureKindWorkerOffline TaskAnswerFailureKind = "worker_offline"
+)
+
+// Valid indicates whether the value is a known member of the TaskAnswerFailureKind enum.
+func (e TaskAnswerFailureKind) Valid() bool {
+	switch e {
+	case TaskAnswerFailureKindError:
+		return true
+	case TaskAnswerFailureKindTimeout:
+		return true
+	case TaskAnswerFailureKindWorkerOffline:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for TaskAnswerPriority.
+const (
+	TaskAnswerPriorityHigh   TaskAnswerPriority = "high"
+	TaskAnswerPriorityLow    TaskAnswerPriority = "low"
+	TaskAnswerPriorityMedium TaskAnswerPriority = "medium"
+	TaskAnswerPriorityUrgent TaskAnswerPriority = "urgent"
+)
+
+// Valid indicates whether the value is a known member of the TaskAnswerPriority enum.
+func (e TaskAnswerPriority) Valid() bool {
+	switch e {
+	case TaskAnswerPriorityHigh:
+		return true
+	case TaskAnswerPriorityLow:
+		return true
+	case TaskAnswerPriorityMedium:
+		return true
+	case TaskAnswerPriorityUrgent:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for TaskAnswerRetryOutcome.
+const (
+	TaskAnswerRetryOutcomeExhausted TaskAnswerRetryOutcome = "exhausted"
+	TaskAnswerRetryOutcomeRetried   TaskAnswerRetryOutcome = "retried"
+	TaskAnswerRetryOutcomeSkipped   TaskAnswerRetryOutcome = "skipped"
+)
+
+// Valid indicates whether the value is a known member of the TaskAnswerRetryOutcome enum.
+func (e TaskAnswerRetryOutcome) Valid() bool {
+	switch e {
+	case TaskAnswerRetryOutcomeExhausted:
+		return true
+	case TaskAnswerRetryOutcomeRetried:
+		return true
+	case TaskAnswerRetryOutcomeSkipped:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for TaskAnswerStatus.
+const (
+	TaskAnswerStatusCancelled  TaskAnswerStatus = "cancelled"
+	TaskAnswerStatusCompleted  TaskAnswerStatus = "completed"
+	TaskAnswerStatusFailed     TaskAnswerStatus = "failed"
+	TaskAnswerStatusInProgress TaskAnswerStatus = "in_progress"
+	TaskAnswerStatusPending    TaskAnswerStatus = "pending"
+)
+
+// Valid indicates whether the value is a known member of the TaskAnswerStatus enum.
+func (e TaskAnswerStatus) Valid() bool {
+	switch e {
+	case TaskAnswerStatusCancelled:
+		return true
+	case TaskAnswerStatusCompleted:
+		return true
+	case TaskAnswerStatusFailed:
+		return true
+	case TaskAnswerStatusInProgress:
+		return true
+	case TaskAnswerStatusPending:
 		return true
 	default:
 		return false
@@ -892,12 +1006,19 @@ type ActorViewKind string
 
 // Assignment defines model for Assignment.
 type Assignment struct {
-	AssignedBy *string   `json:"assigned_by"`
-	At         time.Time `json:"at"`
-	Kind       string    `json:"kind"`
-	Reason     string    `json:"reason"`
-	WorkerId   string    `json:"worker_id"`
+	AssignedBy     *string        `json:"assigned_by"`
+	AssignedByName *string        `json:"assigned_by_name"`
+	At             time.Time      `json:"at"`
+	Kind           AssignmentKind `json:"kind"`
+	Reason         string         `json:"reason"`
+	TaskId         string         `json:"task_id"`
+	Version        int            `json:"version"`
+	WorkerId       string         `json:"worker_id"`
+	WorkerName     string         `json:"worker_name"`
 }
+
+// AssignmentKind defines model for Assignment.Kind.
+type AssignmentKind string
 
 // Attempt defines model for Attempt.
 type Attempt struct {
@@ -1158,6 +1279,75 @@ type TaskRetryOutcome string
 // TaskStatus defines model for Task.Status.
 type TaskStatus string
 
+// TaskAnswer defines model for TaskAnswer.
+type TaskAnswer struct {
+	AssignedTo     *string                `json:"assigned_to"`
+	AvailableAt    time.Time              `json:"available_at"`
+	CheckpointedAt *time.Time             `json:"checkpointed_at"`
+	CompletedAt    *time.Time             `json:"completed_at"`
+	CreatedAt      time.Time              `json:"created_at"`
+	CreatedBy      *string                `json:"created_by"`
+	Description    string                 `json:"description"`
+	FailureKind    *TaskAnswerFailureKind `json:"failure_kind"`
+	FailureReason  *string                `json:"failure_reason"`
+	Id             string                 `json:"id"`
+
+	// MaxRetries automatic retries after a failure (the type's max_retries)
+	MaxRetries   int                     `json:"max_retries"`
+	Params       *map[string]interface{} `json:"params"`
+	ParentTaskId *string                 `json:"parent_task_id"`
+	Priority     TaskAnswerPriority      `json:"priority"`
+
+	// Result any JSON value
+	Result       TaskAnswer_Result       `json:"result"`
+	RetryCount   int                     `json:"retry_count"`
+	RetryOutcome *TaskAnswerRetryOutcome `json:"retry_outcome"`
+	RetryTaskId  *string                 `json:"retry_task_id"`
+	ScheduleId   *string                 `json:"schedule_id"`
+	ScheduleRun  *int                    `json:"schedule_run"`
+	Scheduled    bool                    `json:"scheduled"`
+	StartedAt    *time.Time              `json:"started_at"`
+	Status       TaskAnswerStatus        `json:"status"`
+	TaskType     *TaskTypeRef            `json:"task_type"`
+	TaskTypeId   string                  `json:"task_type_id"`
+	Title        string                  `json:"title"`
+	UniqueKey    *string                 `json:"unique_key"`
+	UpdatedAt    time.Time               `json:"updated_at"`
+	Version      int                     `json:"version"`
+}
+
+// TaskAnswerFailureKind defines model for TaskAnswer.FailureKind.
+type TaskAnswerFailureKind string
+
+// TaskAnswerPriority defines model for TaskAnswer.Priority.
+type TaskAnswerPriority string
+
+// TaskAnswerResult0 defines model for TaskAnswer.Result.0.
+type TaskAnswerResult0 map[string]interface{}
+
+// TaskAnswerResult1 defines model for TaskAnswer.Result.1.
+type TaskAnswerResult1 = []interface{}
+
+// TaskAnswerResult2 defines model for TaskAnswer.Result.2.
+type TaskAnswerResult2 = string
+
+// TaskAnswerResult3 defines model for TaskAnswer.Result.3.
+type TaskAnswerResult3 = float32
+
+// TaskAnswerResult4 defines model for TaskAnswer.Result.4.
+type TaskAnswerResult4 = bool
+
+// TaskAnswer_Result any JSON value
+type TaskAnswer_Result struct {
+	union json.RawMessage
+}
+
+// TaskAnswerRetryOutcome defines model for TaskAnswer.RetryOutcome.
+type TaskAnswerRetryOutcome string
+
+// TaskAnswerStatus defines model for TaskAnswer.Status.
+type TaskAnswerStatus string
+
 // TaskCheckpoint defines model for TaskCheckpoint.
 type TaskCheckpoint struct {
 	CheckpointedAt time.Time `json:"checkpointed_at"`
@@ -1279,11 +1469,11 @@ type TaskDetailRetryOutcome string
 // TaskDetailStatus defines model for TaskDetail.Status.
 type TaskDetailStatus string
 
-// TaskPage defines model for TaskPage.
-type TaskPage struct {
-	NextCursor *string `json:"next_cursor,omitempty"`
-	QueueDepth int     `json:"queue_depth"`
-	Tasks      []Task  `json:"tasks"`
+// TaskListPage defines model for TaskListPage.
+type TaskListPage struct {
+	NextCursor *string      `json:"next_cursor,omitempty"`
+	QueueDepth int          `json:"queue_depth"`
+	Tasks      []TaskAnswer `json:"tasks"`
 }
 
 // TaskType defines model for TaskType.
@@ -1313,6 +1503,14 @@ type TaskType struct {
 	TimeoutSeconds      *int                    `json:"timeout_seconds,omitempty"`
 	UpdatedAt           time.Time               `json:"updated_at"`
 	Version             int                     `json:"version"`
+}
+
+// TaskTypeRef defines model for TaskTypeRef.
+type TaskTypeRef struct {
+	Id         string `json:"id"`
+	Label      string `json:"label"`
+	MaxRetries int    `json:"max_retries"`
+	Name       string `json:"name"`
 }
 
 // TaskUpdate defines model for TaskUpdate.
@@ -1458,8 +1656,11 @@ type CreateWorkerJSONBody struct {
 	Email    openapi_types.Email `json:"email"`
 	FullName string              `json:"full_name"`
 
-	// IsAdmin also an admin
+	// IsAdmin an admin too
 	IsAdmin *bool `json:"is_admin,omitempty"`
+
+	// IsWorker a worker (default true); false with is_admin true makes an admin-only account
+	IsWorker *bool `json:"is_worker,omitempty"`
 
 	// MaxConcurrentTasks tasks it may hold at once (default 1)
 	MaxConcurrentTasks *int   `json:"max_concurrent_tasks,omitempty"`
@@ -2072,6 +2273,146 @@ func (t Task_Result) MarshalJSON() ([]byte, error) {
 }
 
 func (t *Task_Result) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	return err
+}
+
+// AsTaskAnswerResult0 returns the union data inside the TaskAnswer_Result as a TaskAnswerResult0
+func (t TaskAnswer_Result) AsTaskAnswerResult0() (TaskAnswerResult0, error) {
+	var body TaskAnswerResult0
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromTaskAnswerResult0 overwrites any union data inside the TaskAnswer_Result as the provided TaskAnswerResult0
+func (t *TaskAnswer_Result) FromTaskAnswerResult0(v TaskAnswerResult0) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeTaskAnswerResult0 performs a merge with any union data inside the TaskAnswer_Result, using the provided TaskAnswerResult0
+func (t *TaskAnswer_Result) MergeTaskAnswerResult0(v TaskAnswerResult0) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsTaskAnswerResult1 returns the union data inside the TaskAnswer_Result as a TaskAnswerResult1
+func (t TaskAnswer_Result) AsTaskAnswerResult1() (TaskAnswerResult1, error) {
+	var body TaskAnswerResult1
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromTaskAnswerResult1 overwrites any union data inside the TaskAnswer_Result as the provided TaskAnswerResult1
+func (t *TaskAnswer_Result) FromTaskAnswerResult1(v TaskAnswerResult1) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeTaskAnswerResult1 performs a merge with any union data inside the TaskAnswer_Result, using the provided TaskAnswerResult1
+func (t *TaskAnswer_Result) MergeTaskAnswerResult1(v TaskAnswerResult1) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsTaskAnswerResult2 returns the union data inside the TaskAnswer_Result as a TaskAnswerResult2
+func (t TaskAnswer_Result) AsTaskAnswerResult2() (TaskAnswerResult2, error) {
+	var body TaskAnswerResult2
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromTaskAnswerResult2 overwrites any union data inside the TaskAnswer_Result as the provided TaskAnswerResult2
+func (t *TaskAnswer_Result) FromTaskAnswerResult2(v TaskAnswerResult2) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeTaskAnswerResult2 performs a merge with any union data inside the TaskAnswer_Result, using the provided TaskAnswerResult2
+func (t *TaskAnswer_Result) MergeTaskAnswerResult2(v TaskAnswerResult2) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsTaskAnswerResult3 returns the union data inside the TaskAnswer_Result as a TaskAnswerResult3
+func (t TaskAnswer_Result) AsTaskAnswerResult3() (TaskAnswerResult3, error) {
+	var body TaskAnswerResult3
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromTaskAnswerResult3 overwrites any union data inside the TaskAnswer_Result as the provided TaskAnswerResult3
+func (t *TaskAnswer_Result) FromTaskAnswerResult3(v TaskAnswerResult3) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeTaskAnswerResult3 performs a merge with any union data inside the TaskAnswer_Result, using the provided TaskAnswerResult3
+func (t *TaskAnswer_Result) MergeTaskAnswerResult3(v TaskAnswerResult3) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsTaskAnswerResult4 returns the union data inside the TaskAnswer_Result as a TaskAnswerResult4
+func (t TaskAnswer_Result) AsTaskAnswerResult4() (TaskAnswerResult4, error) {
+	var body TaskAnswerResult4
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromTaskAnswerResult4 overwrites any union data inside the TaskAnswer_Result as the provided TaskAnswerResult4
+func (t *TaskAnswer_Result) FromTaskAnswerResult4(v TaskAnswerResult4) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeTaskAnswerResult4 performs a merge with any union data inside the TaskAnswer_Result, using the provided TaskAnswerResult4
+func (t *TaskAnswer_Result) MergeTaskAnswerResult4(v TaskAnswerResult4) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t TaskAnswer_Result) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	return b, err
+}
+
+func (t *TaskAnswer_Result) UnmarshalJSON(b []byte) error {
 	err := t.union.UnmarshalJSON(b)
 	return err
 }
@@ -2772,7 +3113,7 @@ func WithRequestEditorFn(fn RequestEditorFn) ClientOption {
 // The interface specification for the client above.
 type ClientInterface interface {
 
-	// CreateWorkerWithBody Create a worker user
+	// CreateWorkerWithBody Create an account: a worker, an admin too (is_admin), or an admin only (is_worker false)
 	//
 	// Requires the admin role.
 	//
@@ -2781,7 +3122,7 @@ type ClientInterface interface {
 	// Corresponds with POST /api/v1/admin/workers (the `CreateWorker` operationId).
 	CreateWorkerWithBody(ctx context.Context, params *CreateWorkerParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// CreateWorker Create a worker user
+	// CreateWorker Create an account: a worker, an admin too (is_admin), or an admin only (is_worker false)
 	//
 	// Requires the admin role.
 	//
@@ -2973,7 +3314,7 @@ type ClientInterface interface {
 	PostUpdate(ctx context.Context, id openapi_types.UUID, params *PostUpdateParams, body PostUpdateJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
-// CreateWorkerWithBody Create a worker user
+// CreateWorkerWithBody Create an account: a worker, an admin too (is_admin), or an admin only (is_worker false)
 //
 // Requires the admin role.
 //
@@ -2992,7 +3333,7 @@ func (c *Client) CreateWorkerWithBody(ctx context.Context, params *CreateWorkerP
 	return c.Client.Do(req)
 }
 
-// CreateWorker Create a worker user
+// CreateWorker Create an account: a worker, an admin too (is_admin), or an admin only (is_worker false)
 //
 // Requires the admin role.
 //
@@ -4292,7 +4633,7 @@ func WithBaseURL(baseURL string) ClientOption {
 // ClientWithResponsesInterface is the interface specification for the client with responses above.
 type ClientWithResponsesInterface interface {
 
-	// CreateWorkerWithBodyWithResponse Create a worker user
+	// CreateWorkerWithBodyWithResponse Create an account: a worker, an admin too (is_admin), or an admin only (is_worker false)
 	//
 	// Requires the admin role.
 	//
@@ -4301,7 +4642,7 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /api/v1/admin/workers (the `CreateWorker` operationId).
 	CreateWorkerWithBodyWithResponse(ctx context.Context, params *CreateWorkerParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateWorkerResponse, error)
 
-	// CreateWorkerWithResponse Create a worker user
+	// CreateWorkerWithResponse Create an account: a worker, an admin too (is_admin), or an admin only (is_worker false)
 	//
 	// Requires the admin role.
 	//
@@ -5052,7 +5393,7 @@ type ListTasksResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *struct {
-		Data    TaskPage                            `json:"data"`
+		Data    TaskListPage                        `json:"data"`
 		Success ListTasks200JSONResponseBodySuccess `json:"success"`
 	}
 	// JSON400 the response for an HTTP 400 `application/json` response
@@ -5081,7 +5422,7 @@ type ListTasksResponse struct {
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r ListTasksResponse) GetJSON200() *struct {
-	Data    TaskPage                            `json:"data"`
+	Data    TaskListPage                        `json:"data"`
 	Success ListTasks200JSONResponseBodySuccess `json:"success"`
 } {
 	return r.JSON200
@@ -5211,12 +5552,12 @@ type CreateTaskResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *struct {
-		Data    Task                                 `json:"data"`
+		Data    TaskAnswer                           `json:"data"`
 		Success CreateTask200JSONResponseBodySuccess `json:"success"`
 	}
 	// JSON201 the response for an HTTP 201 `application/json` response
 	JSON201 *struct {
-		Data    Task                                 `json:"data"`
+		Data    TaskAnswer                           `json:"data"`
 		Success CreateTask201JSONResponseBodySuccess `json:"success"`
 	}
 	// JSON400 the response for an HTTP 400 `application/json` response
@@ -5271,7 +5612,7 @@ type CreateTaskResponse struct {
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r CreateTaskResponse) GetJSON200() *struct {
-	Data    Task                                 `json:"data"`
+	Data    TaskAnswer                           `json:"data"`
 	Success CreateTask200JSONResponseBodySuccess `json:"success"`
 } {
 	return r.JSON200
@@ -5279,7 +5620,7 @@ func (r CreateTaskResponse) GetJSON200() *struct {
 
 // GetJSON201 returns the response for an HTTP 201 `application/json` response
 func (r CreateTaskResponse) GetJSON201() *struct {
-	Data    Task                                 `json:"data"`
+	Data    TaskAnswer                           `json:"data"`
 	Success CreateTask201JSONResponseBodySuccess `json:"success"`
 } {
 	return r.JSON201
@@ -7190,7 +7531,7 @@ func (r PostUpdateResponse) ContentType() string {
 	return ""
 }
 
-// CreateWorkerWithBodyWithResponse Create a worker user
+// CreateWorkerWithBodyWithResponse Create an account: a worker, an admin too (is_admin), or an admin only (is_worker false)
 //
 // Requires the admin role.
 //
@@ -7205,7 +7546,7 @@ func (c *ClientWithResponses) CreateWorkerWithBodyWithResponse(ctx context.Conte
 	return ParseCreateWorkerResponse(rsp)
 }
 
-// CreateWorkerWithResponse Create a worker user
+// CreateWorkerWithResponse Create an account: a worker, an admin too (is_admin), or an admin only (is_worker false)
 //
 // Requires the admin role.
 //
@@ -8113,7 +8454,7 @@ func ParseListTasksResponse(rsp *http.Response) (*ListTasksResponse, error) {
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
 		var dest struct {
-			Data    TaskPage                            `json:"data"`
+			Data    TaskListPage                        `json:"data"`
 			Success ListTasks200JSONResponseBodySuccess `json:"success"`
 		}
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -8240,7 +8581,7 @@ func ParseCreateTaskResponse(rsp *http.Response) (*CreateTaskResponse, error) {
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
 		var dest struct {
-			Data    Task                                 `json:"data"`
+			Data    TaskAnswer                           `json:"data"`
 			Success CreateTask200JSONResponseBodySuccess `json:"success"`
 		}
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -8250,7 +8591,7 @@ func ParseCreateTaskResponse(rsp *http.Response) (*CreateTaskResponse, error) {
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
 		var dest struct {
-			Data    Task                                 `json:"data"`
+			Data    TaskAnswer                           `json:"data"`
 			Success CreateTask201JSONResponseBodySuccess `json:"success"`
 		}
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {

@@ -21,6 +21,7 @@ type workerRow struct {
 
 type workersData struct {
 	Workers []workerRow
+	Admins  []store.WorkerView // accounts that are admins only
 	Form    url.Values
 	Errors  formErrors
 	Created string
@@ -50,6 +51,15 @@ func (u *UI) renderWorkers(c echo.Context, status int, form url.Values, errs for
 		form = url.Values{"max_concurrent_tasks": {"1"}}
 	}
 	d := workersData{Form: form, Errors: errs, Created: created}
+	admins, err := u.db.ListAccounts(ctx, store.RoleAdmin)
+	if err != nil {
+		return u.fail(c, err)
+	}
+	for _, a := range admins {
+		if !a.IsWorker {
+			d.Admins = append(d.Admins, a)
+		}
+	}
 	for _, w := range ws {
 		d.Workers = append(d.Workers, workerRow{WorkerView: w, Current: byWorker[w.ID],
 			Metadata: showJSON(w.Metadata, maxShownRowJSON, "/workers/"+w.ID+"/metadata.json")})
@@ -64,6 +74,10 @@ func (u *UI) createWorker(c echo.Context) error {
 	}
 	req := api.CreateWorkerRequest{Email: strings.TrimSpace(form.Get("email")), FullName: strings.TrimSpace(form.Get("full_name")),
 		Password: form.Get("password"), IsAdmin: form.Get("is_admin") != ""}
+	if form.Get("roles") != "" { // the form says the roles; without it, a worker
+		isWorker := form.Get("is_worker") != ""
+		req.IsWorker = &isWorker
+	}
 	if v := strings.TrimSpace(form.Get("max_concurrent_tasks")); v != "" {
 		if req.MaxConcurrentTasks, err = strconv.Atoi(v); err != nil {
 			err = events.Invalid("max_concurrent_tasks", "must be a whole number")

@@ -108,6 +108,11 @@ func (u *UI) routes() []route {
 		{method: http.MethodGet, path: "/workers", handler: u.workers},
 		{method: http.MethodPost, path: "/workers", handler: u.createWorker},
 		{method: http.MethodGet, path: "/workers/:id/metadata.json", handler: u.workerMetadata},
+		{method: http.MethodGet, path: "/workers/:id", handler: u.worker},
+		{method: http.MethodPost, path: "/workers/:id/update", handler: u.workerAction("updated", u.updateWorker)},
+		{method: http.MethodPost, path: "/workers/:id/deactivate", handler: u.workerAction("deactivated", u.deactivateWorker)},
+		{method: http.MethodPost, path: "/workers/:id/reactivate", handler: u.workerAction("reactivated", u.reactivateWorker)},
+		{method: http.MethodPost, path: "/workers/:id/password", handler: u.workerAction("password", u.setWorkerPassword)},
 		{method: http.MethodGet, path: "/events", handler: u.events},
 
 		// Schedules (issue 13).

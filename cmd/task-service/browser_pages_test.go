@@ -17,7 +17,8 @@ import (
 // What a first-time admin trips on, in a real headless Chromium: a manual
 // retry past the type's maximum, times in the viewer's zone, "1 task", a
 // bulk cancel that asks first and says what it did, a bad ?at= that is not
-// asked for again and again, the schedule form's worker picker, and every
+// asked for again and again, the schedule form's worker picker, the tasks
+// waiting for each worker, the worker's page and its actions, and every
 // schema error at its own field.
 func TestBrowserFirstAdminPages(t *testing.T) {
 	t.Parallel()
@@ -30,7 +31,7 @@ func TestBrowserFirstAdminPages(t *testing.T) {
 	tt, err := admin.CreateTaskType(ctx, client.NewTaskType{Name: "crawl", Label: "Crawl", MaxRetries: &none,
 		ParamSchema: json.RawMessage(`{"type":"object","properties":{"ticker":{"type":"string"},"days":{"type":"integer","minimum":1}},"required":["ticker","days"]}`)})
 	require.NoError(t, err)
-	_, err = admin.CreateWorker(ctx, client.NewWorker{Email: "genesis@example.com", Password: "genesis-password", FullName: "Genesis"})
+	genesis, err := admin.CreateWorker(ctx, client.NewWorker{Email: "genesis@example.com", Password: "genesis-password", FullName: "Genesis"})
 	require.NoError(t, err)
 	w := client.New(s.base, checkedHTTP(t, s.base, nil))
 	_, err = w.Login(ctx, "genesis@example.com", "genesis-password")
@@ -58,7 +59,8 @@ func TestBrowserFirstAdminPages(t *testing.T) {
 	// The queue holds the retry only; cancel it from the list, confirming.
 	b.run(chromedp.Navigate(s.base + "/tasks"))
 	require.Contains(t, b.text("#live"), "Queue: 1 task waiting")
-	b.run(chromedp.Click(`input[value="`+retry.ID+`"]`, chromedp.ByQuery), chromedp.Click(`button[value="cancel"]`, chromedp.ByQuery))
+	b.click(`input[value="` + retry.ID + `"]`) // a checked box holds the live list still
+	b.click(`button[value="cancel"]`)
 	b.waitJS(`document.getElementById("bulk-confirm") !== null`)
 	require.Contains(t, b.text("#bulk-confirm"), "1 task will be cancelled")
 	require.Contains(t, b.text("#bulk-confirm"), "Crawl NVDA (retry 1)")
@@ -83,6 +85,24 @@ func TestBrowserFirstAdminPages(t *testing.T) {
 	// The schedule form offers the workers by name.
 	b.run(chromedp.Navigate(s.base + "/schedules/new"))
 	require.Contains(t, b.text("#f-task-assigned_to"), "Genesis")
+
+	// The workers page counts the tasks waiting for each worker.
+	_, err = admin.CreateTask(ctx, client.NewTask{Title: "Crawl AMD", TaskTypeID: tt.ID, Params: json.RawMessage(`{"ticker":"AMD","days":1}`), AssignedTo: genesis.ID})
+	require.NoError(t, err)
+	b.run(chromedp.Navigate(s.base + "/workers"))
+	require.Equal(t, "1", b.text(`a[href="/tasks?assignee=`+genesis.ID+`&status=pending"]`))
+
+	// The worker's page, from the list: deactivate it there.
+	b.click(`a[href="/workers/` + genesis.ID + `"]`)
+	b.waitJS(`document.getElementById("worker-deactivate") !== null`)
+	require.Contains(t, b.text("h1"), "Genesis")
+	b.run(chromedp.Evaluate(`document.querySelector("#worker-deactivate").closest("details").open = true`, nil),
+		chromedp.SetValue("#wd-reason", "machine retired", chromedp.ByID), chromedp.Click(`#worker-deactivate button[type="submit"]`, chromedp.ByQuery))
+	b.waitJS(`document.getElementById("worker-notice") !== null`)
+	require.Contains(t, b.text("#account-state"), "deactivated")
+	u, err := admin.Worker(ctx, genesis.ID)
+	require.NoError(t, err)
+	require.False(t, u.Active)
 
 	// Every schema error at its own field: no ticker and days=0.
 	b.run(chromedp.Navigate(s.base+"/tasks/new?type="+tt.ID), chromedp.WaitVisible("#f-params-days", chromedp.ByID),

@@ -44,6 +44,7 @@ func TestScreenshots(t *testing.T) {
 		{"types", "/types"},
 		{"type", "/types/" + seed.typeID},
 		{"workers", "/workers"},
+		{"worker", "/workers/" + seed.workerID},
 		{"events", "/events"},
 		{"schedules", "/schedules"},
 		{"schedule-new", "/schedules/new"},
@@ -74,7 +75,7 @@ func TestScreenshots(t *testing.T) {
 	b.checkConsole()
 }
 
-type fleet struct{ typeID, retried string }
+type fleet struct{ typeID, retried, workerID string }
 
 // seedFleet makes types, workers and a few dozen tasks in every state, a
 // retry chain among them.
@@ -98,15 +99,19 @@ func seedFleet(t *testing.T, ctx context.Context, admin *client.Client, base str
 	require.NoError(t, err)
 
 	var workers []*client.Client
+	var workerID string
 	for i, name := range []string{"Genesis", "Exodus", "Leviticus", "Numbers"} {
 		email := fmt.Sprintf("bot-%d@example.com", i+1)
-		_, err := admin.CreateWorker(ctx, client.NewWorker{Email: email, Password: "worker-password", FullName: name, MaxConcurrentTasks: 2})
+		u, err := admin.CreateWorker(ctx, client.NewWorker{Email: email, Password: "worker-password", FullName: name, MaxConcurrentTasks: 2})
 		require.NoError(t, err)
+		if i == 0 {
+			workerID = u.ID
+		}
 		w := client.New(base, nil)
 		_, err = w.Login(ctx, email, "worker-password")
 		require.NoError(t, err)
 		if i < 3 {
-			require.NoError(t, w.Heartbeat(ctx, client.Heartbeat{Status: "working", Metadata: map[string]any{"host": fmt.Sprintf("agent-%d", i+1), "model": "claude-sonnet-4-5"}}))
+			require.NoError(t, w.Heartbeat(ctx, client.Heartbeat{Status: "working", Metadata: map[string]any{"host": fmt.Sprintf("agent-%d", i+1), "model": "claude-sonnet-4-5", "restart_count": i, "version": "v1.4.0"}}))
 		}
 		workers = append(workers, w)
 	}
@@ -162,7 +167,7 @@ func seedFleet(t *testing.T, ctx context.Context, admin *client.Client, base str
 		ch, err := admin.TaskChain(ctx, retried)
 		require.NoError(t, err)
 		if len(ch.Attempts) == 2 {
-			return fleet{typeID: crawl.ID, retried: ch.Attempts[1].TaskID}
+			return fleet{typeID: crawl.ID, retried: ch.Attempts[1].TaskID, workerID: workerID}
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -15,12 +15,12 @@ import (
 
 // taskctl workers show|update|deactivate|reactivate|password (issue 11).
 
-// accountRef finds a user by id (admins too), email or name (workers).
+// accountRef finds a user, a worker or an admin, by id, email or name.
 func accountRef(ctx context.Context, c *client.Client, ref string) (*store.WorkerView, error) {
 	if _, err := uuid.Parse(ref); err == nil {
 		return c.Worker(ctx, ref)
 	}
-	w, err := resolveWorker(ctx, c, ref)
+	w, err := resolveAccount(ctx, c, ref, "any")
 	if err != nil {
 		return nil, err
 	}
@@ -29,7 +29,7 @@ func accountRef(ctx context.Context, c *client.Client, ref string) (*store.Worke
 
 var workersShowSpec = cmdSpec{
 	name: "workers show", args: "WORKER [--json]",
-	summary: "Show one user (a worker by id, email or name; an admin by id): roles, active or not,\n" +
+	summary: "Show one user (a worker or an admin, by id, email or name): roles, active or not,\n" +
 		"lockout, presence, tasks.",
 	example: "taskctl workers show genesis@bots.example.com",
 }

@@ -42,6 +42,15 @@ func TestWorkersAccounts(t *testing.T) {
 	require.NotEqual(t, exitOK, code)
 	require.Contains(t, errOut, "password")
 
+	// An admin-only account in one call; listed with --role, shown by email.
+	out = e.ok("workers", "create", "--email", "ops@example.com", "--name", "Ops", "--password", "ops-password-1", "--admin", "--worker=false")
+	require.Contains(t, out, "Created admin Ops <ops@example.com>")
+	require.NotContains(t, e.ok("workers", "list"), "ops@example.com")
+	out = e.ok("workers", "list", "--role", "admin")
+	require.Regexp(t, `Ops\s+ops@example.com\s+admin\s`, out)
+	require.Contains(t, e.ok("workers", "list", "--role", "any"), "exodus@bots.example.com")
+	require.Contains(t, e.ok("workers", "show", "ops@example.com"), "Ops")
+
 	code, _, errOut = e.taskctl("workers", "show", "nobody@example.com")
 	require.Equal(t, exitUsage, code)
 	require.True(t, strings.Contains(errOut, "no worker"), errOut)

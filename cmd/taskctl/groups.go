@@ -82,7 +82,13 @@ func resolveType(ctx context.Context, c *client.Client, ref string) (*events.Tas
 
 // resolveWorker finds a worker by id, email or full name.
 func resolveWorker(ctx context.Context, c *client.Client, ref string) (*store.WorkerView, error) {
-	workers, err := c.Workers(ctx)
+	return resolveAccount(ctx, c, ref, "worker")
+}
+
+// resolveAccount finds an account with role (worker, admin or any) by id,
+// email or name.
+func resolveAccount(ctx context.Context, c *client.Client, ref, role string) (*store.WorkerView, error) {
+	workers, err := c.Accounts(ctx, role)
 	if err != nil {
 		return nil, err
 	}

@@ -23,9 +23,11 @@ var workersCommand = group("workers", "Create, change, deactivate and reset the 
 
 var workersCreateSpec = cmdSpec{
 	name: "workers create", args: "--email EMAIL --name NAME [flags]",
-	summary: "Create a worker account. Without --password (or $TASKCTL_WORKER_PASSWORD) a random\n" +
-		"password is made and printed once: give it to the worker (task-worker, a ClawdBot) to log in.",
-	example: `taskctl workers create --email genesis@bots.example.com --name Genesis --max-concurrent 2`,
+	summary: "Create an account: a worker, with --admin an admin too, with --admin --worker=false an\n" +
+		"admin only. Without --password (or $TASKCTL_WORKER_PASSWORD) a random password is made and\n" +
+		"printed once: give it to the worker (task-worker, a ClawdBot) or the admin to log in.",
+	example: "taskctl workers create --email genesis@bots.example.com --name Genesis --max-concurrent 2\n" +
+		"taskctl workers create --email ops@example.com --name Ops --admin --worker=false",
 }
 
 func (a *app) workersCreate(args []string) int {
@@ -36,6 +38,8 @@ func (a *app) workersCreate(args []string) int {
 	name := fs.String("name", "", "display name (required)")
 	password := fs.String("password", "", "password, 8-72 bytes (default $TASKCTL_WORKER_PASSWORD, else generated)")
 	maxConc := fs.Int("max-concurrent", 1, "tasks it may hold at once (1-100)")
+	admin := fs.Bool("admin", false, "an admin too")
+	worker := fs.Bool("worker", true, "a worker (--worker=false with --admin: an admin only)")
 	asJSON := fs.Bool("json", false, "print the worker as JSON")
 	_, code, ok := a.parseArgs(fs, spec, args, 0, "")
 	if !ok {
@@ -60,7 +64,8 @@ func (a *app) workersCreate(args []string) int {
 		return a.fail(spec.name, err)
 	}
 	defer cancel()
-	u, err := c.CreateWorker(ctx, client.NewWorker{Email: *email, Password: pw, FullName: *name, MaxConcurrentTasks: *maxConc})
+	u, err := c.CreateWorker(ctx, client.NewWorker{Email: *email, Password: pw, FullName: *name, MaxConcurrentTasks: *maxConc,
+		IsAdmin: *admin, IsWorker: worker})
 	if err != nil {
 		return a.fail(spec.name, err)
 	}
@@ -71,7 +76,11 @@ func (a *app) workersCreate(args []string) int {
 		}
 		return a.printJSON(out)
 	}
-	fmt.Fprintf(a.stdout, "Created worker %s <%s>, id %s, up to %d tasks at once.\n", u.FullName, u.Email, u.ID, u.MaxConcurrentTasks)
+	if u.IsWorker {
+		fmt.Fprintf(a.stdout, "Created %s %s <%s>, id %s, up to %d tasks at once.\n", roleNames(u.IsAdmin, u.IsWorker), u.FullName, u.Email, u.ID, u.MaxConcurrentTasks)
+	} else {
+		fmt.Fprintf(a.stdout, "Created admin %s <%s>, id %s.\n", u.FullName, u.Email, u.ID)
+	}
 	if generated {
 		fmt.Fprintf(a.stdout, "Password (shown once): %s\n", pw)
 	}
@@ -79,15 +88,17 @@ func (a *app) workersCreate(args []string) int {
 }
 
 var workersListSpec = cmdSpec{
-	name: "workers list", args: "[--json]",
-	summary: "List workers: online or not, last heartbeat, tasks in progress, free slots.",
-	example: "taskctl workers list",
+	name: "workers list", args: "[--role worker|admin|any] [--json]",
+	summary: "List workers (or, with --role, admins or every account): online or not, last heartbeat,\n" +
+		"tasks in progress and waiting, free slots.",
+	example: "taskctl workers list\ntaskctl workers list --role any",
 }
 
 func (a *app) workersList(args []string) int {
 	spec := workersListSpec
 	fs := flagSet(spec)
 	api := apiFlag(fs)
+	role := fs.String("role", "worker", "which accounts: worker, admin or any")
 	asJSON := fs.Bool("json", false, "print the workers as JSON")
 	call, code := a.start(fs, spec, args, api, 0, "")
 	if call == nil {
@@ -95,7 +106,7 @@ func (a *app) workersList(args []string) int {
 	}
 	defer call.cancel()
 	c, ctx := call.c, call.ctx
-	ws, err := c.Workers(ctx)
+	ws, err := c.Accounts(ctx, *role)
 	if err != nil {
 		return a.fail(spec.name, err)
 	}
@@ -104,7 +115,7 @@ func (a *app) workersList(args []string) int {
 	}
 	now := time.Now()
 	tw := a.table()
-	fmt.Fprintln(tw, "NAME\tEMAIL\tONLINE\tLAST SEEN\tSTATUS\tRUNNING\tFREE\tDONE TODAY\tID")
+	fmt.Fprintln(tw, "NAME\tEMAIL\tROLES\tONLINE\tLAST SEEN\tSTATUS\tRUNNING\tWAITING\tFREE\tDONE TODAY\tID")
 	for _, w := range ws {
 		seen := "never"
 		if w.LastActivityAt != nil {
@@ -114,12 +125,23 @@ func (a *app) workersList(args []string) int {
 		if w.Online {
 			online = "yes"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d/%d\t%d\t%d\t%s\n", w.FullName, w.Email, online, seen,
-			orDash(deref(w.HeartbeatStatus)), w.InProgressCount, w.MaxConcurrentTasks, w.AvailableSlots, w.CompletedToday, w.ID)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%d\t%d\t%d\t%s\n", w.FullName, w.Email, roleNames(w.IsAdmin, w.IsWorker), online, seen,
+			orDash(deref(w.HeartbeatStatus)), w.InProgressCount, w.MaxConcurrentTasks, w.PendingCount, w.AvailableSlots, w.CompletedToday, w.ID)
 	}
 	tw.Flush()
 	if len(ws) == 0 {
 		fmt.Fprintln(a.stdout, "(no workers yet: taskctl workers create --help)")
 	}
 	return exitOK
+}
+
+// roleNames says an account's roles: worker, admin, or admin+worker.
+func roleNames(isAdmin, isWorker bool) string {
+	switch {
+	case isAdmin && isWorker:
+		return "admin+worker"
+	case isAdmin:
+		return "admin"
+	}
+	return "worker"
 }
