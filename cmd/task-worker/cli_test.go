@@ -1,8 +1,11 @@
 package main
 
 import (
+	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,4 +62,38 @@ func TestRetryDelaysAreLoggedWithAUnit(t *testing.T) {
 	})
 	require.IsType(t, "", retryIn)
 	require.Regexp(t, `^[0-9.]+(ms|s)$`, retryIn)
+}
+
+// The bash completion script completes the flags, and file names after a
+// flag that takes a path; zsh and fish scripts name every flag.
+func TestCompletionScripts(t *testing.T) {
+	t.Parallel()
+	code, script := runWorker(t, "completion", "bash")
+	require.Equal(t, 0, code, script)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "task-worker.bash")
+	require.NoError(t, os.WriteFile(file, []byte(script), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "worker.json"), []byte("{}"), 0o600))
+	complete := func(words ...string) string {
+		t.Helper()
+		cmd := exec.Command("bash", "-c", fmt.Sprintf(`cd %q; source %q; COMP_WORDS=(%s); COMP_CWORD=%d; _task_worker; echo "${COMPREPLY[*]}"`,
+			dir, file, strings.Join(words, " "), len(words)-1))
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, string(out))
+		return strings.TrimSpace(string(out))
+	}
+	require.Equal(t, "--config", complete("task-worker", "--con"))
+	require.Equal(t, "--password --password-file", complete("task-worker", "--api", "x", "--pass"))
+	require.Equal(t, "worker.json", complete("task-worker", "--config", "wor"))
+	require.Equal(t, "version", complete("task-worker", "ver"))
+
+	for _, shell := range []string{"zsh", "fish"} {
+		code, out := runWorker(t, "completion", shell)
+		require.Equal(t, 0, code, out)
+		for _, o := range options() {
+			require.Contains(t, out, o.flag, shell)
+		}
+	}
+	code, _ = runWorker(t, "completion", "tcsh")
+	require.Equal(t, 2, code)
 }

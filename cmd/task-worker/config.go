@@ -167,6 +167,8 @@ const usageHead = `task-worker: the reference ClawdBot worker. It claims tasks f
 task-service, runs a command for each one and reports the outcome.
 
 Usage: task-worker [flags]
+       task-worker version
+       task-worker completion bash|zsh|fish   (a shell completion script for the flags)
 
 Every flag has an environment twin; a flag beats its env var, which beats
 the config file, which beats the default.

@@ -30,6 +30,9 @@ func main() {
 }
 
 func run(args []string) int {
+	if len(args) > 0 && args[0] == "completion" {
+		return runCompletion(args[1:], os.Stdout, os.Stderr)
+	}
 	cfg, err := loadConfig(args, os.Getenv, os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0

@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -575,4 +578,42 @@ func TestTypesAliasAndParamsTemplate(t *testing.T) {
 	code, _, errOut := e.taskctl("types", "create", "--name", "broken", "--params-template", `{"{{key}}": 1}`)
 	require.Equal(t, exitFailure, code)
 	require.Contains(t, errOut, "params_template")
+}
+
+// The bash completion script works in bash: commands, verbs after a global
+// flag, the global flags; zsh and fish scripts name every command and verb.
+func TestCompletionScripts(t *testing.T) {
+	var out, errOut bytes.Buffer
+	require.Equal(t, exitOK, run([]string{"completion", "bash"}, &out, &errOut), errOut.String())
+	script := filepath.Join(t.TempDir(), "taskctl.bash")
+	require.NoError(t, os.WriteFile(script, out.Bytes(), 0o600))
+	complete := func(words ...string) string {
+		t.Helper()
+		quoted := make([]string, len(words))
+		for i, w := range words {
+			quoted[i] = strconv.Quote(w)
+		}
+		cmd := exec.Command("bash", "-c", fmt.Sprintf(`source %q; COMP_WORDS=(%s); COMP_CWORD=%d; _taskctl; echo "${COMPREPLY[*]}"`,
+			script, strings.Join(quoted, " "), len(words)-1))
+		got, err := cmd.CombinedOutput()
+		require.NoError(t, err, string(got))
+		return strings.TrimSpace(string(got))
+	}
+	require.Equal(t, "tail tasks", complete("taskctl", "ta"))
+	require.Equal(t, "cancel create", complete("taskctl", "--api", "http://x", "tasks", "c"))
+	require.Equal(t, "deactivate", complete("taskctl", "workers", "de"))
+	require.Equal(t, "--api", complete("taskctl", "stats", "--a"))
+	require.Equal(t, "", complete("taskctl", "tasks", "list", "x"), "nothing after the verb")
+
+	for _, shell := range []string{"zsh", "fish"} {
+		out.Reset()
+		require.Equal(t, exitOK, run([]string{"completion", shell}, &out, &errOut))
+		for name := range commands() {
+			require.Contains(t, out.String(), name, shell)
+		}
+		for _, verb := range []string{"deactivate", "import", "executions"} {
+			require.Contains(t, out.String(), verb, shell)
+		}
+	}
+	require.Equal(t, exitUsage, run([]string{"completion", "tcsh"}, &out, &errOut))
 }

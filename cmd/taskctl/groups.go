@@ -19,8 +19,16 @@ type subcommand struct {
 	run     func(a *app, args []string) int
 }
 
+// groupVerbs are each command group's verbs with their summaries, for
+// shell completion.
+var groupVerbs = map[string]map[string]string{}
+
 // group runs the verb named by args[0] of a command group.
 func group(name, summary string, subs map[string]subcommand) func(a *app, args []string) int {
+	groupVerbs[name] = map[string]string{}
+	for v, sub := range subs {
+		groupVerbs[name][v] = sub.summary
+	}
 	return func(a *app, args []string) int {
 		args, err := hoistGlobalFlags(args)
 		if err != nil {
