@@ -1,6 +1,9 @@
 package ui
 
 import (
+	"time"
+	"strconv"
+	"slices"
 	"context"
 	"errors"
 	"fmt"
@@ -21,7 +24,13 @@ type taskRow struct {
 	TypeName   string
 	MaxRetries int
 	Assignee   string
+	// Duration is how long the last run took: started to finished, or
+	// "running"; "" when it never started.
+	Duration string
 }
+
+// pageSizes are the list's page-size choices (the API takes up to 200).
+var pageSizes = []int{25, 50, 100, 200}
 
 type tasksData struct {
 	Q        url.Values // the filters as given
@@ -37,6 +46,7 @@ type tasksData struct {
 	// CancelAll and RetryAll lead to the confirm step of acting on every
 	// task the filter matches; "" when the list is not filtered.
 	CancelAll, RetryAll string
+	PageSizes           []int
 }
 
 // taskFilter reads the list's filters from the query, checked as the JSON
@@ -44,6 +54,13 @@ type tasksData struct {
 func taskFilter(q url.Values) (store.TaskFilter, error) {
 	f := store.TaskFilter{After: q.Get("after"), Search: strings.TrimSpace(q.Get("q")), Limit: 50,
 		Unassigned: q.Get("queue") != "", Retries: q.Get("retries") != "", Stuck: q.Get("stuck") != ""}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || !slices.Contains(pageSizes, n) {
+			return f, events.Invalid("limit", "must be 25, 50, 100 or 200 tasks a page")
+		}
+		f.Limit = n
+	}
 	if v := q.Get("status"); v != "" {
 		if f.Status = events.Status(v); !f.Status.Valid() {
 			return f, events.Invalid("status", "must be pending, in_progress, completed, failed or cancelled")
@@ -77,7 +94,7 @@ func (u *UI) tasks(c echo.Context) error {
 
 func (u *UI) renderTasks(c echo.Context, q url.Values, status int, problems []string) error {
 	ctx := c.Request().Context()
-	d := tasksData{Q: q, Problems: problems, Statuses: allStatuses(), Prios: allPriorities()}
+	d := tasksData{Q: q, Problems: problems, PageSizes: pageSizes, Statuses: allStatuses(), Prios: allPriorities()}
 	var err error
 	if d.Types, err = u.db.ListTaskTypes(ctx, true); err != nil {
 		return u.fail(c, err)
@@ -127,7 +144,7 @@ func (u *UI) taskRows(ts []events.Task, types []events.TaskType, workers []store
 	names := workerNames(workers)
 	rows := make([]taskRow, len(ts))
 	for i, t := range ts {
-		rows[i] = taskRow{Task: t}
+		rows[i] = taskRow{Task: t, Duration: runDuration(t)}
 		if tt := byType[t.TaskTypeID]; tt != nil {
 			rows[i].TypeName, rows[i].MaxRetries = tt.Label, tt.MaxRetries
 			if rows[i].TypeName == "" {
@@ -141,6 +158,24 @@ func (u *UI) taskRows(ts []events.Task, types []events.TaskType, workers []store
 	return rows
 }
 
+// runDuration is how long a task's run took, as the list shows it.
+func runDuration(t events.Task) string {
+	switch {
+	case t.StartedAt == nil:
+		return ""
+	case t.CompletedAt == nil || t.CompletedAt.Before(*t.StartedAt):
+		if t.Status == events.StatusInProgress {
+			return "running"
+		}
+		return ""
+	}
+	d := t.CompletedAt.Sub(*t.StartedAt)
+	if d < time.Second {
+		return d.Round(time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
+}
+
 func workerNames(ws []store.WorkerRef) map[string]string {
 	m := make(map[string]string, len(ws))
 	for _, w := range ws {
@@ -149,8 +184,6 @@ func workerNames(ws []store.WorkerRef) map[string]string {
 	return m
 }
 
-// bulk cancels or retries the selected tasks, one command each, and shows
-// what each did.
 // bulkData is the confirm step and the result of acting on the tasks
 // selected on the list.
 type bulkData struct {
