@@ -1,15 +1,15 @@
 package ui
 
 import (
-	"time"
-	"strconv"
-	"slices"
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
