@@ -233,6 +233,10 @@ type createTaskRequest struct {
 	UniqueFor   string          `json:"unique_for,omitempty" doc:"with unique_key: also refuse the key for this long after the last completed task with it, as a duration such as 6h or 90m"`
 	OnDuplicate string          `json:"on_duplicate,omitempty" openapi:"enum=error|existing" doc:"what a duplicate gets: error (409 duplicate_task, the default) or existing (200 and the task that holds the key)"`
 	RunAt       *string         `json:"run_at,omitempty" openapi:"format=date-time" doc:"RFC 3339, years 1970-9999: the task stays pending and is not claimable before then (scheduled)"`
+	DependsOn   []string        `json:"depends_on,omitempty" openapi:"maxItems=100" doc:"task ids this task waits for: it stays blocked (not claimable) until each one's retry chain completed"`
+	// OnDependencyFailure says what the end of a dependency's chain
+	// without completing does to the task.
+	OnDependencyFailure string `json:"on_dependency_failure,omitempty" openapi:"enum=cancel|wait" doc:"cancel (the default): the task is cancelled with reason dependency_failed; wait: it stays blocked for an admin to retry the dependency or release the task"`
 }
 
 // On a duplicate unique key, a creation answers an error or the task that
@@ -396,6 +400,22 @@ func (s *Server) cancelTask(c echo.Context) error {
 		return err
 	}
 	t, err := s.CancelTask(c.Request().Context(), id, req.Reason, actor(c, events.ActorAdmin))
+	if err != nil {
+		return err
+	}
+	return ok(c, http.StatusOK, t)
+}
+
+func (s *Server) releaseTask(c echo.Context) error {
+	var req reasonRequest
+	if err := decode(c, &req, true); err != nil {
+		return err
+	}
+	id, err := pathID(c, "id")
+	if err != nil {
+		return err
+	}
+	t, err := s.db.ReleaseBlocked(c.Request().Context(), s.db.Pool(), id, req.Reason, actor(c, events.ActorAdmin))
 	if err != nil {
 		return err
 	}

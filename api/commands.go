@@ -155,6 +155,9 @@ func (s *Server) taskParams(ctx context.Context, req CreateTaskRequest, meta eve
 	if err := events.ValidateUnique(req.UniqueKey, window); err != nil {
 		return store.NewTaskParams{}, err
 	}
+	if err := events.ValidateDependencies(req.DependsOn, req.OnDependencyFailure); err != nil {
+		return store.NewTaskParams{}, err
+	}
 	switch req.OnDuplicate {
 	case "", onDuplicateError, onDuplicateExisting:
 	default:
@@ -185,6 +188,7 @@ func (s *Server) taskParams(ctx context.Context, req CreateTaskRequest, meta eve
 		Title: req.Title, Description: req.Description, Params: req.Params, Priority: req.Priority,
 		AssignedTo: assignee, AssignReason: req.Reason, CreatedBy: createdBy,
 		UniqueKey: req.UniqueKey, UniqueFor: window, AvailableAt: runAt,
+		DependsOn: req.DependsOn, OnDependencyFailure: req.OnDependencyFailure,
 	}}, nil
 }
 

@@ -323,7 +323,7 @@ func (s *Server) downloadTaskData(c echo.Context) error {
 	return s.serveData(c, d)
 }
 
-// workerLineage is the worker's task :id and its earlier attempts, whose
+// workerLineage is the worker's task :id, its earlier attempts and its inputs' tasks, whose
 // data the worker may read; 403 unless the worker holds (or held) the task.
 func (s *Server) workerLineage(c echo.Context) ([]string, error) {
 	id, err := pathID(c, "id")
@@ -338,7 +338,15 @@ func (s *Server) workerLineage(c echo.Context) ([]string, error) {
 	if !t.HeldBy(claimsOf(c).Subject) {
 		return nil, events.ErrForbidden
 	}
-	return s.db.TaskLineage(ctx, id)
+	ids, err := s.db.TaskLineage(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	inputs, err := s.db.TaskInputs(ctx, t)
+	for _, in := range inputs {
+		ids = append(ids, in.TaskID)
+	}
+	return ids, err
 }
 
 // listMyTaskData: a worker lists its task's data and its earlier attempts'.

@@ -117,6 +117,7 @@ func (s *Server) taskChain(c echo.Context) error {
 // failing the request: the worker would otherwise hold a task it never saw.
 // Originals cost nothing: no query without a parent.
 func (s *Server) attachPreviousAttempts(c echo.Context, t *store.TaskWithType) {
+	s.attachInputs(c, t)
 	if t == nil || t.RetryCount == 0 || t.ParentTaskID == nil {
 		return
 	}
@@ -127,6 +128,22 @@ func (s *Server) attachPreviousAttempts(c echo.Context, t *store.TaskWithType) {
 		return
 	}
 	t.PreviousAttempts = as
+}
+
+// attachInputs gives a task with dependencies their results and files, as
+// attachPreviousAttempts does its story: a failure is logged, and a task
+// without dependencies costs nothing.
+func (s *Server) attachInputs(c echo.Context, t *store.TaskWithType) {
+	if t == nil || len(t.DependsOn) == 0 {
+		return
+	}
+	in, err := s.db.TaskInputs(c.Request().Context(), &t.Task)
+	if err != nil {
+		s.log.Warn().Err(err).Str("task_id", t.ID).Str("request_id", requestID(c)).
+			Msg("inputs unavailable; sending the task without them")
+		return
+	}
+	t.Inputs = in
 }
 
 // Event page sizes.

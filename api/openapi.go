@@ -127,7 +127,7 @@ var errorCodes = []string{
 
 // enums lists the values of the named string types responses carry.
 var enums = map[reflect.Type][]string{
-	reflect.TypeFor[events.Status]():    {"pending", "in_progress", "completed", "failed", "cancelled"},
+	reflect.TypeFor[events.Status]():    {"blocked", "pending", "in_progress", "completed", "failed", "cancelled"},
 	reflect.TypeFor[events.Priority]():  {"urgent", "high", "medium", "low"},
 	reflect.TypeFor[events.ActorKind](): {"admin", "worker", "system", "telegram"},
 }
@@ -274,6 +274,7 @@ var tagDocs = map[string]string{
 	"schedules":  "Recurring work: schedules that create tasks on their own",
 	"usage":      "LLM usage: what workers report, its totals, and the budgets that pause a type",
 	"freshness":  "Freshness rules: a watchlist of keys whose stale data gets a task on its own",
+	"workflows":  "Workflows: a graph of tasks created at once, each waiting for its dependencies",
 }
 
 // tagName is the route's tag, or the first fixed path segment after the
@@ -528,7 +529,7 @@ func withRules(s map[string]any, rules map[string]string, doc string) map[string
 			out["enum"] = strings.Split(v, "|")
 		case "format":
 			out["format"] = v
-		case "min", "max", "maxLength", "minLength":
+		case "min", "max", "maxLength", "minLength", "maxItems":
 			n, err := strconv.Atoi(v)
 			if err != nil {
 				panic(fmt.Sprintf("api: openapi tag %s=%s is not a number", k, v))

@@ -22,6 +22,9 @@ func Summary(e Envelope, names func(userID string) string) string {
 		if p.ParentTaskID != "" {
 			s += fmt.Sprintf(" as retry #%d of %s", p.RetryCount, shortID(p.ParentTaskID))
 		}
+		if p.Blocked {
+			s += fmt.Sprintf(", blocked by %d dependencies", len(p.DependsOn))
+		}
 		if p.AvailableAt != nil && p.AvailableAt.After(e.OccurredAt) {
 			s += ", scheduled for " + p.AvailableAt.UTC().Format("2006-01-02T15:04:05Z")
 		}
@@ -49,7 +52,19 @@ func Summary(e Envelope, names func(userID string) string) string {
 		}
 		return s
 	case TaskCancelled:
+		if p.DependencyID != "" {
+			return "cancelled: dependency " + shortID(p.DependencyID) + " ended without completing"
+		}
 		return withText("cancelled by "+who(p.By), p.Reason)
+	case TaskUnblocked:
+		if p.By != "" {
+			return withText("released from its dependencies by "+who(p.By), p.Reason)
+		}
+		return "unblocked: its last dependency " + shortID(p.DependencyID) + " completed"
+	case WorkflowCreated:
+		return fmt.Sprintf("workflow %q created with %d tasks", oneLine(p.Name, summaryTextLen), p.TaskCount)
+	case WorkflowCancelled:
+		return withText("workflow cancelled by "+who(p.By), p.Reason)
 	case TaskRetried:
 		s := fmt.Sprintf("retry #%d created: %s", p.RetryNumber, p.RetryTaskID)
 		if p.Manual {

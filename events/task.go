@@ -12,6 +12,8 @@ import (
 type Status string
 
 const (
+	// StatusBlocked: waiting for its dependencies; not claimable.
+	StatusBlocked    Status = "blocked"
 	StatusPending    Status = "pending"
 	StatusInProgress Status = "in_progress"
 	StatusCompleted  Status = "completed"
@@ -22,7 +24,7 @@ const (
 // Valid reports whether s is a known status.
 func (s Status) Valid() bool {
 	switch s {
-	case StatusPending, StatusInProgress, StatusCompleted, StatusFailed, StatusCancelled:
+	case StatusBlocked, StatusPending, StatusInProgress, StatusCompleted, StatusFailed, StatusCancelled:
 		return true
 	}
 	return false
@@ -99,6 +101,15 @@ type Task struct {
 	// is a retry, so the common claim pays nothing.
 	CheckpointedAt *time.Time `json:"checkpointed_at"`
 	Version        int        `json:"version"`
+	// DependsOn are the tasks this one waited or waits for, as given; each
+	// counts done when the latest task of its retry chain completed.
+	DependsOn []string `json:"depends_on,omitempty"`
+	// OnDependencyFailure: "wait" keeps the task blocked for an admin when
+	// a dependency's chain ends without completing; nil cancels it.
+	OnDependencyFailure *string `json:"on_dependency_failure" openapi:"enum=wait"`
+	WorkflowID          *string `json:"workflow_id"`
+	// Ref names the task inside its workflow.
+	Ref *string `json:"ref"`
 }
 
 // HeldBy reports whether workerID holds (or was assigned) the task.
@@ -117,7 +128,11 @@ func (t *Task) Apply(e Envelope) {
 			Params: p.Params, Priority: p.Priority, Status: StatusPending, RetryCount: p.RetryCount,
 			ParentTaskID: optional(p.ParentTaskID), CreatedBy: optional(p.CreatedBy),
 			CreatedAt: at, AvailableAt: at, ScheduleID: optional(p.ScheduleID),
-			UniqueKey: optional(p.UniqueKey),
+			UniqueKey: optional(p.UniqueKey), DependsOn: p.DependsOn,
+			OnDependencyFailure: optional(p.OnDependencyFailure), WorkflowID: optional(p.WorkflowID), Ref: optional(p.Ref),
+		}
+		if p.Blocked {
+			t.Status = StatusBlocked
 		}
 		if p.ScheduleID != "" {
 			run := p.ScheduleRun
@@ -129,6 +144,9 @@ func (t *Task) Apply(e Envelope) {
 		}
 	case TaskDue:
 		t.Scheduled = false
+	case TaskUnblocked:
+		t.Status = StatusPending
+		t.Scheduled = t.AvailableAt.After(at)
 	case TaskAssigned:
 		t.AssignedTo = optional(p.WorkerID)
 	case TaskClaimed:
@@ -228,6 +246,13 @@ type NewTaskParams struct {
 	// those completed within that long.
 	UniqueKey string
 	UniqueFor time.Duration
+	// DependsOn are task ids (at most MaxDependencies); Blocked says some
+	// are not done yet, which the store decides under lock.
+	DependsOn           []string
+	OnDependencyFailure string
+	Blocked             bool
+	WorkflowID          string
+	Ref                 string
 }
 
 // NewTask decides the events that create a task of type tt. Params must
@@ -269,11 +294,24 @@ func NewTask(p NewTaskParams, tt *TaskType) ([]Payload, error) {
 	if err := ValidateUnique(p.UniqueKey, p.UniqueFor); err != nil {
 		return nil, err
 	}
+	if err := ValidateDependencies(p.DependsOn, p.OnDependencyFailure); err != nil {
+		return nil, err
+	}
+	if len(p.DependsOn) == 0 {
+		p.DependsOn = nil // none is NULL in the row, as in the fold
+	}
+	if len(p.DependsOn) > 0 && p.UniqueKey != "" {
+		return nil, Invalid("unique_key", "cannot be combined with depends_on")
+	}
+	if p.OnDependencyFailure != OnDependencyFailureWait {
+		p.OnDependencyFailure = ""
+	}
 	created := TaskCreated{
 		Title: title, Description: p.Description, TaskTypeID: tt.ID, Params: params,
 		Priority: p.Priority, RetryCount: p.RetryCount, ParentTaskID: p.ParentTaskID,
 		CreatedBy: p.CreatedBy, AvailableAt: p.AvailableAt, ScheduleID: p.ScheduleID, ScheduleRun: p.ScheduleRun,
-		UniqueKey: p.UniqueKey,
+		UniqueKey: p.UniqueKey, DependsOn: p.DependsOn, OnDependencyFailure: p.OnDependencyFailure,
+		Blocked: p.Blocked && len(p.DependsOn) > 0, WorkflowID: p.WorkflowID, Ref: p.Ref,
 	}
 	if p.UniqueFor > 0 {
 		created.UniqueFor = p.UniqueFor.String()

@@ -27,6 +27,15 @@ type TaskCreated struct {
 	// task with the key no new one could be created (a Go duration).
 	UniqueKey string `json:"unique_key,omitempty"`
 	UniqueFor string `json:"unique_for,omitempty"`
+	// DependsOn are the tasks this one waits for; Blocked says some were
+	// not done when it was created, so it starts blocked, not pending.
+	DependsOn           []string `json:"depends_on,omitempty"`
+	OnDependencyFailure string   `json:"on_dependency_failure,omitempty"`
+	Blocked             bool     `json:"blocked,omitempty"`
+	// WorkflowID and Ref: the workflow that created the task and its name
+	// there; retries carry them on.
+	WorkflowID string `json:"workflow_id,omitempty"`
+	Ref        string `json:"ref,omitempty"`
 }
 
 // TaskAssigned: an admin (or the creator) gave the task to a worker; it stays
@@ -83,6 +92,18 @@ type TaskFailed struct {
 type TaskCancelled struct {
 	By     string `json:"by"`
 	Reason string `json:"reason,omitempty"`
+	// DependencyID: the dependency whose chain ended without completing
+	// (Reason is ReasonDependencyFailed).
+	DependencyID string `json:"dependency_id,omitempty"`
+}
+
+// TaskUnblocked: a blocked task became pending, because the completion of
+// DependencyID was the last one it waited for, or because an admin (By)
+// released it.
+type TaskUnblocked struct {
+	DependencyID string `json:"dependency_id,omitempty"`
+	By           string `json:"by,omitempty"`
+	Reason       string `json:"reason,omitempty"`
 }
 
 // TaskRetried is appended to the failed task when its retry exists.
@@ -132,6 +153,7 @@ func (TaskRetrySkipped) EventType() string     { return "task.retry_skipped" }
 func (TaskRetriesExhausted) EventType() string { return "task.retries_exhausted" }
 func (TaskEdited) EventType() string           { return "task.edited" }
 func (TaskDue) EventType() string              { return "task.due" }
+func (TaskUnblocked) EventType() string        { return "task.unblocked" }
 
 func init() {
 	register[TaskCreated]()
@@ -148,4 +170,5 @@ func init() {
 	register[TaskRetriesExhausted]()
 	register[TaskEdited]()
 	register[TaskDue]()
+	register[TaskUnblocked]()
 }

@@ -46,8 +46,15 @@ func (Projector) NewTasks(b *pgx.Batch, tasks []*events.Task, evs []events.Envel
 	for _, e := range evs {
 		queueTaskAssignment(b, e)
 	}
+	var dependent []string
 	for _, t := range tasks {
 		queueKeyTask(b, nil, t)
+		if len(t.DependsOn) > 0 {
+			dependent = append(dependent, t.ID)
+		}
+	}
+	if len(dependent) > 0 {
+		b.Queue(insertDependencies, dependent)
 	}
 	return nil
 }

@@ -13,18 +13,18 @@ import (
 // one row per server process (pid = pg_backend_pid()), so two transactions
 // never wait for the same counter row; the totals are the sums (ADR 010).
 var CountColumns = []string{"pending", "queued", "in_progress", "completed", "failed", "cancelled",
-	"awaiting_retry", "retries_exhausted", "retries_skipped", "scheduled"}
+	"awaiting_retry", "retries_exhausted", "retries_skipped", "scheduled", "blocked"}
 
 // Counts are task totals, one per CountColumns entry: the one definition of
 // what each counter counts. The writers of worker_tasks keep task_counts
 // with it (Projector.Task here; the batched claim and completion in the
 // store add their statements' deltas the same way) and replay folds it.
-type Counts [10]int64
+type Counts [11]int64
 
 // Add adds sign to every counter that counts t.
 func (c *Counts) Add(t *events.Task, sign int64) {
 	failed := t.Status == events.StatusFailed
-	for i, ok := range [10]bool{
+	for i, ok := range [11]bool{
 		t.Status == events.StatusPending,
 		// queued, the queue depth: claimable now by time and by anyone
 		t.Status == events.StatusPending && t.AssignedTo == nil && !t.Scheduled,
@@ -36,6 +36,7 @@ func (c *Counts) Add(t *events.Task, sign int64) {
 		failed && t.RetryOutcome != nil && *t.RetryOutcome == events.RetryOutcomeExhausted,
 		failed && t.RetryOutcome != nil && *t.RetryOutcome == events.RetryOutcomeSkipped,
 		t.Status == events.StatusPending && t.Scheduled, // waiting for its run_at
+		t.Status == events.StatusBlocked,                // waiting for its dependencies
 	} {
 		if ok {
 			c[i] += sign

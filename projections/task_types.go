@@ -82,7 +82,7 @@ var regateTasks = `UPDATE worker_tasks w
    SET gated = tt.gated, concurrency_key = ` + gateKey + `
   FROM task_types tt
  WHERE tt.id = $1 AND w.id IN (
-        SELECT id FROM worker_tasks WHERE status = 'pending' AND task_type_id = $1
+        SELECT id FROM worker_tasks WHERE status IN ('pending', 'blocked') AND task_type_id = $1
         UNION ALL
         SELECT id FROM worker_tasks WHERE status = 'in_progress' AND task_type_id = $1)
    AND (w.gated, w.concurrency_key) IS DISTINCT FROM (tt.gated, ` + gateKey + `)`

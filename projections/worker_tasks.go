@@ -17,6 +17,7 @@ var TaskColumns = []string{
 	"started_at", "completed_at", "updated_at", "available_at", "failure_kind",
 	"failure_reason", "retry_outcome", "retry_task_id", "version",
 	"schedule_id", "schedule_run", "unique_key", "scheduled", "checkpointed_at",
+	"depends_on", "on_dependency_failure", "workflow_id", "ref",
 }
 
 // TaskRow is the worker_tasks row of a folded task.
@@ -27,6 +28,7 @@ func TaskRow(t *events.Task) []any {
 		t.StartedAt, t.CompletedAt, t.UpdatedAt, t.AvailableAt, t.FailureKind,
 		t.FailureReason, t.RetryOutcome, t.RetryTaskID, t.Version,
 		t.ScheduleID, t.ScheduleRun, t.UniqueKey, t.Scheduled, t.CheckpointedAt,
+		t.DependsOn, t.OnDependencyFailure, t.WorkflowID, t.Ref,
 	}
 }
 
@@ -68,6 +70,9 @@ func queueTask(b *pgx.Batch, before, t *events.Task) {
 	switch {
 	case before == nil:
 		b.Queue(insertTask, TaskRow(t)...)
+		if len(t.DependsOn) > 0 {
+			b.Queue(insertDependencies, []string{t.ID})
+		}
 	default:
 		b.Queue(upsertTask, TaskRow(t)...)
 		if !bytes.Equal(before.Params, t.Params) {

@@ -126,6 +126,13 @@ func projectStream[T any, A aggregate[T]](b *pgx.Batch, at time.Time, streamType
 	return &after, evs, nil
 }
 
+// appendTask appends to a task's stream; a completion or the end of a
+// retry chain also unblocks or cancels the tasks that wait for it, in the
+// same batch (queueDependencyEffects).
 func (db *DB) appendTask(ctx context.Context, q Querier, id string, before *events.Task, ps []events.Payload, meta events.Meta) (*events.Task, []events.Envelope, error) {
-	return appendStream(ctx, db, q, events.StreamTask, id, before, ps, meta, db.projector.Task, nil)
+	project := func(b *pgx.Batch, before, after *events.Task, evs []events.Envelope) {
+		db.projector.Task(b, before, after, evs)
+		queueDependencyEffects(b, before, after, db.Now())
+	}
+	return appendStream(ctx, db, q, events.StreamTask, id, before, ps, meta, project, nil)
 }

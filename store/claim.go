@@ -25,6 +25,9 @@ type TaskWithType struct {
 	// Checkpoint is, for a task that may resume (events.Task.MayResume),
 	// the latest checkpoint of its retry chain; the API fills it too.
 	Checkpoint *events.TaskCheckpoint `json:"checkpoint,omitempty"`
+	// Inputs is, for a task with dependencies, what each gave it (see
+	// DB.TaskInputs); the API fills it, the claim never reads it.
+	Inputs []Input `json:"inputs,omitempty"`
 }
 
 // lockWorkers serializes each worker's claims so its capacity holds under

@@ -115,7 +115,9 @@ func (db *DB) completeBatch(ctx context.Context, reqs []completeRequest) ([]outc
 	}
 	b := &pgx.Batch{}
 	b.Queue(indexLookupsOnly)
-	b.Queue(completeTasks, ids, m.String(), db.Now())
+	now := db.Now()
+	b.Queue(completeTasks, ids, m.String(), now)
+	b.Queue(unblockBatchDependents, ids, now, dependencyMeta)
 	br := db.pool.SendBatch(ctx, b)
 	defer br.Close()
 	if _, err := br.Exec(); err != nil {
@@ -138,6 +140,10 @@ func (db *DB) completeBatch(ctx context.Context, reqs []completeRequest) ([]outc
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("complete: %w", err)
 	}
+	var unblocked int64
+	if err := br.QueryRow().Scan(&unblocked); err != nil {
+		return nil, fmt.Errorf("complete: unblock dependents: %w", err)
+	}
 	if err := br.Close(); err != nil {
 		return nil, fmt.Errorf("complete: %w", err)
 	}
@@ -150,6 +156,7 @@ func (db *DB) completeBatch(ctx context.Context, reqs []completeRequest) ([]outc
 			}
 			db.metrics.finished(t, "completed", "none", at)
 		}
+		db.metrics.appended.WithLabelValues("task.unblocked").Add(float64(unblocked))
 		db.afterCommit()
 	}
 	outs := make([]outcome[*events.Task], n)

@@ -19,6 +19,7 @@ type TaskCounts struct {
 	AwaitingRetry    int `json:"awaiting_retry"`
 	RetriesExhausted int `json:"retries_exhausted"`
 	RetriesSkipped   int `json:"retries_skipped"`
+	Blocked          int `json:"blocked"` // waiting for their dependencies
 }
 
 // compactCountsAbove is how many counter rows (one per server process that
@@ -33,9 +34,9 @@ func (db *DB) Counts(ctx context.Context, q Querier) (TaskCounts, error) {
 	err := q.QueryRow(ctx, `SELECT coalesce(sum(pending), 0), coalesce(sum(queued), 0), coalesce(sum(in_progress), 0),
 		coalesce(sum(completed), 0), coalesce(sum(failed), 0), coalesce(sum(cancelled), 0),
 		coalesce(sum(awaiting_retry), 0), coalesce(sum(retries_exhausted), 0), coalesce(sum(retries_skipped), 0),
-		coalesce(sum(scheduled), 0), count(*)
+		coalesce(sum(scheduled), 0), coalesce(sum(blocked), 0), count(*)
 		FROM task_counts`).Scan(&c.Pending, &c.Queued, &c.InProgress, &c.Completed, &c.Failed, &c.Cancelled,
-		&c.AwaitingRetry, &c.RetriesExhausted, &c.RetriesSkipped, &c.Scheduled, &rows)
+		&c.AwaitingRetry, &c.RetriesExhausted, &c.RetriesSkipped, &c.Scheduled, &c.Blocked, &rows)
 	if err != nil {
 		return c, mapErr(fmt.Errorf("task counts: %w", err))
 	}
@@ -56,15 +57,16 @@ func (db *DB) CompactTaskCounts(ctx context.Context) error {
 		RETURNING *
 	)
 	INSERT INTO task_counts AS c (pid, pending, queued, in_progress, completed, failed, cancelled, awaiting_retry,
-	    retries_exhausted, retries_skipped, scheduled)
+	    retries_exhausted, retries_skipped, scheduled, blocked)
 	SELECT 0, coalesce(sum(pending), 0), coalesce(sum(queued), 0), coalesce(sum(in_progress), 0), coalesce(sum(completed), 0),
 	       coalesce(sum(failed), 0), coalesce(sum(cancelled), 0), coalesce(sum(awaiting_retry), 0),
-	       coalesce(sum(retries_exhausted), 0), coalesce(sum(retries_skipped), 0), coalesce(sum(scheduled), 0) FROM gone
+	       coalesce(sum(retries_exhausted), 0), coalesce(sum(retries_skipped), 0), coalesce(sum(scheduled), 0), coalesce(sum(blocked), 0) FROM gone
 	ON CONFLICT (pid) DO UPDATE SET pending = c.pending + excluded.pending, queued = c.queued + excluded.queued,
 	    in_progress = c.in_progress + excluded.in_progress, completed = c.completed + excluded.completed,
 	    failed = c.failed + excluded.failed, cancelled = c.cancelled + excluded.cancelled,
 	    awaiting_retry = c.awaiting_retry + excluded.awaiting_retry,
 	    retries_exhausted = c.retries_exhausted + excluded.retries_exhausted,
-	    retries_skipped = c.retries_skipped + excluded.retries_skipped, scheduled = c.scheduled + excluded.scheduled`)
+	    retries_skipped = c.retries_skipped + excluded.retries_skipped, scheduled = c.scheduled + excluded.scheduled,
+	    blocked = c.blocked + excluded.blocked`)
 	return mapErr(err)
 }

@@ -83,7 +83,7 @@ func (db *DB) CreateTasks(ctx context.Context, q Querier, ps []NewTaskParams, me
 // runs as two implicit transactions (read, then write); one with keys in a
 // transaction, which holds the keys' locks from the read to the commit.
 func (db *DB) createBatch(ctx context.Context, reqs []createRequest) ([]outcome[*events.Task], error) {
-	if !slices.ContainsFunc(reqs, func(r createRequest) bool { return r.params.UniqueKey != "" }) {
+	if !slices.ContainsFunc(reqs, needsTx) {
 		return db.createTasks(ctx, db.pool, reqs)
 	}
 	var outs []outcome[*events.Task]
@@ -92,6 +92,12 @@ func (db *DB) createBatch(ctx context.Context, reqs []createRequest) ([]outcome[
 		return err
 	})
 	return outs, err
+}
+
+// needsTx reports whether creating r takes locks that must last until the
+// commit: a unique key's, or its dependencies' rows.
+func needsTx(r createRequest) bool {
+	return r.params.UniqueKey != "" || len(r.params.DependsOn) > 0
 }
 
 // createTasks creates reqs through q: one round trip reads their types
@@ -107,6 +113,10 @@ func (db *DB) createTasks(ctx context.Context, q Querier, reqs []createRequest) 
 	}
 	now := db.Now()
 	read, err := db.readForCreate(ctx, q, reqs, outs, now)
+	if err != nil {
+		return nil, err
+	}
+	depsLeft, err := db.decideDependencies(ctx, q, reqs, outs)
 	if err != nil {
 		return nil, err
 	}
@@ -146,11 +156,15 @@ func (db *DB) createTasks(ctx context.Context, q Querier, reqs []createRequest) 
 			outs[i].err = err
 			continue
 		}
-		id, err := uuid.NewV7()
-		if err != nil {
-			return nil, fmt.Errorf("new task id: %w", err)
+		id := p.ID
+		if id == "" {
+			u, err := uuid.NewV7()
+			if err != nil {
+				return nil, fmt.Errorf("new task id: %w", err)
+			}
+			id = u.String()
 		}
-		tevs, err := stamp(events.StreamTask, id.String(), 0, ps, r.meta, now)
+		tevs, err := stamp(events.StreamTask, id, 0, ps, r.meta, now)
 		if err != nil {
 			outs[i].err = err
 			continue
@@ -173,6 +187,7 @@ func (db *DB) createTasks(ctx context.Context, q Querier, reqs []createRequest) 
 	if err := db.projector.NewTasks(b, tasks, evs); err != nil {
 		return nil, err
 	}
+	queueDepsLeft(b, outs, depsLeft)
 	if err := queueEvents(b, evs); err != nil {
 		return nil, err
 	}

@@ -38,6 +38,7 @@ type Projector interface {
 	User(b *pgx.Batch, before, after *events.User, evs []events.Envelope)
 	Schedule(b *pgx.Batch, before, after *events.Schedule, evs []events.Envelope)
 	FreshnessRule(b *pgx.Batch, before, after *events.FreshnessRule, evs []events.Envelope)
+	Workflow(b *pgx.Batch, before, after *events.Workflow, evs []events.Envelope)
 }
 
 // Config configures a DB.

@@ -73,6 +73,18 @@ func (db *DB) CreateRetryOf(ctx context.Context, q Querier, failed *events.Task,
 		}),
 		Params: failed.Params, Priority: failed.Priority, RetryCount: n, ParentTaskID: failed.ID,
 	}
+	// A retry keeps its task's dependencies (done, or released by an
+	// admin), so its worker gets the same inputs.
+	np.DependsOn = failed.DependsOn
+	if failed.OnDependencyFailure != nil {
+		np.OnDependencyFailure = *failed.OnDependencyFailure
+	}
+	if failed.WorkflowID != nil { // a retry takes its task's place in the workflow
+		np.WorkflowID = *failed.WorkflowID
+	}
+	if failed.Ref != nil {
+		np.Ref = *failed.Ref
+	}
 	if failed.ScheduleID != nil && failed.ScheduleRun != nil { // a retry belongs to its firing's execution
 		np.ScheduleID, np.ScheduleRun = *failed.ScheduleID, *failed.ScheduleRun
 	}

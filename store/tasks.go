@@ -14,13 +14,15 @@ import (
 const taskColumns = `t.id, t.title, t.description, t.task_type_id, t.params, t.priority, t.status,
  t.assigned_to, t.result, t.retry_count, t.parent_task_id, t.created_by, t.created_at,
  t.started_at, t.completed_at, t.updated_at, t.available_at, t.failure_kind,
- t.failure_reason, t.retry_outcome, t.retry_task_id, t.version, t.schedule_id, t.schedule_run, t.unique_key, t.scheduled, t.checkpointed_at`
+ t.failure_reason, t.retry_outcome, t.retry_task_id, t.version, t.schedule_id, t.schedule_run, t.unique_key, t.scheduled, t.checkpointed_at,
+ t.depends_on, t.on_dependency_failure, t.workflow_id, t.ref`
 
 func taskDest(t *events.Task) []any {
 	return []any{&t.ID, &t.Title, &t.Description, &t.TaskTypeID, &t.Params, &t.Priority, &t.Status,
 		&t.AssignedTo, &t.Result, &t.RetryCount, &t.ParentTaskID, &t.CreatedBy, &t.CreatedAt,
 		&t.StartedAt, &t.CompletedAt, &t.UpdatedAt, &t.AvailableAt, &t.FailureKind,
-		&t.FailureReason, &t.RetryOutcome, &t.RetryTaskID, &t.Version, &t.ScheduleID, &t.ScheduleRun, &t.UniqueKey, &t.Scheduled, &t.CheckpointedAt}
+		&t.FailureReason, &t.RetryOutcome, &t.RetryTaskID, &t.Version, &t.ScheduleID, &t.ScheduleRun, &t.UniqueKey, &t.Scheduled, &t.CheckpointedAt,
+		&t.DependsOn, &t.OnDependencyFailure, &t.WorkflowID, &t.Ref}
 }
 
 // GetTask reads a task; a *events.NotFoundError when there is none.
@@ -91,6 +93,9 @@ type NewTaskParams struct {
 	// TaskType, when the caller has just read it (the API does, for the
 	// params schema), saves the store reading it again.
 	TaskType *events.TaskType
+	// ID, when set, is the new task's id (a workflow names its tasks
+	// before it creates them, so they can depend on each other).
+	ID string
 }
 
 // AssignTask gives a pending task to a worker, with a reason.

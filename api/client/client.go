@@ -437,6 +437,11 @@ type NewTask struct {
 	OnDuplicate string `json:"on_duplicate,omitempty"`
 	// RunAt (RFC 3339) keeps the task scheduled, not claimable, until then.
 	RunAt string `json:"run_at,omitempty"`
+	// DependsOn are task ids that must complete first (the task starts
+	// blocked); OnDependencyFailure "wait" keeps it blocked, not
+	// cancelled, when one's retry chain ends otherwise.
+	DependsOn           []string `json:"depends_on,omitempty"`
+	OnDependencyFailure string   `json:"on_dependency_failure,omitempty"`
 }
 
 // CreateTask creates a task. With OnDuplicate "existing" it may be the task

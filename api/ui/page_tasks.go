@@ -280,7 +280,7 @@ func (u *UI) bulk(c echo.Context) error {
 }
 
 func allStatuses() []events.Status {
-	return []events.Status{events.StatusPending, events.StatusInProgress, events.StatusCompleted, events.StatusFailed, events.StatusCancelled}
+	return []events.Status{events.StatusBlocked, events.StatusPending, events.StatusInProgress, events.StatusCompleted, events.StatusFailed, events.StatusCancelled}
 }
 
 func allPriorities() []events.Priority { return []events.Priority{"urgent", "high", "medium", "low"} }

@@ -617,3 +617,38 @@ func TestCompletionScripts(t *testing.T) {
 	}
 	require.Equal(t, exitUsage, run([]string{"completion", "tcsh"}, &out, &errOut))
 }
+
+// The workflows commands against a real server: create from a file (types
+// by name), list, show, cancel, and a bad graph refused naming the task.
+func TestWorkflowsCommands(t *testing.T) {
+	e := newCLIEnv(t)
+	e.login()
+	e.ok("types", "create", "--name", "crawl")
+	e.ok("types", "create", "--name", "report")
+	dir := t.TempDir()
+	file := filepath.Join(dir, "nvda.json")
+	require.NoError(t, os.WriteFile(file, []byte(`{"name": "NVDA sentiment", "tasks": [
+  {"ref": "reddit", "title": "Crawl Reddit", "task_type": "crawl"},
+  {"ref": "stocktwits", "title": "Crawl StockTwits", "task_type": "crawl"},
+  {"ref": "report", "title": "Report", "task_type": "report", "depends_on": ["reddit", "stocktwits"]}]}`), 0o600))
+	out := e.ok("workflows", "create", file)
+	require.Contains(t, out, `Created workflow "NVDA sentiment" with 3 tasks (2 claimable now, 1 blocked)`)
+	require.Contains(t, e.ok("workflows", "list"), "0/3 done, 2 pending, 1 blocked")
+	var v struct {
+		ID string `json:"id"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(e.ok("workflows", "list", "--json")), &[]any{&v}))
+	show := e.ok("workflows", "show", v.ID)
+	require.Contains(t, show, "report")
+	require.Contains(t, show, "reddit,stocktwits")
+	require.Contains(t, e.ok("workflows", "cancel", v.ID, "--reason", "test"), "is cancelled")
+
+	bad := filepath.Join(dir, "cycle.json")
+	require.NoError(t, os.WriteFile(bad, []byte(`{"name": "loop", "tasks": [
+  {"ref": "a", "title": "A", "task_type": "crawl", "depends_on": ["b"]},
+  {"ref": "b", "title": "B", "task_type": "crawl", "depends_on": ["a"]}]}`), 0o600))
+	code, _, errOut := e.taskctl("workflows", "create", bad)
+	require.NotZero(t, code)
+	require.Contains(t, errOut, "tasks[0].depends_on")
+	require.Contains(t, errOut, "cycle")
+}

@@ -41,6 +41,7 @@ func commands() map[string]command {
 		"completion": {summary: "print a shell completion script: bash, zsh or fish", run: runCompletion},
 
 		// Schedules (issue 13).
+		"workflows": {summary: "graphs of tasks created at once, each waiting for its dependencies: create, list, show, cancel", run: entry(workflowsCommand)},
 		"schedules": {summary: "recurring work: create, list, show, update, pause, resume, cancel, run schedules; their executions", run: entry(schedulesCommand)},
 		"rules":     {summary: "freshness rules: tasks for the stale keys of a watchlist; create, list, show, edit, pause, resume, delete, keys set", run: entry(rulesCommand)},
 	}

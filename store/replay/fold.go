@@ -26,6 +26,7 @@ type fold struct {
 	data        map[key]*events.TaskData       // task_data rows by data id
 	checkpoints map[key]*events.TaskCheckpoint // task_checkpoints rows by task id
 	rules       map[key]*events.FreshnessRule
+	workflows   map[key]*events.Workflow
 	ruleKeys    map[key]map[string]events.KeyState // each rule's watchlist
 	held        map[key][]events.Envelope          // events waiting for their predecessor
 	events      int64
@@ -60,6 +61,7 @@ func newFold() *fold {
 		data:        map[key]*events.TaskData{},
 		checkpoints: map[key]*events.TaskCheckpoint{},
 		rules:       map[key]*events.FreshnessRule{},
+		workflows:   map[key]*events.Workflow{},
 		ruleKeys:    map[key]map[string]events.KeyState{},
 		held:        map[key][]events.Envelope{},
 	}
@@ -181,6 +183,17 @@ func (f *fold) next(e events.Envelope, k key) (bool, error) {
 		e.StreamID = r.ID
 		r.Apply(e)
 		f.ruleKeys[k] = events.ApplyKeys(f.ruleKeys[k], e)
+	case events.StreamWorkflow:
+		w := f.workflows[k]
+		if ok, err := f.inOrder(e, k, w != nil, func() int { return w.Version }); !ok {
+			return false, err
+		}
+		if w == nil {
+			w = &events.Workflow{ID: k.text()}
+			f.workflows[k] = w
+		}
+		e.StreamID = w.ID
+		w.Apply(e)
 	}
 	return true, nil
 }
@@ -241,13 +254,17 @@ func (f *fold) version(streamType string, k key) int {
 		if r, ok := f.rules[k]; ok {
 			return r.Version
 		}
+	case events.StreamWorkflow:
+		if w, ok := f.workflows[k]; ok {
+			return w.Version
+		}
 	}
 	return 0
 }
 
 func knownStream(t string) bool {
 	return t == events.StreamTask || t == events.StreamTaskType || t == events.StreamUser ||
-		t == events.StreamSchedule || t == events.StreamFreshnessRule
+		t == events.StreamSchedule || t == events.StreamFreshnessRule || t == events.StreamWorkflow
 }
 
 // applyData folds a task's data events into the task_data rows: an upload

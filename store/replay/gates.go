@@ -34,7 +34,7 @@ func deriveGates(ctx context.Context, q interface {
 	schema := pgx.Identifier{rebuildSchema}.Sanitize()
 	_, err := q.Exec(ctx, fmt.Sprintf(`UPDATE %[1]s.worker_tasks w SET (gated, concurrency_key) = (%[2]s)
 		FROM %[1]s.task_types tt
-		WHERE tt.id = w.task_type_id AND w.status IN ('pending', 'in_progress') AND %[3]s
+		WHERE tt.id = w.task_type_id AND w.status IN ('blocked', 'pending', 'in_progress') AND %[3]s
 		  AND (w.gated, w.concurrency_key) IS DISTINCT FROM (%[2]s)`, schema, gateOf, where), args...)
 	if err != nil {
 		return fmt.Errorf("derive the gates of worker_tasks: %w", err)
@@ -72,7 +72,7 @@ func verifyGates(ctx context.Context, tx pgx.Tx, rep *Report, max int) error {
 	rows, err := tx.Query(ctx, `SELECT w.id::text, w.gated::text, w.concurrency_key, g.gated::text, g.key
 		FROM worker_tasks w LEFT JOIN task_types tt ON tt.id = w.task_type_id
 		CROSS JOIN LATERAL (SELECT `+gateOf+`) g(gated, key)
-		WHERE w.status IN ('pending', 'in_progress') AND (w.gated, w.concurrency_key) IS DISTINCT FROM (g.gated, g.key)
+		WHERE w.status IN ('blocked', 'pending', 'in_progress') AND (w.gated, w.concurrency_key) IS DISTINCT FROM (g.gated, g.key)
 		ORDER BY w.id`)
 	if err != nil {
 		return fmt.Errorf("check the gates of worker_tasks: %w", err)

@@ -316,7 +316,10 @@ func (r *rebuilder) load(ctx context.Context) error {
 	if err := r.loadUsage(ctx, r.seen); err != nil {
 		return err
 	}
-	return deriveGates(ctx, r.conn, `tt.gated`)
+	if err := deriveGates(ctx, r.conn, `tt.gated`); err != nil {
+		return err
+	}
+	return deriveDepsLeft(ctx, r.conn)
 }
 
 // write copies one fold's rows into the fresh tables.
@@ -556,6 +559,9 @@ func (r *rebuilder) applyDelta(ctx context.Context, tx pgx.Tx, p *phase) (int64,
 		changed[name] += n
 	}
 	if err := deriveDeltaGates(ctx, tx, f); err != nil {
+		return 0, nil, err
+	}
+	if err := deriveDepsLeft(ctx, tx); err != nil {
 		return 0, nil, err
 	}
 	if err := deriveDeltaFreshKeys(ctx, tx, f); err != nil {

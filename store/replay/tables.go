@@ -60,7 +60,23 @@ func tables() []table {
 			rows: func(f *fold) (int, pgx.CopyFromSource) {
 				return aggregateRows(f.tasks, func(t *events.Task) []any { return projections.TaskRow(t) })
 			},
-			derived: projections.GateColumns,
+			derived: append(slices.Clone(projections.GateColumns), "deps_left"),
+		},
+		{
+			name: "task_dependencies", columns: projections.DependencyColumns, key: []string{"task_id", "depends_on"}, stream: "task_id",
+			rows: func(f *fold) (int, pgx.CopyFromSource) {
+				var rows [][]any
+				for _, t := range f.tasks {
+					rows = append(rows, projections.DependencyRows(t)...)
+				}
+				return len(rows), pgx.CopyFromRows(rows)
+			},
+		},
+		{
+			name: "workflows", columns: projections.WorkflowColumns, key: []string{"id"}, stream: "id",
+			rows: func(f *fold) (int, pgx.CopyFromSource) {
+				return aggregateRows(f.workflows, func(w *events.Workflow) []any { return projections.WorkflowRow(w) })
+			},
 		},
 		{
 			name: "task_titles", columns: projections.TitleColumns, key: []string{"id"}, stream: "id",

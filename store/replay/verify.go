@@ -162,6 +162,9 @@ func Verify(ctx context.Context, pool *pgxpool.Pool, cfg VerifyConfig) (*Report,
 	if err := verifyFreshKeys(ctx, tx, rep, cfg.MaxDifferences); err != nil {
 		return nil, fmt.Errorf("verify: %w", err)
 	}
+	if err := verifyDepsLeft(ctx, tx, rep, cfg.MaxDifferences); err != nil {
+		return nil, fmt.Errorf("verify: %w", err)
+	}
 	rep.Elapsed = time.Since(start)
 	return rep, nil
 }
