@@ -356,6 +356,9 @@ func structureDepth(t reflect.Type, nested int) int {
 		if t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Uint8 {
 			return 0 // base64 text
 		}
+		if t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.String && !reflect.PointerTo(t.Elem()).Implements(unmarshalerType) {
+			return 0 // a list of ids or names holds no free-form field
+		}
 		return 1 + structureDepth(t.Elem(), nested+1)
 	}
 	return 0
