@@ -74,8 +74,8 @@ func queueTaskType(b *pgx.Batch, tt *events.TaskType) {
 const lockTypeForGate = `SELECT 1 FROM task_types WHERE id = $1 FOR UPDATE`
 
 // regateTasks copies the type's gate and each task's key onto its open
-// tasks (pending or in progress, so a released task keeps them). It reads
-// the type's pending tasks through the status index and those in progress
+// tasks (blocked, pending or in progress, so an unblocked or released task
+// keeps them). It reads the type's blocked and pending tasks through the status index and those in progress
 // through worker_tasks_held: its cost is the backlog and the tasks in
 // progress, never the history (ADR 017).
 var regateTasks = `UPDATE worker_tasks w

@@ -346,4 +346,3 @@ func requireFieldError(t *testing.T, err error, field string) {
 	require.Equal(t, "validation_failed", ae.Code, ae.Error())
 	require.Equal(t, field, ae.Field, ae.Error())
 }
-
