@@ -403,7 +403,7 @@ func TestLifecycle(t *testing.T) {
 
 	st, err := b.admin.Stats(ctx)
 	require.NoError(t, err)
-	require.Equal(t, map[string]any{"pending": 0.0, "in_progress": 0.0, "completed": 5.0, "failed": 1.0, "cancelled": 0.0}, st["by_status"])
+	require.Equal(t, map[string]any{"blocked": 0.0, "pending": 0.0, "in_progress": 0.0, "completed": 5.0, "failed": 1.0, "cancelled": 0.0}, st["by_status"])
 	require.Equal(t, 0.0, st["queue_depth"])
 	require.Equal(t, 1.0, st["workers_online"], "Wanda sent a heartbeat, Walter did not")
 }

@@ -23,7 +23,7 @@ func (db *DB) Stats(ctx context.Context) (*Stats, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Stats{ByStatus: map[string]int{"pending": c.Pending, "in_progress": c.InProgress, "completed": c.Completed,
+	s := &Stats{ByStatus: map[string]int{"blocked": c.Blocked, "pending": c.Pending, "in_progress": c.InProgress, "completed": c.Completed,
 		"failed": c.Failed, "cancelled": c.Cancelled}, QueueDepth: c.Queued, Scheduled: c.Scheduled}
 	err = db.pool.QueryRow(ctx, `SELECT
 		(SELECT count(*) FROM users WHERE is_worker AND online AND last_activity_at > $1),

@@ -314,7 +314,15 @@ type TaskDetail struct {
 	// own, else an earlier attempt's (task_id says whose); what its next
 	// attempt resumes from.
 	Checkpoint *events.TaskCheckpoint `json:"checkpoint,omitempty"`
+	// Dependencies are the tasks it depends on, as given; Dependents the
+	// tasks that depend on it or on an earlier attempt of its chain (at
+	// most MaxDependentsShown).
+	Dependencies []events.Task `json:"dependencies,omitempty"`
+	Dependents   []events.Task `json:"dependents,omitempty"`
 }
+
+// MaxDependentsShown bounds the dependents a task's detail lists.
+const MaxDependentsShown = 200
 
 // GetTaskWithType reads a task and its type.
 func (db *DB) GetTaskWithType(ctx context.Context, id string) (*TaskWithType, error) {
@@ -359,6 +367,20 @@ func (db *DB) GetTaskDetail(ctx context.Context, id string) (*TaskDetail, error)
 		if d.Checkpoint, err = db.LatestTaskCheckpoint(ctx, db.pool, id); err != nil {
 			return nil, err
 		}
+	}
+	if len(d.DependsOn) > 0 {
+		if d.Dependencies, err = db.queryTasks(ctx, db.pool, `SELECT `+taskColumns+` FROM worker_tasks t
+			WHERE t.id = ANY($1::uuid[]) ORDER BY t.created_at`, d.DependsOn); err != nil {
+			return nil, err
+		}
+	}
+	if d.Dependents, err = db.queryTasks(ctx, db.pool, `WITH RECURSIVE up(id) AS (
+			SELECT $1::uuid
+			UNION ALL
+			SELECT w.parent_task_id FROM up JOIN worker_tasks w ON w.id = up.id WHERE w.parent_task_id IS NOT NULL)
+		SELECT `+taskColumns+` FROM up JOIN task_dependencies e ON e.depends_on = up.id JOIN worker_tasks t ON t.id = e.task_id
+		ORDER BY t.created_at LIMIT $2`, id, MaxDependentsShown); err != nil {
+		return nil, err
 	}
 	return d, nil
 }

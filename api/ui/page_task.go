@@ -160,6 +160,13 @@ func (u *UI) cancelTask(c echo.Context) error {
 	})
 }
 
+func (u *UI) releaseTask(c echo.Context) error {
+	return u.taskAction(c, "release", func(id string, f url.Values) (string, error) {
+		_, err := u.db.ReleaseBlocked(c.Request().Context(), u.db.Pool(), id, strings.TrimSpace(f.Get("reason")), actor(c))
+		return "", err
+	})
+}
+
 func (u *UI) assignTask(c echo.Context) error {
 	return u.taskAction(c, "assign", func(id string, f url.Values) (string, error) {
 		_, err := u.api.AssignTask(c.Request().Context(), id,

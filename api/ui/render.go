@@ -302,6 +302,10 @@ func funcs(as *assets) template.FuncMap {
 		"percent":  func(p *float64) string { return fmt.Sprintf("%.0f %%", *p*100) },
 		"selected": func(a, b string) bool { return a == b },
 		"errorFor": func(fe formErrors, field string) string { return fe[field] },
+		// Workflows.
+		"progress": progressText,
+		"join":     strings.Join,
+		"duration": func(s float64) string { return time.Duration(s * float64(time.Second)).Round(time.Second).String() },
 		"fieldID": func(field string) string {
 			return "f-" + strings.NewReplacer(".", "-", "[", "-", "]", "").Replace(field)
 		},

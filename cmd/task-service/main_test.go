@@ -310,7 +310,7 @@ func TestServeEndToEnd(t *testing.T) {
 
 	st, err := admin.Stats(ctx)
 	require.NoError(t, err)
-	require.Equal(t, map[string]any{"pending": 1.0, "in_progress": 0.0, "completed": 1.0, "failed": 1.0, "cancelled": 0.0}, st["by_status"])
+	require.Equal(t, map[string]any{"blocked": 0.0, "pending": 1.0, "in_progress": 0.0, "completed": 1.0, "failed": 1.0, "cancelled": 0.0}, st["by_status"])
 
 	resp, err := http.Get(s.base + "/metrics")
 	require.NoError(t, err)
