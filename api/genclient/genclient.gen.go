@@ -89,6 +89,7 @@ func (e AssignmentKind) Valid() bool {
 
 // Defines values for AttemptStatus.
 const (
+	AttemptStatusBlocked    AttemptStatus = "blocked"
 	AttemptStatusCancelled  AttemptStatus = "cancelled"
 	AttemptStatusCompleted  AttemptStatus = "completed"
 	AttemptStatusFailed     AttemptStatus = "failed"
@@ -99,6 +100,8 @@ const (
 // Valid indicates whether the value is a known member of the AttemptStatus enum.
 func (e AttemptStatus) Valid() bool {
 	switch e {
+	case AttemptStatusBlocked:
+		return true
 	case AttemptStatusCancelled:
 		return true
 	case AttemptStatusCompleted:
@@ -116,6 +119,7 @@ func (e AttemptStatus) Valid() bool {
 
 // Defines values for ChainAttemptStatus.
 const (
+	ChainAttemptStatusBlocked    ChainAttemptStatus = "blocked"
 	ChainAttemptStatusCancelled  ChainAttemptStatus = "cancelled"
 	ChainAttemptStatusCompleted  ChainAttemptStatus = "completed"
 	ChainAttemptStatusFailed     ChainAttemptStatus = "failed"
@@ -126,6 +130,8 @@ const (
 // Valid indicates whether the value is a known member of the ChainAttemptStatus enum.
 func (e ChainAttemptStatus) Valid() bool {
 	switch e {
+	case ChainAttemptStatusBlocked:
+		return true
 	case ChainAttemptStatusCancelled:
 		return true
 	case ChainAttemptStatusCompleted:
@@ -222,6 +228,36 @@ func (e ErrorCode) Valid() bool {
 	}
 }
 
+// Defines values for InputStatus.
+const (
+	InputStatusBlocked    InputStatus = "blocked"
+	InputStatusCancelled  InputStatus = "cancelled"
+	InputStatusCompleted  InputStatus = "completed"
+	InputStatusFailed     InputStatus = "failed"
+	InputStatusInProgress InputStatus = "in_progress"
+	InputStatusPending    InputStatus = "pending"
+)
+
+// Valid indicates whether the value is a known member of the InputStatus enum.
+func (e InputStatus) Valid() bool {
+	switch e {
+	case InputStatusBlocked:
+		return true
+	case InputStatusCancelled:
+		return true
+	case InputStatusCompleted:
+		return true
+	case InputStatusFailed:
+		return true
+	case InputStatusInProgress:
+		return true
+	case InputStatusPending:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for TaskFailureKind.
 const (
 	TaskFailureKindError         TaskFailureKind = "error"
@@ -237,6 +273,21 @@ func (e TaskFailureKind) Valid() bool {
 	case TaskFailureKindTimeout:
 		return true
 	case TaskFailureKindWorkerOffline:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for TaskOnDependencyFailure.
+const (
+	TaskOnDependencyFailureWait TaskOnDependencyFailure = "wait"
+)
+
+// Valid indicates whether the value is a known member of the TaskOnDependencyFailure enum.
+func (e TaskOnDependencyFailure) Valid() bool {
+	switch e {
+	case TaskOnDependencyFailureWait:
 		return true
 	default:
 		return false
@@ -290,6 +341,7 @@ func (e TaskRetryOutcome) Valid() bool {
 
 // Defines values for TaskStatus.
 const (
+	TaskStatusBlocked    TaskStatus = "blocked"
 	TaskStatusCancelled  TaskStatus = "cancelled"
 	TaskStatusCompleted  TaskStatus = "completed"
 	TaskStatusFailed     TaskStatus = "failed"
@@ -300,6 +352,8 @@ const (
 // Valid indicates whether the value is a known member of the TaskStatus enum.
 func (e TaskStatus) Valid() bool {
 	switch e {
+	case TaskStatusBlocked:
+		return true
 	case TaskStatusCancelled:
 		return true
 	case TaskStatusCompleted:
@@ -429,6 +483,21 @@ func (e TaskDetailFailureKind) Valid() bool {
 	}
 }
 
+// Defines values for TaskDetailOnDependencyFailure.
+const (
+	TaskDetailOnDependencyFailureWait TaskDetailOnDependencyFailure = "wait"
+)
+
+// Valid indicates whether the value is a known member of the TaskDetailOnDependencyFailure enum.
+func (e TaskDetailOnDependencyFailure) Valid() bool {
+	switch e {
+	case TaskDetailOnDependencyFailureWait:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for TaskDetailPriority.
 const (
 	TaskDetailPriorityHigh   TaskDetailPriority = "high"
@@ -476,6 +545,7 @@ func (e TaskDetailRetryOutcome) Valid() bool {
 
 // Defines values for TaskDetailStatus.
 const (
+	TaskDetailStatusBlocked    TaskDetailStatus = "blocked"
 	TaskDetailStatusCancelled  TaskDetailStatus = "cancelled"
 	TaskDetailStatusCompleted  TaskDetailStatus = "completed"
 	TaskDetailStatusFailed     TaskDetailStatus = "failed"
@@ -486,6 +556,8 @@ const (
 // Valid indicates whether the value is a known member of the TaskDetailStatus enum.
 func (e TaskDetailStatus) Valid() bool {
 	switch e {
+	case TaskDetailStatusBlocked:
+		return true
 	case TaskDetailStatusCancelled:
 		return true
 	case TaskDetailStatusCompleted:
@@ -516,6 +588,21 @@ func (e TaskWithTypeFailureKind) Valid() bool {
 	case TaskWithTypeFailureKindTimeout:
 		return true
 	case TaskWithTypeFailureKindWorkerOffline:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for TaskWithTypeOnDependencyFailure.
+const (
+	TaskWithTypeOnDependencyFailureWait TaskWithTypeOnDependencyFailure = "wait"
+)
+
+// Valid indicates whether the value is a known member of the TaskWithTypeOnDependencyFailure enum.
+func (e TaskWithTypeOnDependencyFailure) Valid() bool {
+	switch e {
+	case TaskWithTypeOnDependencyFailureWait:
 		return true
 	default:
 		return false
@@ -569,6 +656,7 @@ func (e TaskWithTypeRetryOutcome) Valid() bool {
 
 // Defines values for TaskWithTypeStatus.
 const (
+	TaskWithTypeStatusBlocked    TaskWithTypeStatus = "blocked"
 	TaskWithTypeStatusCancelled  TaskWithTypeStatus = "cancelled"
 	TaskWithTypeStatusCompleted  TaskWithTypeStatus = "completed"
 	TaskWithTypeStatusFailed     TaskWithTypeStatus = "failed"
@@ -579,6 +667,8 @@ const (
 // Valid indicates whether the value is a known member of the TaskWithTypeStatus enum.
 func (e TaskWithTypeStatus) Valid() bool {
 	switch e {
+	case TaskWithTypeStatusBlocked:
+		return true
 	case TaskWithTypeStatusCancelled:
 		return true
 	case TaskWithTypeStatusCompleted:
@@ -641,6 +731,7 @@ func (e CreateTaskType201JSONResponseBodySuccess) Valid() bool {
 
 // Defines values for ListTasksParamsStatus.
 const (
+	ListTasksParamsStatusBlocked    ListTasksParamsStatus = "blocked"
 	ListTasksParamsStatusCancelled  ListTasksParamsStatus = "cancelled"
 	ListTasksParamsStatusCompleted  ListTasksParamsStatus = "completed"
 	ListTasksParamsStatusFailed     ListTasksParamsStatus = "failed"
@@ -651,6 +742,8 @@ const (
 // Valid indicates whether the value is a known member of the ListTasksParamsStatus enum.
 func (e ListTasksParamsStatus) Valid() bool {
 	switch e {
+	case ListTasksParamsStatusBlocked:
+		return true
 	case ListTasksParamsStatusCancelled:
 		return true
 	case ListTasksParamsStatusCompleted:
@@ -699,6 +792,24 @@ const (
 func (e ListTasks200JSONResponseBodySuccess) Valid() bool {
 	switch e {
 	case ListTasks200JSONResponseBodySuccessTrue:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CreateTaskJSONBodyOnDependencyFailure.
+const (
+	CreateTaskJSONBodyOnDependencyFailureCancel CreateTaskJSONBodyOnDependencyFailure = "cancel"
+	CreateTaskJSONBodyOnDependencyFailureWait   CreateTaskJSONBodyOnDependencyFailure = "wait"
+)
+
+// Valid indicates whether the value is a known member of the CreateTaskJSONBodyOnDependencyFailure enum.
+func (e CreateTaskJSONBodyOnDependencyFailure) Valid() bool {
+	switch e {
+	case CreateTaskJSONBodyOnDependencyFailureCancel:
+		return true
+	case CreateTaskJSONBodyOnDependencyFailureWait:
 		return true
 	default:
 		return false
@@ -1161,6 +1272,44 @@ type HeartbeatView struct {
 	WorkerId   string    `json:"worker_id"`
 }
 
+// Input defines model for Input.
+type Input struct {
+	Data      *[]AttemptData `json:"data,omitempty"`
+	DataTotal *int           `json:"data_total,omitempty"`
+	DependsOn string         `json:"depends_on"`
+	Ref       *string        `json:"ref"`
+
+	// Result any JSON value
+	Result          Input_Result `json:"result"`
+	ResultBytes     *int         `json:"result_bytes,omitempty"`
+	ResultTruncated *bool        `json:"result_truncated,omitempty"`
+	Status          InputStatus  `json:"status"`
+	TaskId          string       `json:"task_id"`
+}
+
+// InputResult0 defines model for Input.Result.0.
+type InputResult0 map[string]interface{}
+
+// InputResult1 defines model for Input.Result.1.
+type InputResult1 = []interface{}
+
+// InputResult2 defines model for Input.Result.2.
+type InputResult2 = string
+
+// InputResult3 defines model for Input.Result.3.
+type InputResult3 = float32
+
+// InputResult4 defines model for Input.Result.4.
+type InputResult4 = bool
+
+// Input_Result any JSON value
+type Input_Result struct {
+	union json.RawMessage
+}
+
+// InputStatus defines model for Input.Status.
+type InputStatus string
+
 // LoginResult defines model for LoginResult.
 type LoginResult struct {
 	ExpiresAt time.Time `json:"expires_at"`
@@ -1216,19 +1365,22 @@ type Stats struct {
 
 // Task defines model for Task.
 type Task struct {
-	AssignedTo     *string                 `json:"assigned_to"`
-	AvailableAt    time.Time               `json:"available_at"`
-	CheckpointedAt *time.Time              `json:"checkpointed_at"`
-	CompletedAt    *time.Time              `json:"completed_at"`
-	CreatedAt      time.Time               `json:"created_at"`
-	CreatedBy      *string                 `json:"created_by"`
-	Description    string                  `json:"description"`
-	FailureKind    *TaskFailureKind        `json:"failure_kind"`
-	FailureReason  *string                 `json:"failure_reason"`
-	Id             string                  `json:"id"`
-	Params         *map[string]interface{} `json:"params"`
-	ParentTaskId   *string                 `json:"parent_task_id"`
-	Priority       TaskPriority            `json:"priority"`
+	AssignedTo          *string                  `json:"assigned_to"`
+	AvailableAt         time.Time                `json:"available_at"`
+	CheckpointedAt      *time.Time               `json:"checkpointed_at"`
+	CompletedAt         *time.Time               `json:"completed_at"`
+	CreatedAt           time.Time                `json:"created_at"`
+	CreatedBy           *string                  `json:"created_by"`
+	DependsOn           *[]string                `json:"depends_on,omitempty"`
+	Description         string                   `json:"description"`
+	FailureKind         *TaskFailureKind         `json:"failure_kind"`
+	FailureReason       *string                  `json:"failure_reason"`
+	Id                  string                   `json:"id"`
+	OnDependencyFailure *TaskOnDependencyFailure `json:"on_dependency_failure"`
+	Params              *map[string]interface{}  `json:"params"`
+	ParentTaskId        *string                  `json:"parent_task_id"`
+	Priority            TaskPriority             `json:"priority"`
+	Ref                 *string                  `json:"ref"`
 
 	// Result any JSON value
 	Result       Task_Result       `json:"result"`
@@ -1245,10 +1397,14 @@ type Task struct {
 	UniqueKey    *string           `json:"unique_key"`
 	UpdatedAt    time.Time         `json:"updated_at"`
 	Version      int               `json:"version"`
+	WorkflowId   *string           `json:"workflow_id"`
 }
 
 // TaskFailureKind defines model for Task.FailureKind.
 type TaskFailureKind string
+
+// TaskOnDependencyFailure defines model for Task.OnDependencyFailure.
+type TaskOnDependencyFailure string
 
 // TaskPriority defines model for Task.Priority.
 type TaskPriority string
@@ -1399,23 +1555,28 @@ type TaskData struct {
 
 // TaskDetail defines model for TaskDetail.
 type TaskDetail struct {
-	AssignedTo     *string                 `json:"assigned_to"`
-	Assignments    []Assignment            `json:"assignments"`
-	AvailableAt    time.Time               `json:"available_at"`
-	Checkpoint     *TaskCheckpoint         `json:"checkpoint,omitempty"`
-	CheckpointedAt *time.Time              `json:"checkpointed_at"`
-	CompletedAt    *time.Time              `json:"completed_at"`
-	CreatedAt      time.Time               `json:"created_at"`
-	CreatedBy      *string                 `json:"created_by"`
-	Data           []TaskData              `json:"data"`
-	Description    string                  `json:"description"`
-	FailureKind    *TaskDetailFailureKind  `json:"failure_kind"`
-	FailureReason  *string                 `json:"failure_reason"`
-	Id             string                  `json:"id"`
-	Params         *map[string]interface{} `json:"params"`
-	Parent         *Task                   `json:"parent"`
-	ParentTaskId   *string                 `json:"parent_task_id"`
-	Priority       TaskDetailPriority      `json:"priority"`
+	AssignedTo          *string                        `json:"assigned_to"`
+	Assignments         []Assignment                   `json:"assignments"`
+	AvailableAt         time.Time                      `json:"available_at"`
+	Checkpoint          *TaskCheckpoint                `json:"checkpoint,omitempty"`
+	CheckpointedAt      *time.Time                     `json:"checkpointed_at"`
+	CompletedAt         *time.Time                     `json:"completed_at"`
+	CreatedAt           time.Time                      `json:"created_at"`
+	CreatedBy           *string                        `json:"created_by"`
+	Data                []TaskData                     `json:"data"`
+	Dependencies        *[]Task                        `json:"dependencies,omitempty"`
+	Dependents          *[]Task                        `json:"dependents,omitempty"`
+	DependsOn           *[]string                      `json:"depends_on,omitempty"`
+	Description         string                         `json:"description"`
+	FailureKind         *TaskDetailFailureKind         `json:"failure_kind"`
+	FailureReason       *string                        `json:"failure_reason"`
+	Id                  string                         `json:"id"`
+	OnDependencyFailure *TaskDetailOnDependencyFailure `json:"on_dependency_failure"`
+	Params              *map[string]interface{}        `json:"params"`
+	Parent              *Task                          `json:"parent"`
+	ParentTaskId        *string                        `json:"parent_task_id"`
+	Priority            TaskDetailPriority             `json:"priority"`
+	Ref                 *string                        `json:"ref"`
 
 	// Result any JSON value
 	Result       TaskDetail_Result       `json:"result"`
@@ -1435,10 +1596,14 @@ type TaskDetail struct {
 	UpdatedAt    time.Time               `json:"updated_at"`
 	Updates      []TaskUpdate            `json:"updates"`
 	Version      int                     `json:"version"`
+	WorkflowId   *string                 `json:"workflow_id"`
 }
 
 // TaskDetailFailureKind defines model for TaskDetail.FailureKind.
 type TaskDetailFailureKind string
+
+// TaskDetailOnDependencyFailure defines model for TaskDetail.OnDependencyFailure.
+type TaskDetailOnDependencyFailure string
 
 // TaskDetailPriority defines model for TaskDetail.Priority.
 type TaskDetailPriority string
@@ -1523,21 +1688,25 @@ type TaskUpdate struct {
 
 // TaskWithType defines model for TaskWithType.
 type TaskWithType struct {
-	AssignedTo       *string                  `json:"assigned_to"`
-	AvailableAt      time.Time                `json:"available_at"`
-	Checkpoint       *TaskCheckpoint          `json:"checkpoint,omitempty"`
-	CheckpointedAt   *time.Time               `json:"checkpointed_at"`
-	CompletedAt      *time.Time               `json:"completed_at"`
-	CreatedAt        time.Time                `json:"created_at"`
-	CreatedBy        *string                  `json:"created_by"`
-	Description      string                   `json:"description"`
-	FailureKind      *TaskWithTypeFailureKind `json:"failure_kind"`
-	FailureReason    *string                  `json:"failure_reason"`
-	Id               string                   `json:"id"`
-	Params           *map[string]interface{}  `json:"params"`
-	ParentTaskId     *string                  `json:"parent_task_id"`
-	PreviousAttempts *[]Attempt               `json:"previous_attempts,omitempty"`
-	Priority         TaskWithTypePriority     `json:"priority"`
+	AssignedTo          *string                          `json:"assigned_to"`
+	AvailableAt         time.Time                        `json:"available_at"`
+	Checkpoint          *TaskCheckpoint                  `json:"checkpoint,omitempty"`
+	CheckpointedAt      *time.Time                       `json:"checkpointed_at"`
+	CompletedAt         *time.Time                       `json:"completed_at"`
+	CreatedAt           time.Time                        `json:"created_at"`
+	CreatedBy           *string                          `json:"created_by"`
+	DependsOn           *[]string                        `json:"depends_on,omitempty"`
+	Description         string                           `json:"description"`
+	FailureKind         *TaskWithTypeFailureKind         `json:"failure_kind"`
+	FailureReason       *string                          `json:"failure_reason"`
+	Id                  string                           `json:"id"`
+	Inputs              *[]Input                         `json:"inputs,omitempty"`
+	OnDependencyFailure *TaskWithTypeOnDependencyFailure `json:"on_dependency_failure"`
+	Params              *map[string]interface{}          `json:"params"`
+	ParentTaskId        *string                          `json:"parent_task_id"`
+	PreviousAttempts    *[]Attempt                       `json:"previous_attempts,omitempty"`
+	Priority            TaskWithTypePriority             `json:"priority"`
+	Ref                 *string                          `json:"ref"`
 
 	// Result any JSON value
 	Result       TaskWithType_Result       `json:"result"`
@@ -1555,10 +1724,14 @@ type TaskWithType struct {
 	UniqueKey    *string                   `json:"unique_key"`
 	UpdatedAt    time.Time                 `json:"updated_at"`
 	Version      int                       `json:"version"`
+	WorkflowId   *string                   `json:"workflow_id"`
 }
 
 // TaskWithTypeFailureKind defines model for TaskWithType.FailureKind.
 type TaskWithTypeFailureKind string
+
+// TaskWithTypeOnDependencyFailure defines model for TaskWithType.OnDependencyFailure.
+type TaskWithTypeOnDependencyFailure string
 
 // TaskWithTypePriority defines model for TaskWithType.Priority.
 type TaskWithTypePriority string
@@ -1787,8 +1960,14 @@ type ListTasks200JSONResponseBodySuccess bool
 // CreateTaskJSONBody defines parameters for CreateTask.
 type CreateTaskJSONBody struct {
 	// AssignedTo a worker to assign the task to at once
-	AssignedTo  *openapi_types.UUID `json:"assigned_to,omitempty"`
-	Description *string             `json:"description,omitempty"`
+	AssignedTo *openapi_types.UUID `json:"assigned_to,omitempty"`
+
+	// DependsOn task ids this task waits for: it stays blocked (not claimable) until each one's retry chain completed
+	DependsOn   *[]string `json:"depends_on,omitempty"`
+	Description *string   `json:"description,omitempty"`
+
+	// OnDependencyFailure cancel (the default): the task is cancelled with reason dependency_failed; wait: it stays blocked for an admin to retry the dependency or release the task
+	OnDependencyFailure *CreateTaskJSONBodyOnDependencyFailure `json:"on_dependency_failure,omitempty"`
 
 	// OnDuplicate what a duplicate gets: error (409 duplicate_task, the default) or existing (200 and the task that holds the key)
 	OnDuplicate *CreateTaskJSONBodyOnDuplicate `json:"on_duplicate,omitempty"`
@@ -1819,6 +1998,9 @@ type CreateTaskParams struct {
 	// IdempotencyKey a key of your choice (1-255 printable ASCII characters, a UUID say): the same key and body within 24 hours answer the first answer again (header Idempotent-Replayed: true) and create nothing; the same key with another request is a 422 idempotency_key_reused
 	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
 }
+
+// CreateTaskJSONBodyOnDependencyFailure defines parameters for CreateTask.
+type CreateTaskJSONBodyOnDependencyFailure string
 
 // CreateTaskJSONBodyOnDuplicate defines parameters for CreateTask.
 type CreateTaskJSONBodyOnDuplicate string
@@ -2133,6 +2315,146 @@ func (t Attempt_Result) MarshalJSON() ([]byte, error) {
 }
 
 func (t *Attempt_Result) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	return err
+}
+
+// AsInputResult0 returns the union data inside the Input_Result as a InputResult0
+func (t Input_Result) AsInputResult0() (InputResult0, error) {
+	var body InputResult0
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromInputResult0 overwrites any union data inside the Input_Result as the provided InputResult0
+func (t *Input_Result) FromInputResult0(v InputResult0) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeInputResult0 performs a merge with any union data inside the Input_Result, using the provided InputResult0
+func (t *Input_Result) MergeInputResult0(v InputResult0) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsInputResult1 returns the union data inside the Input_Result as a InputResult1
+func (t Input_Result) AsInputResult1() (InputResult1, error) {
+	var body InputResult1
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromInputResult1 overwrites any union data inside the Input_Result as the provided InputResult1
+func (t *Input_Result) FromInputResult1(v InputResult1) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeInputResult1 performs a merge with any union data inside the Input_Result, using the provided InputResult1
+func (t *Input_Result) MergeInputResult1(v InputResult1) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsInputResult2 returns the union data inside the Input_Result as a InputResult2
+func (t Input_Result) AsInputResult2() (InputResult2, error) {
+	var body InputResult2
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromInputResult2 overwrites any union data inside the Input_Result as the provided InputResult2
+func (t *Input_Result) FromInputResult2(v InputResult2) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeInputResult2 performs a merge with any union data inside the Input_Result, using the provided InputResult2
+func (t *Input_Result) MergeInputResult2(v InputResult2) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsInputResult3 returns the union data inside the Input_Result as a InputResult3
+func (t Input_Result) AsInputResult3() (InputResult3, error) {
+	var body InputResult3
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromInputResult3 overwrites any union data inside the Input_Result as the provided InputResult3
+func (t *Input_Result) FromInputResult3(v InputResult3) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeInputResult3 performs a merge with any union data inside the Input_Result, using the provided InputResult3
+func (t *Input_Result) MergeInputResult3(v InputResult3) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsInputResult4 returns the union data inside the Input_Result as a InputResult4
+func (t Input_Result) AsInputResult4() (InputResult4, error) {
+	var body InputResult4
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromInputResult4 overwrites any union data inside the Input_Result as the provided InputResult4
+func (t *Input_Result) FromInputResult4(v InputResult4) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeInputResult4 performs a merge with any union data inside the Input_Result, using the provided InputResult4
+func (t *Input_Result) MergeInputResult4(v InputResult4) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t Input_Result) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	return b, err
+}
+
+func (t *Input_Result) UnmarshalJSON(b []byte) error {
 	err := t.union.UnmarshalJSON(b)
 	return err
 }
