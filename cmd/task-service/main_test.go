@@ -121,7 +121,7 @@ type server struct {
 // picked in advance.
 // Extra environment entries override the defaults (LISTEN_ADDR to restart on
 // the same port).
-func startServer(t *testing.T, dbURL string, env ...string) *server {
+func startServer(t testing.TB, dbURL string, env ...string) *server {
 	t.Helper()
 	logs := &syncBuffer{}
 	cmd := exec.Command(binary)
