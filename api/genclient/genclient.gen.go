@@ -390,6 +390,21 @@ func (e TaskAnswerFailureKind) Valid() bool {
 	}
 }
 
+// Defines values for TaskAnswerOnDependencyFailure.
+const (
+	TaskAnswerOnDependencyFailureWait TaskAnswerOnDependencyFailure = "wait"
+)
+
+// Valid indicates whether the value is a known member of the TaskAnswerOnDependencyFailure enum.
+func (e TaskAnswerOnDependencyFailure) Valid() bool {
+	switch e {
+	case TaskAnswerOnDependencyFailureWait:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for TaskAnswerPriority.
 const (
 	TaskAnswerPriorityHigh   TaskAnswerPriority = "high"
@@ -437,6 +452,7 @@ func (e TaskAnswerRetryOutcome) Valid() bool {
 
 // Defines values for TaskAnswerStatus.
 const (
+	TaskAnswerStatusBlocked    TaskAnswerStatus = "blocked"
 	TaskAnswerStatusCancelled  TaskAnswerStatus = "cancelled"
 	TaskAnswerStatusCompleted  TaskAnswerStatus = "completed"
 	TaskAnswerStatusFailed     TaskAnswerStatus = "failed"
@@ -447,6 +463,8 @@ const (
 // Valid indicates whether the value is a known member of the TaskAnswerStatus enum.
 func (e TaskAnswerStatus) Valid() bool {
 	switch e {
+	case TaskAnswerStatusBlocked:
+		return true
 	case TaskAnswerStatusCancelled:
 		return true
 	case TaskAnswerStatusCompleted:
@@ -1443,16 +1461,19 @@ type TaskAnswer struct {
 	CompletedAt    *time.Time             `json:"completed_at"`
 	CreatedAt      time.Time              `json:"created_at"`
 	CreatedBy      *string                `json:"created_by"`
+	DependsOn      *[]string              `json:"depends_on,omitempty"`
 	Description    string                 `json:"description"`
 	FailureKind    *TaskAnswerFailureKind `json:"failure_kind"`
 	FailureReason  *string                `json:"failure_reason"`
 	Id             string                 `json:"id"`
 
 	// MaxRetries automatic retries after a failure (the type's max_retries)
-	MaxRetries   int                     `json:"max_retries"`
-	Params       *map[string]interface{} `json:"params"`
-	ParentTaskId *string                 `json:"parent_task_id"`
-	Priority     TaskAnswerPriority      `json:"priority"`
+	MaxRetries          int                            `json:"max_retries"`
+	OnDependencyFailure *TaskAnswerOnDependencyFailure `json:"on_dependency_failure"`
+	Params              *map[string]interface{}        `json:"params"`
+	ParentTaskId        *string                        `json:"parent_task_id"`
+	Priority            TaskAnswerPriority             `json:"priority"`
+	Ref                 *string                        `json:"ref"`
 
 	// Result any JSON value
 	Result       TaskAnswer_Result       `json:"result"`
@@ -1470,10 +1491,14 @@ type TaskAnswer struct {
 	UniqueKey    *string                 `json:"unique_key"`
 	UpdatedAt    time.Time               `json:"updated_at"`
 	Version      int                     `json:"version"`
+	WorkflowId   *string                 `json:"workflow_id"`
 }
 
 // TaskAnswerFailureKind defines model for TaskAnswer.FailureKind.
 type TaskAnswerFailureKind string
+
+// TaskAnswerOnDependencyFailure defines model for TaskAnswer.OnDependencyFailure.
+type TaskAnswerOnDependencyFailure string
 
 // TaskAnswerPriority defines model for TaskAnswer.Priority.
 type TaskAnswerPriority string
