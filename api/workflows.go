@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -64,7 +65,8 @@ func (s *Server) CreateWorkflow(ctx context.Context, req createWorkflowRequest, 
 
 // underItem puts an item's validation error under tasks[i].
 func underItem(i int, err error) error {
-	if v, ok := err.(*events.ValidationError); ok {
+	var v *events.ValidationError
+	if errors.As(err, &v) {
 		field := "tasks[" + strconv.Itoa(i) + "]"
 		if v.Field != "" {
 			field += "." + v.Field
