@@ -20,9 +20,10 @@ import (
 // the type's JSON Schema.
 type schemaField struct {
 	Name        string
-	Kind        string // string, number, integer, boolean, enum, strings or json
+	Kind        string // string, number, integer, boolean, enum, strings, integers, numbers or json
 	Required    bool
 	Enum        []string
+	NumericEnum bool // the enum's values are numbers
 	Description string
 	Value       string
 	Error       string
@@ -90,55 +91,91 @@ func unplacedErrors(errs formErrors, placed map[string]bool) []string {
 	return out
 }
 
-// schemaFields reads the flat properties of a JSON Schema object; anything
-// else becomes a raw JSON field. rawOnly when there are no properties.
+// schemaProperty is the part of a JSON Schema property the form reads.
+type schemaProperty struct {
+	Type        any                       `json:"type"`
+	Enum        []any                     `json:"enum"`
+	Description string                    `json:"description"`
+	Items       *schemaProperty           `json:"items"`
+	Properties  map[string]schemaProperty `json:"properties"`
+	Required    []string                  `json:"required"`
+}
+
+// maxFormDepth bounds how deep nested objects become inputs; deeper ones are
+// JSON boxes.
+const maxFormDepth = 4
+
+// schemaFields reads the properties of a JSON Schema object into inputs:
+// nested objects become their fields (named owner.email), arrays of
+// strings or numbers a line per item, enums of strings or numbers a
+// choice; anything else is a raw JSON field. rawOnly when there are no
+// properties.
 func schemaFields(raw json.RawMessage) (fields []schemaField, rawOnly bool) {
-	var s struct {
-		Properties map[string]struct {
-			Type        any    `json:"type"`
-			Enum        []any  `json:"enum"`
-			Description string `json:"description"`
-			Items       *struct {
-				Type any `json:"type"`
-			} `json:"items"`
-		} `json:"properties"`
-		Required []string `json:"required"`
-	}
+	var s schemaProperty
 	if json.Unmarshal(raw, &s) != nil || len(s.Properties) == 0 {
 		return nil, true
 	}
-	required := map[string]bool{}
-	for _, r := range s.Required {
-		required[r] = true
-	}
-	for name, p := range s.Properties {
-		f := schemaField{Name: name, Required: required[name], Description: p.Description, Kind: "json"}
-		typ, _ := p.Type.(string)
-		switch {
-		case len(p.Enum) > 0:
-			f.Kind = "enum"
-			for _, e := range p.Enum {
-				str, ok := e.(string)
-				if !ok {
-					f.Kind, f.Enum = "json", nil
-					break
-				}
-				f.Enum = append(f.Enum, str)
-			}
-		case typ == "string", typ == "number", typ == "integer", typ == "boolean":
-			f.Kind = typ
-		case typ == "array" && p.Items != nil && p.Items.Type == "string":
-			f.Kind = "strings"
-		}
-		fields = append(fields, f)
-	}
-	sort.Slice(fields, func(i, j int) bool {
+	fields = objectFields("", s, 0)
+	sort.SliceStable(fields, func(i, j int) bool {
 		if fields[i].Required != fields[j].Required {
 			return fields[i].Required
 		}
 		return fields[i].Name < fields[j].Name
 	})
 	return fields, false
+}
+
+func objectFields(prefix string, obj schemaProperty, depth int) []schemaField {
+	required := map[string]bool{}
+	for _, r := range obj.Required {
+		required[r] = true
+	}
+	var fields []schemaField
+	for name, p := range obj.Properties {
+		typ, _ := p.Type.(string)
+		if typ == "object" && len(p.Properties) > 0 && depth < maxFormDepth {
+			fields = append(fields, objectFields(prefix+name+".", p, depth+1)...)
+			continue
+		}
+		f := schemaField{Name: prefix + name, Required: required[name], Description: p.Description, Kind: "json"}
+		switch {
+		case len(p.Enum) > 0:
+			f.Kind, f.Enum, f.NumericEnum = enumChoices(p.Enum)
+		case typ == "string", typ == "number", typ == "integer", typ == "boolean":
+			f.Kind = typ
+		case typ == "array" && p.Items != nil:
+			switch p.Items.Type {
+			case "string":
+				f.Kind = "strings"
+			case "integer":
+				f.Kind = "integers"
+			case "number":
+				f.Kind = "numbers"
+			}
+		}
+		fields = append(fields, f)
+	}
+	return fields
+}
+
+// enumChoices makes a choice of an enum of strings or of numbers; a mixed
+// enum stays a JSON field.
+func enumChoices(values []any) (kind string, choices []string, numeric bool) {
+	strs, nums := 0, 0
+	for _, v := range values {
+		switch x := v.(type) {
+		case string:
+			strs++
+			choices = append(choices, x)
+		case float64:
+			nums++
+			choices = append(choices, strconv.FormatFloat(x, 'f', -1, 64))
+		}
+	}
+	if strs == len(values) || nums == len(values) {
+		return "enum", choices, nums == len(values)
+	}
+	return "json", nil, false
 }
 
 // formParams builds the params object from the form. A number that does
@@ -152,51 +189,81 @@ func formParams(fields []schemaField, rawOnly bool, form url.Values) (json.RawMe
 		v := form.Get("p." + f.Name)
 		if f.Kind == "boolean" {
 			if v != "" {
-				out[f.Name] = true
+				setPath(out, f.Name, true)
 			} else if f.Required {
-				out[f.Name] = false
+				setPath(out, f.Name, false)
 			}
 			continue
 		}
 		if strings.TrimSpace(v) == "" {
 			continue
 		}
-		switch f.Kind {
-		case "integer":
-			if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil {
-				out[f.Name] = n
-			} else {
-				out[f.Name] = v
-			}
-		case "number":
-			if n, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
-				out[f.Name] = n
-			} else {
-				out[f.Name] = v
-			}
-		case "strings":
-			items := []string{}
+		var x any
+		switch {
+		case f.Kind == "integer", f.Kind == "enum" && f.NumericEnum:
+			x = number(v, f.Kind == "integer")
+		case f.Kind == "number":
+			x = number(v, false)
+		case f.Kind == "strings", f.Kind == "integers", f.Kind == "numbers":
+			items := []any{}
 			for _, line := range strings.Split(v, "\n") {
-				if line = strings.TrimSpace(line); line != "" {
+				if line = strings.TrimSpace(line); line == "" {
+					continue
+				}
+				if f.Kind == "strings" {
 					items = append(items, line)
+				} else {
+					items = append(items, number(line, f.Kind == "integers"))
 				}
 			}
-			out[f.Name] = items
-		case "json":
-			x, err := formValueJSON("params."+f.Name, v)
+			x = items
+		case f.Kind == "json":
+			raw, err := formValueJSON("params."+f.Name, v)
 			if err != nil {
 				return nil, err
 			}
-			out[f.Name] = x
+			x = raw
 		default:
-			out[f.Name] = v
+			x = v
 		}
+		setPath(out, f.Name, x)
 	}
 	b, err := json.Marshal(out)
 	if err != nil {
 		return nil, fmt.Errorf("params: %w", err)
 	}
 	return b, nil
+}
+
+// number parses a form value as a whole number or any number; text that
+// does not parse stays text, for the schema to refuse at its field.
+func number(v string, whole bool) any {
+	v = strings.TrimSpace(v)
+	if whole {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+			return n
+		}
+		return v
+	}
+	if n, err := strconv.ParseFloat(v, 64); err == nil {
+		return n
+	}
+	return v
+}
+
+// setPath sets out[a][b]... for the dotted path "a.b", making the objects
+// on the way.
+func setPath(out map[string]any, path string, v any) {
+	parts := strings.Split(path, ".")
+	for _, p := range parts[:len(parts)-1] {
+		next, ok := out[p].(map[string]any)
+		if !ok {
+			next = map[string]any{}
+			out[p] = next
+		}
+		out = next
+	}
+	out[parts[len(parts)-1]] = v
 }
 
 func (u *UI) createTask(c echo.Context) error {
