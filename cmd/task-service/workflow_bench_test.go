@@ -23,7 +23,7 @@ import (
 //	go test ./cmd/task-service -run '^$' -bench BenchmarkUnblockLatency -benchtime 200x
 func BenchmarkUnblockLatency(b *testing.B) {
 	ctx := context.Background()
-	s := startServer(b, storetest.NewDB(b), "LOG_LEVEL=warn")
+	s := startServer(b, storetest.NewDB(b))
 	admin := client.New(s.base, nil)
 	_, err := admin.Login(ctx, "root@example.com", "root-password")
 	require.NoError(b, err)
