@@ -36,10 +36,13 @@ var dependencyMeta = func() string {
 // lock. Each dependent of the completed
 // tasks' chains loses one open dependency per edge; those left with none
 // become pending (task.unblocked naming the completion). The counters move
-// as the projector would move them.
+// as the projector would move them. While no task is blocked anywhere, the
+// statement is one probe of worker_tasks_status: a completion that frees
+// nothing pays nothing else.
 const unblockDependents = `WITH RECURSIVE chain(done_id, id) AS (
     SELECT w.id, w.id FROM worker_tasks w
      WHERE w.id = ANY($1::uuid[]) AND w.status = 'completed'
+       AND EXISTS (SELECT 1 FROM worker_tasks b WHERE b.status = 'blocked')
     UNION ALL
     SELECT c.done_id, w.parent_task_id FROM chain c JOIN worker_tasks w ON w.id = c.id
      WHERE w.parent_task_id IS NOT NULL
