@@ -41,7 +41,7 @@ type TaskWithType struct {
 // A batch takes the locks with SKIP LOCKED: a worker whose row another
 // transaction holds (another instance's claim, an admin's edit) must not
 // hold back the other workers' claims. Such a worker comes back as not
-// locked and is left out of the claim (claimTasks reads the locked set from
+// locked and is left out of the claim (the claim reads the locked set from
 // claimWorkersSetting), and Claim runs it again alone, waiting for its lock
 // (lockWorkersWaiting). The set travels in a transaction-local setting
 // because both statements go in one round trip.
@@ -115,7 +115,17 @@ const (
 	gatedRunning = `(SELECT count(*) FROM worker_tasks r WHERE r.task_type_id = $t AND r.status = 'in_progress' AND r.gated$k)`
 )
 
-// claimTasks is the claim (DESIGN §3) for a batch of distinct workers, in
+// claimStatements and lockStatements are the statements runClaims picks
+// from, by [waiting][limited].
+var (
+	claimStatements = map[bool]string{false: claimStatement(false), true: claimStatement(true)}
+	lockStatements  = map[bool]map[bool]string{
+		false: {false: lockStatement(false, false), true: lockStatement(false, true)},
+		true:  {false: lockStatement(true, false), true: lockStatement(true, true)},
+	}
+)
+
+// claimStatement is the claim (DESIGN §3) for a batch of distinct workers, in
 // one statement. Each worker asks for up to want tasks ($4; 1 for the
 // single claim) and gets at most its free slots (max_concurrent_tasks less
 // the tasks it holds in progress): first the claimable tasks assigned to
@@ -155,8 +165,9 @@ const (
 //     go to it after its other own tasks (gmine); the rest join the pool's
 //     in one order (offer).
 //
-// With no limited type, these CTEs are empty and cost a few scans of
-// nothing: types without controls pay nothing else.
+// Without limited (no unpaused limited type exists), the statement leaves
+// these CTEs out, with the offer's merge and the cursor's update: empty,
+// they still cost their executor nodes, about 7 % of a claim (ADR 017).
 //
 // Every SELECT CTE is MATERIALIZED: evaluated once, before the UPDATE. A
 // CTE used once is otherwise inlined into the UPDATE, and when the UPDATE
@@ -196,16 +207,6 @@ const (
 // worker's tasks in progress (ADR 016).
 // A LATERAL join, so that it runs once per worker: as a scalar subquery in
 // a flattened select list it ran again for the WHERE.
-// claimStatements and lockStatements are the statements runClaims picks
-// from, by [waiting][limited].
-var (
-	claimStatements = map[bool]string{false: claimStatement(false), true: claimStatement(true)}
-	lockStatements  = map[bool]map[bool]string{
-		false: {false: lockStatement(false, false), true: lockStatement(false, true)},
-		true:  {false: lockStatement(true, false), true: lockStatement(true, true)},
-	}
-)
-
 func claimStatement(limited bool) string {
 	pick := func(withLimits, without string) string {
 		if limited {
