@@ -208,12 +208,17 @@ func TestLongPollWakesOnlyWhomATaskIsFor(t *testing.T) {
 	}
 	base := claimCount(t, b)
 	var polls []<-chan claimResult
+	firstCtx, stopFirst := context.WithCancel(b.ctx)
+	defer stopFirst()
 	for i, w := range ws {
-		wait := 60 * time.Second // the most a claim may wait: set-up alone took 30 s under a load of 20
+		wait, ctx := 60*time.Second, b.ctx // the most a claim may wait: set-up alone took 30 s under a load of 20
+		if i == 0 {
+			ctx = firstCtx
+		}
 		if i > 0 && i < 4 {
 			wait = 5 * time.Second // nothing is for them
 		}
-		polls = append(polls, claimAsync(b.ctx, w, wait))
+		polls = append(polls, claimAsync(ctx, w, wait))
 		waiters(t, b, i+1)
 	}
 	// At least: on a loaded machine the safety re-check (every 1.5 s) may
@@ -229,10 +234,32 @@ func TestLongPollWakesOnlyWhomATaskIsFor(t *testing.T) {
 	require.NotNil(t, r.task, "the last waiter's wait ran out")
 	require.Equal(t, mine.ID, r.task.ID)
 	pool := b.newTask(t, tt, "For whoever waited longest", events.PriorityMedium, "")
-	r = <-polls[0]
-	require.NoError(t, r.err)
-	require.NotNil(t, r.task, "the first waiter's wait ran out")
-	require.Equal(t, pool.ID, r.task.ID)
+	// The gate gives the pool task's turn to the longest waiting (the
+	// first); a 5-second waiter's safety re-check that fires before the
+	// first's claim runs may take it instead (the gate prefers, it does not
+	// reserve). Either way exactly one waiter gets it.
+	type result struct {
+		i int
+		r claimResult
+	}
+	results := make(chan result, 4)
+	for i, p := range polls[:4] {
+		go func() { results <- result{i, <-p} }()
+	}
+	winner, ended := -1, map[int]claimResult{}
+	for winner < 0 {
+		x := <-results
+		ended[x.i] = x.r
+		if x.r.task != nil {
+			require.Equal(t, pool.ID, x.r.task.ID)
+			winner = x.i
+		}
+		require.False(t, x.i == 0 && x.r.task == nil, "the first waiter's wait ran out and nobody got the pool task")
+	}
+	if winner != 0 {
+		t.Logf("waiter %d's safety re-check took the pool task before the first waiter's turn", winner)
+		stopFirst()
+	}
 	// Four commits woke the waiters: two creates, two claims. Before the
 	// gate each wake made every waiter claim: 10 claims here (some wakes
 	// coalesced); now only the one a task is for.
@@ -244,10 +271,15 @@ func TestLongPollWakesOnlyWhomATaskIsFor(t *testing.T) {
 		t.Logf("slow machine: %d claims, not compared (safety re-checks ran)", claims)
 	}
 
-	for _, p := range polls[1:4] {
-		r = <-p
-		require.NoError(t, r.err)
-		require.Nil(t, r.task, "nothing was for them: their wait ran out")
+	for len(ended) < 4 {
+		x := <-results
+		ended[x.i] = x.r
+	}
+	for i := 1; i < 4; i++ {
+		if i != winner {
+			require.NoError(t, ended[i].err)
+			require.Nil(t, ended[i].task, "nothing was for them: their wait ran out")
+		}
 	}
 	// The gate's counters: looks that found a task, and the turns it gave
 	// (one look may serve both tasks when their wakes coalesce).
