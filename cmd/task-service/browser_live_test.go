@@ -11,6 +11,7 @@ import (
 	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
@@ -137,8 +138,13 @@ func TestBrowserClickSurvivesALiveRefresh(t *testing.T) {
 	require.NoError(t, err)
 
 	b := newBrowser(t)
+	// Count htmx answers from each page's first script on: installed after
+	// the page loaded, the counter could miss the stream's opening refresh.
+	b.run(chromedp.ActionFunc(func(ctx context.Context) error {
+		_, err := page.AddScriptToEvaluateOnNewDocument(`window.answers = 0; document.addEventListener("htmx:afterRequest", () => window.answers++);`).Do(ctx)
+		return err
+	}))
 	b.login(s.base, "/schedules/"+sc.ID)
-	b.run(chromedp.Evaluate(`window.answers = 0; document.addEventListener("htmx:afterRequest", () => window.answers++); 1`, nil))
 	// The stream's opening refresh has come and gone.
 	b.waitJS(`document.getElementById("conn").dataset.state === "live" && window.answers >= 1 && !document.querySelector(".htmx-request")`)
 
