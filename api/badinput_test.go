@@ -526,6 +526,11 @@ func TestBadInput(t *testing.T) {
 		{"checkpoint: unknown field", "PUT", W + "/tasks/" + held.ID + "/checkpoint", una, `{"state":1,"session":"s"}`, 400, "validation_failed", "session"},
 		{"checkpoint: state nested too deep", "PUT", W + "/tasks/" + held.ID + "/checkpoint", una, `{"state":` + deep(D+1) + `}`, 400, "validation_failed", "state"},
 
+		// Workflows' list: its page size and cursor.
+		{"workflows: limit 0", "GET", A + "/workflows?limit=0", admin, "", 400, "validation_failed", "limit"},
+		{"workflows: limit over 200", "GET", A + "/workflows?limit=201", admin, "", 400, "validation_failed", "limit"},
+		{"workflows: bad cursor", "GET", A + "/workflows?after=nope", admin, "", 400, "validation_failed", "after"},
+
 		// Routing.
 		{"unknown route", "GET", "/api/v1/nope", admin, "", 404, "not_found", ""},
 		{"unknown sub-route", "POST", A + "/tasks/" + pending.ID + "/explode", admin, `{}`, 404, "not_found", ""},

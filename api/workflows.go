@@ -77,13 +77,9 @@ func underItem(i int, err error) error {
 }
 
 func (s *Server) listWorkflows(c echo.Context) error {
-	limit := 0
-	if v := c.QueryParam("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 200 {
-			return events.Invalid("limit", "must be a number from 1 to 200")
-		}
-		limit = n
+	limit, err := intQueryParam(c, "limit", 1, 200, 0)
+	if err != nil {
+		return err
 	}
 	page, err := s.db.ListWorkflows(c.Request().Context(), c.QueryParam("after"), limit)
 	if err != nil {
