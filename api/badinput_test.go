@@ -526,6 +526,14 @@ func TestBadInput(t *testing.T) {
 		{"checkpoint: unknown field", "PUT", W + "/tasks/" + held.ID + "/checkpoint", una, `{"state":1,"session":"s"}`, 400, "validation_failed", "session"},
 		{"checkpoint: state nested too deep", "PUT", W + "/tasks/" + held.ID + "/checkpoint", una, `{"state":` + deep(D+1) + `}`, 400, "validation_failed", "state"},
 
+		// Releasing a blocked task, and a task's assignment history.
+		{"admin release: not blocked", "POST", A + "/tasks/" + pending.ID + "/release", admin, `{}`, 409, "invalid_transition", ""},
+		{"admin release: bad id", "POST", A + "/tasks/not-a-uuid/release", admin, `{}`, 400, "validation_failed", "id"},
+		{"admin release: unknown task", "POST", A + "/tasks/" + unknown + "/release", admin, `{}`, 404, "not_found", ""},
+		{"admin release: by a worker", "POST", A + "/tasks/" + pending.ID + "/release", una, `{}`, 403, "forbidden", ""},
+		{"assignments: bad id", "GET", A + "/tasks/not-a-uuid/assignments", admin, "", 400, "validation_failed", "id"},
+		{"assignments: unknown task", "GET", A + "/tasks/" + unknown + "/assignments", admin, "", 404, "not_found", ""},
+
 		// Workflows' list: its page size and cursor.
 		{"workflows: limit 0", "GET", A + "/workflows?limit=0", admin, "", 400, "validation_failed", "limit"},
 		{"workflows: limit over 200", "GET", A + "/workflows?limit=201", admin, "", 400, "validation_failed", "limit"},
