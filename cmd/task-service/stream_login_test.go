@@ -39,11 +39,22 @@ func openTail(t *testing.T, name, base string, auth func(*http.Request)) *openSt
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	t.Cleanup(cancel)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/api/v1/admin/events/stream", nil)
-	require.NoError(t, err)
-	auth(req)
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
+	var resp *http.Response
+	// 503 "retry shortly" is the stream's answer while the instance's
+	// listener reconnects (a loaded machine drops it now and then): retry,
+	// as a client is told to.
+	for try := 0; ; try++ {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/api/v1/admin/events/stream", nil)
+		require.NoError(t, err)
+		auth(req)
+		resp, err = http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		if resp.StatusCode != http.StatusServiceUnavailable || try == 20 {
+			break
+		}
+		resp.Body.Close()
+		time.Sleep(100 * time.Millisecond)
+	}
 	require.Equal(t, http.StatusOK, resp.StatusCode, name)
 	s := &openStream{name: name, ended: make(chan streamEnd, 1)}
 	go func() {
