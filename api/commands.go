@@ -247,13 +247,14 @@ func (s *Server) AssignTask(ctx context.Context, id string, req AssignRequest, m
 
 // RetryTask creates the retry of a failed task now, by hand: allowed unless
 // the task already has a retry (after the automatic decision skipped or
-// exhausted, too).
+// exhausted, too). The retry reactor may record its decision on the failed
+// task at the same moment: that race is run again, not answered with a 409.
 func (s *Server) RetryTask(ctx context.Context, id, hint string, meta events.Meta) (*events.Task, error) {
 	if len(hint) > maxRetryHint {
 		return nil, events.Invalid("hint", "is longer than %d bytes", maxRetryHint)
 	}
 	var retry *events.Task
-	err := s.db.WithTx(ctx, func(tx pgx.Tx) error {
+	err := s.db.WithTxRetrying(ctx, func(tx pgx.Tx) error {
 		var err error
 		retry, err = s.db.CreateRetry(ctx, tx, id, store.RetryParams{Hint: strings.TrimSpace(hint), Manual: true, Meta: meta})
 		return err

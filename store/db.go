@@ -226,6 +226,27 @@ func (db *DB) WithTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 	return nil
 }
 
+// WithTxRetrying is WithTx for a command that reads what it decides on in
+// fn: after a lost race (another write to a stream fn wrote committed
+// first) it runs fn again on what is there now, as UpdateTask does. Inside
+// the request's transaction (ContextWithTx) each attempt is a savepoint of
+// it, so a lost attempt spoils nothing else.
+func (db *DB) WithTxRetrying(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	outer := txOf(ctx)
+	for attempt := 1; ; attempt++ {
+		var err error
+		if outer != nil {
+			err = db.Savepoint(ctx, outer, func(ctx context.Context) error { return fn(txOf(ctx)) })
+		} else {
+			err = db.WithTx(ctx, fn)
+		}
+		if errors.Is(err, events.ErrConflict) && attempt < maxRaces {
+			continue
+		}
+		return err
+	}
+}
+
 // committed wakes listeners after a write made outside WithTx; inside a
 // transaction WithTx does it at commit.
 func (db *DB) committed(q Querier) {
