@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/clawdbot/task-service/api"
+	"github.com/clawdbot/task-service/cmd/internal/settings"
 	"github.com/clawdbot/task-service/reactors"
 	"github.com/clawdbot/task-service/store"
 )
@@ -55,27 +57,34 @@ type backgroundConfig struct {
 }
 
 func (c *backgroundConfig) register(fs *flag.FlagSet) {
-	fs.BoolVar(&c.reactors, "reactors", envBool("REACTORS", true), "run the reactors (retry, telegram, schedule failures) on this instance (env REACTORS)")
-	fs.BoolVar(&c.stuckDetector, "stuck-detector", envBool("STUCK_DETECTOR", true), "run the stuck detector on this instance (env STUCK_DETECTOR)")
-	fs.DurationVar(&c.catchUp, "reactor-catch-up", envDuration("REACTOR_CATCH_UP", 5*time.Second), "reactors re-read the log this often even without a wake (env REACTOR_CATCH_UP)")
-	fs.DurationVar(&c.notifyEvery, "notify-interval", envDuration("NOTIFY_INTERVAL", 50*time.Millisecond), "spacing of a busy instance's NOTIFYs to other instances; a commit after a tenth of it without commits is announced at once (env NOTIFY_INTERVAL)")
-	fs.DurationVar(&c.stuckTick, "stuck-tick", envDuration("STUCK_TICK", 60*time.Second), "how often the stuck detector looks (env STUCK_TICK)")
-	fs.DurationVar(&c.offlineAfter, "worker-offline-after", envDuration("WORKER_OFFLINE_AFTER", 10*time.Minute), "a worker silent this long is offline (env WORKER_OFFLINE_AFTER)")
-	fs.DurationVar(&c.stuckAfter, "task-stuck-after", envDuration("TASK_STUCK_AFTER", 15*time.Minute), "a task in progress this long with an offline worker is failed for retry (env TASK_STUCK_AFTER)")
+	fs.BoolVar(&c.reactors, "reactors", true, "run the reactors (retry, telegram, schedule failures) on this instance (env REACTORS)")
+	fs.BoolVar(&c.stuckDetector, "stuck-detector", true, "run the stuck detector on this instance (env STUCK_DETECTOR)")
+	fs.DurationVar(&c.catchUp, "reactor-catch-up", 5*time.Second, "reactors re-read the log this often even without a wake (env REACTOR_CATCH_UP)")
+	fs.DurationVar(&c.notifyEvery, "notify-interval", 50*time.Millisecond, "spacing of a busy instance's NOTIFYs to other instances; a commit after a tenth of it without commits is announced at once (env NOTIFY_INTERVAL)")
+	fs.DurationVar(&c.stuckTick, "stuck-tick", 60*time.Second, "how often the stuck detector looks (env STUCK_TICK)")
+	fs.DurationVar(&c.offlineAfter, "worker-offline-after", 10*time.Minute, "a worker silent this long is offline (env WORKER_OFFLINE_AFTER)")
+	fs.DurationVar(&c.stuckAfter, "task-stuck-after", 15*time.Minute, "a task in progress this long with an offline worker is failed for retry (env TASK_STUCK_AFTER)")
 	// The key has no flag twin: command lines show up in ps.
 	c.anthropicKey = os.Getenv("ANTHROPIC_API_KEY")
-	fs.StringVar(&c.anthropicBaseURL, "anthropic-base-url", envOr("ANTHROPIC_BASE_URL", "https://api.anthropic.com"), "Anthropic API address; retry advice is on when ANTHROPIC_API_KEY is set (env ANTHROPIC_BASE_URL)")
-	fs.StringVar(&c.anthropicModel, "anthropic-model", envOr("ANTHROPIC_MODEL", "claude-sonnet-4-5"), "model for retry advice (env ANTHROPIC_MODEL)")
-	fs.DurationVar(&c.anthropicTimeout, "anthropic-timeout", envDuration("ANTHROPIC_TIMEOUT", 10*time.Second), "timeout of one retry-advice call (env ANTHROPIC_TIMEOUT)")
+	fs.StringVar(&c.anthropicBaseURL, "anthropic-base-url", "https://api.anthropic.com", "Anthropic API address; retry advice is on when ANTHROPIC_API_KEY is set (env ANTHROPIC_BASE_URL)")
+	fs.StringVar(&c.anthropicModel, "anthropic-model", "claude-sonnet-4-5", "model for retry advice (env ANTHROPIC_MODEL)")
+	fs.DurationVar(&c.anthropicTimeout, "anthropic-timeout", 10*time.Second, "timeout of one retry-advice call (env ANTHROPIC_TIMEOUT)")
 	c.telegram.register(fs)
 	c.digest.register(fs)
-	fs.BoolVar(&c.scheduler, "scheduler", envBool("SCHEDULER", true), "fire due schedules on this instance (env SCHEDULER)")
-	fs.DurationVar(&c.schedulerCatchUp, "scheduler-catch-up", envDuration("SCHEDULER_CATCH_UP", 30*time.Second), "the scheduler looks for due schedules this often even without a wake (env SCHEDULER_CATCH_UP)")
-	c.scheduleMinInterval = envDuration("TASK_SERVICE_TEST_MIN_SCHEDULE_INTERVAL", 0)
-	fs.BoolVar(&c.freshness, "freshness", envBool("FRESHNESS", true), "create the tasks of freshness rules for stale keys on this instance (env FRESHNESS)")
-	fs.DurationVar(&c.freshnessCatchUp, "freshness-catch-up", envDuration("FRESHNESS_CATCH_UP", 30*time.Second), "freshness rules are looked at this often even without a wake (env FRESHNESS_CATCH_UP)")
-	c.freshnessMinAge = envDuration("TASK_SERVICE_TEST_MIN_FRESHNESS_AGE", 0)
+	fs.BoolVar(&c.scheduler, "scheduler", true, "fire due schedules on this instance (env SCHEDULER)")
+	fs.DurationVar(&c.schedulerCatchUp, "scheduler-catch-up", 30*time.Second, "the scheduler looks for due schedules this often even without a wake (env SCHEDULER_CATCH_UP)")
+	fs.BoolVar(&c.freshness, "freshness", true, "create the tasks of freshness rules for stale keys on this instance (env FRESHNESS)")
+	fs.DurationVar(&c.freshnessCatchUp, "freshness-catch-up", 30*time.Second, "freshness rules are looked at this often even without a wake (env FRESHNESS_CATCH_UP)")
 	c.monitor.register(fs)
+}
+
+// readTestKnobs reads the two settings only tests use (no flag twins, so
+// --help stays about running the service), as strictly as the flags.
+func (c *backgroundConfig) readTestKnobs(lookup func(string) (string, bool)) error {
+	var err1, err2 error
+	c.scheduleMinInterval, err1 = settings.EnvDuration(lookup, "TASK_SERVICE_TEST_MIN_SCHEDULE_INTERVAL")
+	c.freshnessMinAge, err2 = settings.EnvDuration(lookup, "TASK_SERVICE_TEST_MIN_FRESHNESS_AGE")
+	return errors.Join(err1, err2)
 }
 
 // background owns the instance's long-running goroutines and stops them in
@@ -259,22 +268,12 @@ type opsConfig struct {
 }
 
 func (c *opsConfig) register(fs *flag.FlagSet) {
-	fs.DurationVar(&c.interval, "metrics-sample-interval", envDuration("METRICS_SAMPLE_INTERVAL", 15*time.Second),
+	fs.DurationVar(&c.interval, "metrics-sample-interval", 15*time.Second,
 		"how often the cluster-wide gauges (queue depth, workers, outbox, xid horizon) are read (env METRICS_SAMPLE_INTERVAL)")
-	fs.DurationVar(&c.stallWarnAfter, "stall-warn-after", envDuration("STALL_WARN_AFTER", time.Minute),
+	fs.DurationVar(&c.stallWarnAfter, "stall-warn-after", time.Minute,
 		"a transaction holding back the xid horizon this long is logged as a warning every minute (env STALL_WARN_AFTER)")
-	fs.DurationVar(&c.stallAlertAfter, "stall-alert-after", envDuration("STALL_ALERT_AFTER", 5*time.Minute),
+	fs.DurationVar(&c.stallAlertAfter, "stall-alert-after", 5*time.Minute,
 		"past this, the stall is sent to Telegram once (env STALL_ALERT_AFTER)")
-}
-
-func envBool(name string, def bool) bool {
-	switch os.Getenv(name) {
-	case "1", "true", "TRUE", "yes", "on":
-		return true
-	case "0", "false", "FALSE", "no", "off":
-		return false
-	}
-	return def
 }
 
 // addDigest runs the daily digest where the reactors run, when Telegram is

@@ -1,12 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"time"
 
@@ -31,24 +31,17 @@ type dataConfig struct {
 }
 
 func (c *dataConfig) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.dir, "data-dir", envOr("DATA_DIR", "task-data"), "directory for task data when no S3 bucket is set (env DATA_DIR)")
-	fs.StringVar(&c.s3.Bucket, "data-s3-bucket", os.Getenv("DATA_S3_BUCKET"), "keep task data in this S3 bucket instead; credentials from the AWS chain (env DATA_S3_BUCKET)")
-	fs.StringVar(&c.s3.Endpoint, "data-s3-endpoint", os.Getenv("DATA_S3_ENDPOINT"), "S3-compatible endpoint URL, empty for AWS (env DATA_S3_ENDPOINT)")
-	fs.StringVar(&c.s3.Region, "data-s3-region", envOr("DATA_S3_REGION", envOr("AWS_REGION", "us-east-1")), "S3 region (env DATA_S3_REGION)")
-	fs.BoolVar(&c.s3.PathStyle, "data-s3-path-style", envBool("DATA_S3_PATH_STYLE", false), "address the bucket as endpoint/bucket (MinIO, versitygw, Ceph) (env DATA_S3_PATH_STYLE)")
-	fs.Int64Var(&c.maxFileBytes, "data-max-bytes", envInt64("DATA_MAX_BYTES", 1<<30), "largest uploaded file, in bytes (env DATA_MAX_BYTES)")
-	fs.Int64Var(&c.maxTaskBytes, "data-max-task-bytes", envInt64("DATA_MAX_TASK_BYTES", 10<<30), "most data per task, in bytes (env DATA_MAX_TASK_BYTES)")
-	fs.IntVar(&c.maxTaskFiles, "data-max-files-per-task", int(envInt64("DATA_MAX_FILES_PER_TASK", 1000)), "most files per task, counting empty ones (env DATA_MAX_FILES_PER_TASK)")
-	fs.DurationVar(&c.urlTTL, "data-url-ttl", envDuration("DATA_URL_TTL", 15*time.Minute), "lifetime of a presigned S3 download URL (env DATA_URL_TTL)")
-	fs.DurationVar(&c.sweepEvery, "data-sweep-interval", envDuration("DATA_SWEEP_INTERVAL", time.Hour), "how often to remove objects of uploads that died; 0 turns it off (env DATA_SWEEP_INTERVAL)")
-	fs.DurationVar(&c.sweepGrace, "data-sweep-grace", envDuration("DATA_SWEEP_GRACE", time.Hour), "the sweep leaves objects younger than this alone (env DATA_SWEEP_GRACE)")
-}
-
-func envInt64(name string, def int64) int64 {
-	if n, err := strconv.ParseInt(os.Getenv(name), 10, 64); err == nil {
-		return n
-	}
-	return def
+	fs.StringVar(&c.dir, "data-dir", "task-data", "directory for task data when no S3 bucket is set (env DATA_DIR)")
+	fs.StringVar(&c.s3.Bucket, "data-s3-bucket", "", "keep task data in this S3 bucket instead; credentials from the AWS chain (env DATA_S3_BUCKET)")
+	fs.StringVar(&c.s3.Endpoint, "data-s3-endpoint", "", "S3-compatible endpoint URL, empty for AWS (env DATA_S3_ENDPOINT)")
+	fs.StringVar(&c.s3.Region, "data-s3-region", cmp.Or(os.Getenv("AWS_REGION"), "us-east-1"), "S3 region (env DATA_S3_REGION)")
+	fs.BoolVar(&c.s3.PathStyle, "data-s3-path-style", false, "address the bucket as endpoint/bucket (MinIO, versitygw, Ceph) (env DATA_S3_PATH_STYLE)")
+	fs.Int64Var(&c.maxFileBytes, "data-max-bytes", 1<<30, "largest uploaded file, in bytes (env DATA_MAX_BYTES)")
+	fs.Int64Var(&c.maxTaskBytes, "data-max-task-bytes", 10<<30, "most data per task, in bytes (env DATA_MAX_TASK_BYTES)")
+	fs.IntVar(&c.maxTaskFiles, "data-max-files-per-task", 1000, "most files per task, counting empty ones (env DATA_MAX_FILES_PER_TASK)")
+	fs.DurationVar(&c.urlTTL, "data-url-ttl", 15*time.Minute, "lifetime of a presigned S3 download URL (env DATA_URL_TTL)")
+	fs.DurationVar(&c.sweepEvery, "data-sweep-interval", time.Hour, "how often to remove objects of uploads that died; 0 turns it off (env DATA_SWEEP_INTERVAL)")
+	fs.DurationVar(&c.sweepGrace, "data-sweep-grace", time.Hour, "the sweep leaves objects younger than this alone (env DATA_SWEEP_GRACE)")
 }
 
 // openData opens the blob store and says where task data goes.

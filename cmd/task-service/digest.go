@@ -16,7 +16,7 @@ type digestConfig struct {
 }
 
 func (c *digestConfig) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.at, "digest-at", envOr("DIGEST_AT", "09:00"),
+	fs.StringVar(&c.at, "digest-at", "09:00",
 		"local time (HH:MM, 24-hour, in DIGEST_TZ) of the daily digest sent to the Telegram chat, or off (env DIGEST_AT)")
 }
 

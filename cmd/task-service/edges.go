@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/clawdbot/task-service/api"
+	"github.com/clawdbot/task-service/cmd/internal/settings"
 )
 
 // edgeConfig is the HTTP edge: login throttling, the client address and
@@ -27,20 +28,20 @@ type edgeConfig struct {
 }
 
 func (c *edgeConfig) register(fs *flag.FlagSet) {
-	fs.IntVar(&c.login.AddressBurst, "login-address-burst", envInt("LOGIN_ADDRESS_BURST", 20), "login attempts one client address may make at once (env LOGIN_ADDRESS_BURST)")
-	fs.DurationVar(&c.login.AddressEvery, "login-address-every", envDuration("LOGIN_ADDRESS_EVERY", 3*time.Second), "then one more attempt per this interval (env LOGIN_ADDRESS_EVERY)")
-	fs.IntVar(&c.login.AccountBurst, "login-account-burst", envInt("LOGIN_ACCOUNT_BURST", 10), "login attempts for one account at once (env LOGIN_ACCOUNT_BURST)")
-	fs.DurationVar(&c.login.AccountEvery, "login-account-every", envDuration("LOGIN_ACCOUNT_EVERY", 30*time.Second), "then one more attempt per this interval (env LOGIN_ACCOUNT_EVERY)")
-	fs.IntVar(&c.login.LockoutAfter, "login-lockout-after", envInt("LOGIN_LOCKOUT_AFTER", 10), "wrong passwords in a row that lock an account (env LOGIN_LOCKOUT_AFTER)")
-	fs.DurationVar(&c.login.LockoutBase, "login-lockout", envDuration("LOGIN_LOCKOUT", time.Minute), "first lockout; each lockout within a day of the last doubles it (env LOGIN_LOCKOUT)")
-	fs.DurationVar(&c.login.LockoutMax, "login-lockout-max", envDuration("LOGIN_LOCKOUT_MAX", time.Hour), "longest lockout (env LOGIN_LOCKOUT_MAX)")
-	fs.StringVar(&c.trustedProxies, "trusted-proxies", envOr("TRUSTED_PROXIES", ""), "comma-separated addresses or CIDRs of proxies whose X-Forwarded-For gives the client address and X-Forwarded-Proto the scheme; empty: the peer is the client (env TRUSTED_PROXIES)")
-	fs.StringVar(&c.cookieSecure, "cookie-secure", envOr("COOKIE_SECURE", "auto"), "mark the session cookie Secure: auto (when the request came over HTTPS, here or at a trusted proxy), true or false (env COOKIE_SECURE)")
-	fs.StringVar(&c.hstsMaxAge, "hsts-max-age", envOr("HSTS_MAX_AGE", "0"), "send Strict-Transport-Security with this max-age (e.g. 8760h) on HTTPS requests; 0: none (env HSTS_MAX_AGE)")
-	fs.DurationVar(&c.bodyTimeout, "http-body-timeout", envDuration("HTTP_BODY_TIMEOUT", api.BodyReadTimeout), "longest time to receive a request body (uploads: without progress) (env HTTP_BODY_TIMEOUT)")
-	fs.StringVar(&c.corsOrigins, "cors-allowed-origins", envOr("CORS_ALLOWED_ORIGINS", ""), "comma-separated origins (https://ui.example.com) that may call the API from a browser; empty: none (env CORS_ALLOWED_ORIGINS)")
-	fs.DurationVar(&c.writeTimeout, "http-write-timeout", envDuration("HTTP_WRITE_TIMEOUT", 90*time.Second), "longest time to answer a request; above the 60 s long-poll (the event stream extends its own) (env HTTP_WRITE_TIMEOUT)")
-	fs.DurationVar(&c.idleTimeout, "http-idle-timeout", envDuration("HTTP_IDLE_TIMEOUT", 2*time.Minute), "how long an idle keep-alive connection stays open (env HTTP_IDLE_TIMEOUT)")
+	fs.IntVar(&c.login.AddressBurst, "login-address-burst", 20, "login attempts one client address may make at once (env LOGIN_ADDRESS_BURST)")
+	fs.DurationVar(&c.login.AddressEvery, "login-address-every", 3*time.Second, "then one more attempt per this interval (env LOGIN_ADDRESS_EVERY)")
+	fs.IntVar(&c.login.AccountBurst, "login-account-burst", 10, "login attempts for one account at once (env LOGIN_ACCOUNT_BURST)")
+	fs.DurationVar(&c.login.AccountEvery, "login-account-every", 30*time.Second, "then one more attempt per this interval (env LOGIN_ACCOUNT_EVERY)")
+	fs.IntVar(&c.login.LockoutAfter, "login-lockout-after", 10, "wrong passwords in a row that lock an account (env LOGIN_LOCKOUT_AFTER)")
+	fs.DurationVar(&c.login.LockoutBase, "login-lockout", time.Minute, "first lockout; each lockout within a day of the last doubles it (env LOGIN_LOCKOUT)")
+	fs.DurationVar(&c.login.LockoutMax, "login-lockout-max", time.Hour, "longest lockout (env LOGIN_LOCKOUT_MAX)")
+	fs.StringVar(&c.trustedProxies, "trusted-proxies", "", "comma-separated addresses or CIDRs of proxies whose X-Forwarded-For gives the client address and X-Forwarded-Proto the scheme; empty: the peer is the client (env TRUSTED_PROXIES)")
+	settings.Choice(fs, &c.cookieSecure, "cookie-secure", "auto", []string{"auto", "true", "false"}, "mark the session cookie Secure: auto (when the request came over HTTPS, here or at a trusted proxy), true or false (env COOKIE_SECURE)")
+	fs.StringVar(&c.hstsMaxAge, "hsts-max-age", "0", "send Strict-Transport-Security with this max-age (e.g. 8760h) on HTTPS requests; 0: none (env HSTS_MAX_AGE)")
+	fs.DurationVar(&c.bodyTimeout, "http-body-timeout", api.BodyReadTimeout, "longest time to receive a request body (uploads: without progress) (env HTTP_BODY_TIMEOUT)")
+	fs.StringVar(&c.corsOrigins, "cors-allowed-origins", "", "comma-separated origins (https://ui.example.com) that may call the API from a browser; empty: none (env CORS_ALLOWED_ORIGINS)")
+	fs.DurationVar(&c.writeTimeout, "http-write-timeout", 90*time.Second, "longest time to answer a request; above the 60 s long-poll (the event stream extends its own) (env HTTP_WRITE_TIMEOUT)")
+	fs.DurationVar(&c.idleTimeout, "http-idle-timeout", 2*time.Minute, "how long an idle keep-alive connection stays open (env HTTP_IDLE_TIMEOUT)")
 }
 
 // proxies parses TRUSTED_PROXIES: addresses (one host) or CIDRs.

@@ -27,10 +27,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/clawdbot/task-service/api"
 	"github.com/clawdbot/task-service/api/ui"
 	"github.com/clawdbot/task-service/cmd/internal/logs"
+	"github.com/clawdbot/task-service/cmd/internal/settings"
 	"github.com/clawdbot/task-service/cmd/internal/version"
 	"github.com/clawdbot/task-service/events"
 	"github.com/clawdbot/task-service/migrations"
@@ -67,22 +69,8 @@ func run(args []string) int {
 	case len(args) > 0 && !strings.HasPrefix(args[0], "-"):
 		cmd, args = args[0], args[1:]
 	}
-	fs := flag.NewFlagSet("task-service "+cmd, flag.ContinueOnError)
 	cfg := config{}
-	fs.StringVar(&cfg.databaseURL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL URL (env DATABASE_URL)")
-	fs.StringVar(&cfg.listenAddr, "listen-addr", envOr("LISTEN_ADDR", ":8001"), "HTTP listen address (env LISTEN_ADDR)")
-	fs.StringVar(&cfg.jwtSecret, "jwt-secret", os.Getenv("JWT_SECRET"), "HS256 secret for tokens, at least 16 bytes (env JWT_SECRET)")
-	fs.StringVar(&cfg.adminEmail, "admin-email", os.Getenv("ADMIN_EMAIL"), "create this admin at start if no admin exists (env ADMIN_EMAIL)")
-	fs.StringVar(&cfg.adminPassword, "admin-password", os.Getenv("ADMIN_PASSWORD"), "password of that admin (env ADMIN_PASSWORD)")
-	fs.StringVar(&cfg.logLevel, "log-level", envOr("LOG_LEVEL", "info"), "debug, info, warn or error (env LOG_LEVEL)")
-	fs.StringVar(&cfg.logFormat, "log-format", envOr("LOG_FORMAT", "auto"), "json, console or auto (console on a terminal) (env LOG_FORMAT)")
-	fs.DurationVar(&cfg.tokenTTL, "token-ttl", envDuration("TOKEN_TTL", 24*time.Hour), "how long a login token lasts (env TOKEN_TTL)")
-	fs.IntVar(&cfg.bcryptCost, "bcrypt-cost", envInt("BCRYPT_COST", 10), "bcrypt cost for new passwords (env BCRYPT_COST)")
-	fs.IntVar(&cfg.maxConns, "max-conns", envInt("DB_MAX_CONNS", 40), "database pool size (env DB_MAX_CONNS)")
-	cfg.bg.register(fs)
-	cfg.edge.register(fs)
-	cfg.data.register(fs)
-	cfg.usage.register(fs)
+	fs := flagSet("task-service "+cmd, &cfg)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usageCommands)
 		fmt.Fprintf(fs.Output(), "\nFlags of serve and migrate (each has an environment twin):\n")
@@ -111,9 +99,12 @@ func run(args []string) int {
 		fs.Usage()
 		return 2
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := loadSettings(fs, &cfg, args, os.LookupEnv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
+		}
+		if !settings.Printed(err) {
+			fmt.Fprintf(os.Stderr, "task-service: %v\n(see task-service --help)\n", err)
 		}
 		return 2
 	}
@@ -136,6 +127,45 @@ func run(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// flagSet is every setting of serve and migrate: the one table of flags
+// and their environment twins (settings.Load).
+func flagSet(name string, c *config) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.StringVar(&c.databaseURL, "database-url", "", "PostgreSQL URL (env DATABASE_URL)")
+	fs.StringVar(&c.listenAddr, "listen-addr", ":8001", "HTTP listen address (env LISTEN_ADDR)")
+	fs.StringVar(&c.jwtSecret, "jwt-secret", "", "HS256 secret for tokens, at least 16 bytes (env JWT_SECRET)")
+	fs.StringVar(&c.adminEmail, "admin-email", "", "create this admin at start if no admin exists (env ADMIN_EMAIL)")
+	fs.StringVar(&c.adminPassword, "admin-password", "", "password of that admin (env ADMIN_PASSWORD)")
+	settings.Choice(fs, &c.logLevel, "log-level", "info", []string{"debug", "info", "warn", "error"}, "debug, info, warn or error (env LOG_LEVEL)")
+	settings.Choice(fs, &c.logFormat, "log-format", "auto", []string{"json", "console", "auto"}, "json, console or auto (console on a terminal) (env LOG_FORMAT)")
+	fs.DurationVar(&c.tokenTTL, "token-ttl", 24*time.Hour, "how long a login token lasts (env TOKEN_TTL)")
+	fs.IntVar(&c.bcryptCost, "bcrypt-cost", 10, "bcrypt cost for new passwords (env BCRYPT_COST)")
+	fs.IntVar(&c.maxConns, "max-conns", 40, "database pool size (env DB_MAX_CONNS)")
+	c.bg.register(fs)
+	c.edge.register(fs)
+	c.data.register(fs)
+	c.usage.register(fs)
+	return fs
+}
+
+// loadSettings fills cfg from the environment and args, refusing what does
+// not parse or makes no sense, before anything starts.
+func loadSettings(fs *flag.FlagSet, cfg *config, args []string, lookup func(string) (string, bool)) error {
+	if err := settings.Load(fs, args, lookup); err != nil {
+		return err
+	}
+	if cfg.bcryptCost < bcrypt.MinCost || cfg.bcryptCost > bcrypt.MaxCost {
+		return fmt.Errorf("BCRYPT_COST=%d: want a whole number from %d to %d", cfg.bcryptCost, bcrypt.MinCost, bcrypt.MaxCost)
+	}
+	if cfg.maxConns < 1 {
+		return fmt.Errorf("DB_MAX_CONNS=%d: want at least 1", cfg.maxConns)
+	}
+	if cfg.tokenTTL < time.Second {
+		return fmt.Errorf("TOKEN_TTL=%s: want a duration of at least 1s, such as 24h", cfg.tokenTTL)
+	}
+	return cfg.bg.readTestKnobs(lookup)
 }
 
 const usageCommands = `Usage: task-service [COMMAND] [flags]
@@ -363,25 +393,4 @@ func displayAddr(a net.Addr) string {
 		return fmt.Sprintf("127.0.0.1:%d", tcp.Port)
 	}
 	return a.String()
-}
-
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
-}
-
-func envInt(name string, def int) int {
-	if n, err := strconv.Atoi(os.Getenv(name)); err == nil {
-		return n
-	}
-	return def
-}
-
-func envDuration(name string, def time.Duration) time.Duration {
-	if d, err := time.ParseDuration(os.Getenv(name)); err == nil {
-		return d
-	}
-	return def
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/clawdbot/task-service/api"
+	"github.com/clawdbot/task-service/cmd/internal/settings"
 	"github.com/clawdbot/task-service/reactors"
 	"github.com/clawdbot/task-service/store"
 )
@@ -40,27 +41,27 @@ type telegramConfig struct {
 func (c *telegramConfig) register(fs *flag.FlagSet) {
 	// The token has no flag twin: command lines show up in ps.
 	c.token = os.Getenv("TELEGRAM_BOT_TOKEN")
-	fs.BoolVar(&c.enabled, "telegram-enabled", envBool("TELEGRAM_ENABLED", c.token != ""),
+	fs.BoolVar(&c.enabled, "telegram-enabled", c.token != "",
 		"send Telegram notifications; false is the kill switch: nothing is recorded or sent (env TELEGRAM_ENABLED; default: on when TELEGRAM_BOT_TOKEN is set)")
-	fs.StringVar(&c.chatID, "telegram-chat-id", os.Getenv("TELEGRAM_CHAT_ID"), "chat that receives the notifications (env TELEGRAM_CHAT_ID)")
-	fs.StringVar(&c.apiBase, "telegram-api-base", envOr("TELEGRAM_API_BASE", "https://api.telegram.org"), "Bot API address (env TELEGRAM_API_BASE)")
-	fs.DurationVar(&c.window, "telegram-window", envDuration("TELEGRAM_WINDOW", 5*time.Second),
+	fs.StringVar(&c.chatID, "telegram-chat-id", "", "chat that receives the notifications (env TELEGRAM_CHAT_ID)")
+	fs.StringVar(&c.apiBase, "telegram-api-base", "https://api.telegram.org", "Bot API address (env TELEGRAM_API_BASE)")
+	fs.DurationVar(&c.window, "telegram-window", 5*time.Second,
 		"notifications arriving within this window go out as one message (env TELEGRAM_WINDOW)")
-	fs.DurationVar(&c.lease, "telegram-lease", envDuration("TELEGRAM_LEASE", time.Minute),
+	fs.DurationVar(&c.lease, "telegram-lease", time.Minute,
 		"how long a claimed batch belongs to its instance; a crashed instance's batch is sent by another after it (env TELEGRAM_LEASE)")
 	// The webhook's secret has no flag twin either.
 	c.webhookSecret = os.Getenv("TELEGRAM_WEBHOOK_SECRET")
-	fs.StringVar(&c.allowedChats, "telegram-allowed-chat-ids", os.Getenv("TELEGRAM_ALLOWED_CHAT_IDS"),
+	fs.StringVar(&c.allowedChats, "telegram-allowed-chat-ids", "",
 		"chats whose members may use the read-only commands (/status, /task, /budget, /help), comma-separated ids (env TELEGRAM_ALLOWED_CHAT_IDS)")
-	fs.StringVar(&c.adminUsers, "telegram-admin-user-ids", os.Getenv("TELEGRAM_ADMIN_USER_IDS"),
+	fs.StringVar(&c.adminUsers, "telegram-admin-user-ids", "",
 		"Telegram users who may use every command, in an allowed chat or their private chat with the bot, comma-separated ids (env TELEGRAM_ADMIN_USER_IDS)")
-	fs.StringVar(&c.updates, "telegram-updates", envOr("TELEGRAM_UPDATES", "webhook"),
+	settings.Choice(fs, &c.updates, "telegram-updates", "webhook", []string{"webhook", "poll"},
 		"how commands arrive: webhook (POST /api/v1/telegram/webhook, on when TELEGRAM_WEBHOOK_SECRET is set) or poll (getUpdates, one instance at a time) (env TELEGRAM_UPDATES)")
-	fs.DurationVar(&c.pollWait, "telegram-poll-wait", envDuration("TELEGRAM_POLL_WAIT", 30*time.Second),
+	fs.DurationVar(&c.pollWait, "telegram-poll-wait", 30*time.Second,
 		"getUpdates' long-poll timeout (env TELEGRAM_POLL_WAIT)")
-	fs.DurationVar(&c.pollRetry, "telegram-poll-retry", envDuration("TELEGRAM_POLL_RETRY", 5*time.Second),
+	fs.DurationVar(&c.pollRetry, "telegram-poll-retry", 5*time.Second,
 		"how often an instance that is not reading getUpdates tries to take over (env TELEGRAM_POLL_RETRY)")
-	fs.DurationVar(&c.waitingAfter, "telegram-waiting-after", envDuration("TELEGRAM_WAITING_AFTER", 30*time.Minute),
+	fs.DurationVar(&c.waitingAfter, "telegram-waiting-after", 30*time.Minute,
 		"report a queued task nobody claimed for this long (env TELEGRAM_WAITING_AFTER)")
 }
 

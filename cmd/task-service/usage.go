@@ -22,10 +22,10 @@ type usageConfig struct {
 }
 
 func (c *usageConfig) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.prices, "llm-prices", os.Getenv("LLM_PRICES"), `LLM prices in USD per million tokens, as JSON {"model": {"input": 3, "output": 15, "cache_read": 0.3, "cache_write": 3.75}} or @file; entries add to or replace the built-in Claude prices (env LLM_PRICES)`)
-	fs.StringVar(&c.tz, "digest-tz", envOr("DIGEST_TZ", "UTC"), "the team's time zone (IANA name): daily usage totals and budgets count in its days (env DIGEST_TZ)")
-	fs.StringVar(&c.dayStart, "day-starts-at", envOr("DAY_STARTS_AT", "00:00"), "the local time (HH:MM or HH:MM:SS in DIGEST_TZ) at which the team's day turns and budget pauses end (env DAY_STARTS_AT)")
-	fs.DurationVar(&c.budgetCheck, "budget-check-interval", envDuration("BUDGET_CHECK_INTERVAL", time.Minute), "how often an instance looks for budget pauses whose day is over (env BUDGET_CHECK_INTERVAL)")
+	fs.StringVar(&c.prices, "llm-prices", "", `LLM prices in USD per million tokens, as JSON {"model": {"input": 3, "output": 15, "cache_read": 0.3, "cache_write": 3.75}} or @file; entries add to or replace the built-in Claude prices (env LLM_PRICES)`)
+	fs.StringVar(&c.tz, "digest-tz", "UTC", "the team's time zone (IANA name): daily usage totals and budgets count in its days (env DIGEST_TZ)")
+	fs.StringVar(&c.dayStart, "day-starts-at", "00:00", "the local time (HH:MM or HH:MM:SS in DIGEST_TZ) at which the team's day turns and budget pauses end (env DAY_STARTS_AT)")
+	fs.DurationVar(&c.budgetCheck, "budget-check-interval", time.Minute, "how often an instance looks for budget pauses whose day is over (env BUDGET_CHECK_INTERVAL)")
 }
 
 // pricesTable is the built-in prices with LLM_PRICES over them.
