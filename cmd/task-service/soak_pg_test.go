@@ -26,6 +26,7 @@ type privatePG struct {
 	data string
 	port int
 	url  string
+	opts string // the server's settings, for start
 }
 
 func startPrivatePG(t *testing.T) *privatePG {
@@ -50,8 +51,8 @@ func startPrivatePG(t *testing.T) *privatePG {
 	})
 	require.NoError(t, p.run("initdb", "-D", p.data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"))
 	// Room for three instances' pools (DB_MAX_CONNS) and their listeners.
-	opts := fmt.Sprintf("-c port=%d -c listen_addresses=127.0.0.1 -c unix_socket_directories=%s -c max_connections=200", p.port, dir)
-	require.NoError(t, p.pgCtl("start", "-o", opts))
+	p.opts = fmt.Sprintf("-c port=%d -c listen_addresses=127.0.0.1 -c unix_socket_directories=%s -c max_connections=200", p.port, dir)
+	require.NoError(t, p.start())
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", p.port))
 	require.NoError(t, err)
@@ -67,6 +68,10 @@ func startPrivatePG(t *testing.T) *privatePG {
 func (p *privatePG) restart(mode string) error {
 	return p.pgCtl("restart", "-m", mode)
 }
+
+// stop stops the server (mode fast or immediate); start starts it again.
+func (p *privatePG) stop(mode string) error { return p.pgCtl("stop", "-m", mode) }
+func (p *privatePG) start() error           { return p.pgCtl("start", "-o", p.opts) }
 
 // pgCtl runs pg_ctl action; a server it starts logs to server.log (on
 // pg_ctl's output it would hold the pipe open, and run would never return).
