@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"encoding/base64"
 	"fmt"
 	"strings"
 	"time"
@@ -32,8 +31,10 @@ type TaskFilter struct {
 	// count and a walk see only what the action would change.
 	Cancellable bool
 	Retryable   bool
-	After       string
-	Limit       int
+	// Sort is the list's order; the cursor After belongs to it.
+	Sort  TaskSort
+	After string
+	Limit int
 }
 
 // TaskPage is one page of tasks, newest first.
@@ -43,31 +44,8 @@ type TaskPage struct {
 	QueueDepth int           `json:"queue_depth"`
 }
 
-// Cursor is the keyset position after a task in the list order.
-func Cursor(t *events.Task) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(t.CreatedAt.Format(time.RFC3339Nano) + "|" + t.ID))
-}
-
-// CheckCursor checks that s is a cursor of the task list (field "after").
-func CheckCursor(s string) error {
-	_, _, err := parseCursor(s)
-	return err
-}
-
-func parseCursor(s string) (time.Time, string, error) {
-	raw, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil {
-		return time.Time{}, "", events.Invalid("after", "not a cursor from this list")
-	}
-	at, id, ok := strings.Cut(string(raw), "|")
-	t, err := time.Parse(time.RFC3339Nano, at)
-	if !ok || err != nil || len(id) != 36 {
-		return time.Time{}, "", events.Invalid("after", "not a cursor from this list")
-	}
-	return t, id, nil
-}
-
-// ListTasks pages through tasks, newest first, by keyset.
+// ListTasks pages through tasks in f.Sort's order (newest first by
+// default), by keyset.
 func (db *DB) ListTasks(ctx context.Context, f TaskFilter) (*TaskPage, error) {
 	if f.Limit <= 0 || f.Limit > 200 {
 		f.Limit = 50
@@ -88,7 +66,7 @@ func (db *DB) ListTasks(ctx context.Context, f TaskFilter) (*TaskPage, error) {
 	page := &TaskPage{Tasks: tasks}
 	if len(tasks) > f.Limit {
 		page.Tasks = tasks[:f.Limit]
-		page.NextCursor = Cursor(&page.Tasks[f.Limit-1])
+		page.NextCursor = f.Sort.Cursor(&page.Tasks[f.Limit-1])
 	}
 	if page.QueueDepth, err = db.QueueDepth(ctx); err != nil {
 		return nil, err
@@ -103,18 +81,44 @@ func (db *DB) listTasksSQL(f TaskFilter) (string, []any, error) {
 
 // pageSQL selects cols of the first limit tasks of f in the list order.
 func (db *DB) pageSQL(f TaskFilter, cols string, limit int) (string, []any, error) {
+	if !f.Sort.Valid() {
+		return "", nil, events.Invalid("sort", "must be %s", sortNames())
+	}
+	if err := f.Sort.checkFilter(f); err != nil {
+		return "", nil, err
+	}
 	var args sqlArgs
 	where, err := db.taskWhere(f, &args)
 	if err != nil {
 		return "", nil, err
 	}
 	lim := args.add(limit)
-	if f.AssignedTo != "" && f.Status == "" {
-		return newestOfBoth(cols, where, lim), args, nil
+	sp := f.Sort.spec()
+	if sp.cond != "" {
+		where += " AND " + sp.cond
+	}
+	switch {
+	case sp.statuses != nil && f.Status == "":
+		// The index leads with the status: one scan of each, merged.
+		conds := make([]string, len(sp.statuses))
+		for i, st := range sp.statuses {
+			conds[i] = "t.status = '" + string(st) + "'"
+		}
+		return merged(cols, where, sp.order(), lim, conds), args, nil
+	case f.AssignedTo != "" && f.Status == "":
+		return merged(cols, where, sp.order(), lim, heldOrNot), args, nil
 	}
 	sql := `SELECT ` + cols + ` FROM worker_tasks t WHERE ` + where +
-		` ORDER BY t.created_at DESC, t.id DESC LIMIT ` + lim
+		` ORDER BY ` + sp.order() + ` LIMIT ` + lim
 	return sql, args, nil
+}
+
+func sortNames() string {
+	names := make([]string, 0, len(TaskSorts))
+	for _, s := range TaskSorts[1:] {
+		names = append(names, string(s))
+	}
+	return "empty (newest first), " + strings.Join(names, ", ")
 }
 
 // sqlArgs collects a statement's parameters.
@@ -169,26 +173,37 @@ func (db *DB) taskWhere(f TaskFilter, args *sqlArgs) (string, error) {
 		where = append(where, "t.status = 'failed' AND t.retry_task_id IS NULL")
 	}
 	if f.After != "" {
-		at, id, err := parseCursor(f.After)
+		key, id, err := f.Sort.parseCursor(f.After)
 		if err != nil {
 			return "", err
 		}
-		where = append(where, fmt.Sprintf("(t.created_at, t.id) < (%s, %s)", arg(at), arg(id)))
+		sp := f.Sort.spec()
+		past, cast := "<", ""
+		if sp.asc {
+			past = ">"
+		}
+		if _, ok := key.(time.Duration); ok {
+			cast = "::interval"
+		}
+		where = append(where, fmt.Sprintf("(%s, t.id) %s (%s%s, %s)", sp.key, past, arg(key), cast, arg(id)))
 	}
 	return strings.Join(where, " AND "), nil
 }
 
-// newestOfBoth is the newest tasks of one worker that match where: those
-// in progress (worker_tasks_held) and the others (the top of
-// worker_tasks_assignee), each index read in its order, merged. No one
-// index has both (migration 015).
-func newestOfBoth(cols, where, limit string) string {
-	part := func(status string) string {
-		return `(SELECT t.* FROM worker_tasks t WHERE ` + where + ` AND t.status ` + status +
-			` ORDER BY t.created_at DESC, t.id DESC LIMIT ` + limit + `)`
+// heldOrNot splits one worker's tasks between its two indexes: those in
+// progress (worker_tasks_held) and the others (worker_tasks_assignee). No
+// one index has both (migration 015).
+var heldOrNot = []string{"t.status <> 'in_progress'", "t.status = 'in_progress'"}
+
+// merged is the first limit tasks in order of those that match where, one
+// scan for each of conds, each read in its index's order, merged.
+func merged(cols, where, order, limit string, conds []string) string {
+	parts := make([]string, len(conds))
+	for i, c := range conds {
+		parts[i] = `(SELECT t.* FROM worker_tasks t WHERE ` + where + ` AND ` + c +
+			` ORDER BY ` + order + ` LIMIT ` + limit + `)`
 	}
-	return `SELECT ` + cols + ` FROM (` + part("<> 'in_progress'") + ` UNION ALL ` + part("= 'in_progress'") +
-		`) t ORDER BY t.created_at DESC, t.id DESC LIMIT ` + limit
+	return `SELECT ` + cols + ` FROM (` + strings.Join(parts, ` UNION ALL `) + `) t ORDER BY ` + order + ` LIMIT ` + limit
 }
 
 // serialPlan keeps a title search on one process. For a common term the
@@ -254,7 +269,7 @@ func (db *DB) WorkerTasks(ctx context.Context, workerID string, all bool) ([]eve
 // worker_tasks_assignee and the tasks in progress. Active: the worker's few
 // pending and in-progress tasks through worker_tasks_holder. Neither reads
 // the worker's history (ADR 010).
-var workerAllTasks = newestOfBoth(taskColumns, `t.assigned_to = $1`, `200`)
+var workerAllTasks = merged(taskColumns, `t.assigned_to = $1`, SortNewest.spec().order(), `200`, heldOrNot)
 
 const (
 	workerActiveTasks = `SELECT ` + taskColumns + ` FROM worker_tasks t

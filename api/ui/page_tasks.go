@@ -47,6 +47,37 @@ type tasksData struct {
 	// task the filter matches; "" when the list is not filtered.
 	CancelAll, RetryAll string
 	PageSizes           []int
+	Sorts               []sortChoice
+	Sort                string // the order shown: newest, oldest, started or longest
+	// ByColumn are the links of the sortable column headings (created,
+	// started, duration); First is the first page in this order.
+	ByColumn map[string]string
+	First    string
+	// SortedBy is the column the list is in the order of: its aria-sort.
+	SortedBy map[string]string
+}
+
+// sortChoice is one order of the list as the sort menu offers it.
+type sortChoice struct{ Value, Label string }
+
+// sortChoices are the list's orders: each is read in an index's order
+// (store.TaskSorts), so none slows down as history grows.
+var sortChoices = []sortChoice{
+	{"newest", "Created, newest first"},
+	{"oldest", "Created, oldest first"},
+	{"started", "Started, latest first"},
+	{"longest", "Duration, longest first"},
+}
+
+// taskSort reads the sort parameter; "" and "newest" are the default.
+func taskSort(v string) (store.TaskSort, error) {
+	switch v {
+	case "", "newest":
+		return store.SortNewest, nil
+	case "oldest", "started", "longest":
+		return store.TaskSort(v), nil
+	}
+	return "", events.Invalid("sort", "must be newest, oldest, started or longest")
 }
 
 // taskFilter reads the list's filters from the query, checked as the JSON
@@ -61,6 +92,10 @@ func taskFilter(q url.Values) (store.TaskFilter, error) {
 		}
 		f.Limit = n
 	}
+	var err error
+	if f.Sort, err = taskSort(q.Get("sort")); err != nil {
+		return f, err
+	}
 	if v := q.Get("status"); v != "" {
 		if f.Status = events.Status(v); !f.Status.Valid() {
 			return f, events.Invalid("status", "must be pending, in_progress, completed, failed or cancelled")
@@ -71,7 +106,6 @@ func taskFilter(q url.Values) (store.TaskFilter, error) {
 			return f, events.Invalid("priority", "must be urgent, high, medium or low")
 		}
 	}
-	var err error
 	if v := q.Get("type"); v != "" {
 		if f.TaskTypeID, err = uuidField("type", v); err != nil {
 			return f, err
@@ -94,7 +128,12 @@ func (u *UI) tasks(c echo.Context) error {
 
 func (u *UI) renderTasks(c echo.Context, q url.Values, status int, problems []string) error {
 	ctx := c.Request().Context()
-	d := tasksData{Q: q, Problems: problems, PageSizes: pageSizes, Statuses: allStatuses(), Prios: allPriorities()}
+	d := tasksData{Q: q, Problems: problems, PageSizes: pageSizes, Statuses: allStatuses(), Prios: allPriorities(),
+		Sorts: sortChoices, Sort: q.Get("sort"), ByColumn: sortLinks(q), First: pageURL(q, "")}
+	if d.Sort == "" {
+		d.Sort = "newest"
+	}
+	d.SortedBy = sortedBy(d.Sort)
 	var err error
 	if d.Types, err = u.db.ListTaskTypes(ctx, true); err != nil {
 		return u.fail(c, err)
@@ -129,11 +168,48 @@ func (u *UI) renderTasks(c echo.Context, q url.Values, status int, problems []st
 		d.CancelAll, d.RetryAll = matchingURL("cancel", q), matchingURL("retry", q)
 	}
 	if page.NextCursor != "" {
-		next := cloneValues(q)
-		next.Set("after", page.NextCursor)
-		d.Next = "/tasks?" + next.Encode()
+		d.Next = pageURL(q, page.NextCursor)
 	}
 	return u.render(c, status, "tasks", d)
+}
+
+// pageURL is the list as q has it, filters, order and page size kept, at
+// the page after cursor ("" for the first).
+func pageURL(q url.Values, cursor string) string {
+	v := cloneValues(q)
+	v.Del("after")
+	if cursor != "" {
+		v.Set("after", cursor)
+	}
+	return "/tasks?" + v.Encode()
+}
+
+// sortedBy is the aria-sort of the column the list is in the order of.
+func sortedBy(sort string) map[string]string {
+	switch sort {
+	case "oldest":
+		return map[string]string{"created": "ascending"}
+	case "started":
+		return map[string]string{"started": "descending"}
+	case "longest":
+		return map[string]string{"duration": "descending"}
+	}
+	return map[string]string{"created": "descending"}
+}
+
+// sortLinks are the column headings' links: the created heading turns
+// the order around, the others sort by their column.
+func sortLinks(q url.Values) map[string]string {
+	by := func(sort string) string {
+		v := cloneValues(q)
+		v.Set("sort", sort)
+		return pageURL(v, "")
+	}
+	created := by("oldest")
+	if q.Get("sort") == "oldest" {
+		created = by("newest")
+	}
+	return map[string]string{"created": created, "started": by("started"), "duration": by("longest")}
 }
 
 func (u *UI) taskRows(ts []events.Task, types []events.TaskType, workers []store.WorkerRef) []taskRow {

@@ -43,7 +43,7 @@ var matchingVerbs = map[string][2]string{"cancel": {"Cancel", "cancelled"}, "ret
 func listFilter(q url.Values) url.Values {
 	out := url.Values{}
 	for k, vs := range q {
-		if k == "after" || k == "limit" { // where the list is, not what it matches
+		if k == "after" || k == "limit" || k == "sort" { // where the list is, not what it matches
 			continue
 		}
 		for _, v := range vs {

@@ -143,6 +143,12 @@
     }
   });
   document.addEventListener("htmx:beforeSwap", (e) => {
+    // A filter the list refuses answers 400 with the page, its message in
+    // #live: show it (htmx leaves a 4xx answer unswapped by default).
+    if (e.detail.xhr.status === 400 && e.detail.target && e.detail.target.id === "live") {
+      e.detail.shouldSwap = true;
+      e.detail.isError = false;
+    }
     const id = regionOf.get(e.detail.xhr);
     const el = id === undefined ? null : document.getElementById(id);
     if (el && pressed && el.contains(pressed)) {
