@@ -14,8 +14,9 @@ import (
 	"github.com/clawdbot/task-service/api/client"
 )
 
-// Bad input to the queue controls, freshness rules, LLM usage and task
-// checkpoints, through the binary: each gets a 4xx with a code and the
+// Bad input to the queue controls, freshness rules, LLM usage, task
+// checkpoints, the release of a blocked task, the assignment history and
+// the workflows list, through the binary: each gets a 4xx with a code and the
 // field at fault, and nothing changes: no event is appended.
 func TestControlsRefuseBadInput(t *testing.T) {
 	if testing.Short() {
@@ -32,6 +33,9 @@ func TestControlsRefuseBadInput(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, pending.ID, held.ID)
 	_, err = c.admin.CreateTask(c.ctx, client.NewTask{Title: "keyed", TaskTypeID: tt.ID, UniqueKey: "nvda"})
+	require.NoError(t, err)
+	blocked, err := c.admin.CreateTask(c.ctx, client.NewTask{Title: "blocked", TaskTypeID: tt.ID,
+		DependsOn: []string{held.ID}, OnDependencyFailure: "wait"})
 	require.NoError(t, err)
 
 	// A keyed request answered once; the same key with another body below.
@@ -97,6 +101,14 @@ func TestControlsRefuseBadInput(t *testing.T) {
 		{"a checkpoint with a null state", "PUT", "/checkpoint", worker, `{"state": null}`, nil, 400, "validation_failed", "state"},
 		{"a checkpoint by a worker that does not hold the task", "PUT", "/api/v1/worker/tasks/" + held.ID + "/checkpoint", notHolder, `{"state": {"session_id": "s"}}`, nil, 403, "forbidden", ""},
 		{"usage with negative tokens", "POST", "/usage", worker, `{"model": "claude-sonnet-4-5", "input_tokens": -5}`, nil, 400, "validation_failed", "input_tokens"},
+		{"a release of a task that is not blocked", "POST", "/tasks/" + pending.ID + "/release", admin, `{}`, nil, 409, "invalid_transition", ""},
+		{"a release with a bad task id", "POST", "/tasks/not-a-uuid/release", admin, `{}`, nil, 400, "validation_failed", "id"},
+		{"a release reason over 10,000 bytes", "POST", "/tasks/" + blocked.ID + "/release", admin, `{"reason": "` + strings.Repeat("r", 10001) + `"}`, nil, 400, "validation_failed", "reason"},
+		{"a release asked by a worker", "POST", "/api/v1/admin/workers/tasks/" + blocked.ID + "/release", worker, `{}`, nil, 403, "forbidden", ""},
+		{"the assignments of a bad task id", "GET", "/tasks/not-a-uuid/assignments", admin, "", nil, 400, "validation_failed", "id"},
+		{"the assignments of an unknown task", "GET", "/tasks/00000000-0000-4000-8000-000000000000/assignments", admin, "", nil, 404, "not_found", ""},
+		{"a workflows page of 0", "GET", "/workflows?limit=0", admin, "", nil, 400, "validation_failed", "limit"},
+		{"a workflows cursor that is none", "GET", "/workflows?after=nope", admin, "", nil, 400, "validation_failed", "after"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := "/api/v1/admin/workers" + tc.path
