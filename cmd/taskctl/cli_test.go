@@ -618,6 +618,46 @@ func TestCompletionScripts(t *testing.T) {
 	require.Equal(t, exitUsage, run([]string{"completion", "tcsh"}, &out, &errOut))
 }
 
+// A task that waits for another: tasks create --depends-on starts it
+// blocked (--on-dependency-failure wait keeps it so when the dependency
+// fails for good), and tasks release frees it at once.
+func TestTaskDependencyCommands(t *testing.T) {
+	e := newCLIEnv(t)
+	e.login()
+	e.ok("types", "create", "--name", "crawl")
+	var first, waiting struct {
+		ID                  string   `json:"id"`
+		Status              string   `json:"status"`
+		DependsOn           []string `json:"depends_on"`
+		OnDependencyFailure *string  `json:"on_dependency_failure"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(e.ok("tasks", "create", "--type", "crawl", "--title", "Crawl Reddit", "--json")), &first))
+	out := e.ok("tasks", "create", "--type", "crawl", "--title", "Report", "--depends-on", first.ID+", ", "--on-dependency-failure", "wait")
+	require.Contains(t, out, "(blocked, medium)")
+	require.Contains(t, out, "Blocked until its 1 dependencies complete.")
+	id := strings.TrimSuffix(strings.Fields(out)[2], ":")
+	require.NoError(t, json.Unmarshal([]byte(e.ok("tasks", "show", id, "--json")), &waiting))
+	require.Equal(t, "blocked", waiting.Status)
+	require.Equal(t, []string{first.ID}, waiting.DependsOn)
+	require.NotNil(t, waiting.OnDependencyFailure)
+	require.Equal(t, "wait", *waiting.OnDependencyFailure)
+
+	require.Contains(t, e.ok("tasks", "release", id, "--reason", "the other crawl is enough"), "Released task "+id+": Report (pending)")
+	code, _, errOut := e.taskctl("tasks", "release", id)
+	require.Equal(t, exitFailure, code)
+	require.Contains(t, errOut, "cannot release a task that is pending")
+
+	code, _, errOut = e.taskctl("tasks", "create", "--type", "crawl", "--title", "x", "--on-dependency-failure", "wait")
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut, "--on-dependency-failure needs --depends-on")
+	code, _, errOut = e.taskctl("tasks", "create", "--type", "crawl", "--title", "x", "--depends-on", first.ID, "--on-dependency-failure", "retry")
+	require.Equal(t, exitFailure, code)
+	require.Contains(t, errOut, "on_dependency_failure")
+	code, _, errOut = e.taskctl("tasks", "create", "--type", "crawl", "--title", "x", "--depends-on", "not-a-task")
+	require.Equal(t, exitFailure, code)
+	require.Contains(t, errOut, "depends_on")
+}
+
 // The workflows commands against a real server: create from a file (types
 // by name), list, show, cancel, and a bad graph refused naming the task.
 func TestWorkflowsCommands(t *testing.T) {

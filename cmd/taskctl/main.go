@@ -26,7 +26,7 @@ func commands() map[string]command {
 	return map[string]command{
 		"login":      {summary: "log in to task-service and keep the token", run: entry((*app).login)},
 		"logout":     {summary: "forget the kept login", run: entry((*app).logout)},
-		"tasks":      {summary: "create, list, show, cancel, assign and retry tasks", run: entry(tasksCommand)},
+		"tasks":      {summary: "create, list, show, cancel, assign, retry and release tasks", run: entry(tasksCommand)},
 		"types":      {summary: "create, list and show task types (SOP and params schema)", run: entry(typesCommand)},
 		"workers":    {summary: "create worker accounts and list what workers are doing", run: entry(workersCommand)},
 		"history":    {summary: "a task's timeline: time, who, what", run: entry((*app).history)},

@@ -16,25 +16,31 @@ import (
 )
 
 var tasksCommand = group("tasks", "Create, list, inspect and steer tasks.", map[string]subcommand{
-	"create": {"create a task of a type", (*app).tasksCreate},
-	"import": {"create the tasks of a JSON Lines file, up to 1,000 a request", (*app).tasksImport},
-	"list":   {"list tasks, newest first", (*app).tasksList},
-	"show":   {"show a task with its assignments, updates and retries (or as it was at a time)", (*app).tasksShow},
-	"cancel": {"cancel a task that has not ended", (*app).tasksCancel},
-	"assign": {"give a pending task to a worker", (*app).tasksAssign},
-	"retry":  {"retry a failed task now, with an optional hint", (*app).tasksRetry},
-	"data":   {"list a task's uploaded files, or --download them", (*app).tasksData},
+	"create":  {"create a task of a type", (*app).tasksCreate},
+	"import":  {"create the tasks of a JSON Lines file, up to 1,000 a request", (*app).tasksImport},
+	"list":    {"list tasks, newest first", (*app).tasksList},
+	"show":    {"show a task with its assignments, updates and retries (or as it was at a time)", (*app).tasksShow},
+	"cancel":  {"cancel a task that has not ended", (*app).tasksCancel},
+	"assign":  {"give a pending task to a worker", (*app).tasksAssign},
+	"retry":   {"retry a failed task now, with an optional hint", (*app).tasksRetry},
+	"release": {"free a blocked task from its dependencies: it becomes claimable now", (*app).tasksRelease},
+	"data":    {"list a task's uploaded files, or --download them", (*app).tasksData},
 })
 
 var tasksCreateSpec = cmdSpec{
 	name: "tasks create", args: "--type TYPE --title TITLE [flags]",
 	summary: "Create a task. Params must satisfy the type's JSON Schema; the task waits in the queue\n" +
 		"until a worker claims it (or the worker given with --assign). With --at or --in it waits,\n" +
-		"scheduled, until that time before any worker can claim it.",
+		"scheduled, until that time before any worker can claim it. With --depends-on it starts\n" +
+		"blocked and becomes claimable when the last of those tasks completes (a retried one counts\n" +
+		"when its latest retry completes); its worker gets their results as inputs. If one of them\n" +
+		"fails for good, the task is cancelled (dependency_failed), or with --on-dependency-failure\n" +
+		"wait it stays blocked until you retry that task or run taskctl tasks release.",
 	example: `taskctl tasks create --type code_review --title "Review PR 42" --priority high \
   --params '{"repo": "acme/api", "pr": 42}' --assign alice@example.com --reason "knows the code"
 taskctl tasks create --type crawl --title "Crawl NVDA tonight" --at 2030-01-02T23:00:00Z
-taskctl tasks create --type crawl --title "Crawl NVDA again" --in 90m`,
+taskctl tasks create --type crawl --title "Crawl NVDA again" --in 90m
+taskctl tasks create --type report --title "NVDA report" --depends-on 0190f4c2-...,0190f4c3-... --on-dependency-failure wait`,
 }
 
 func (a *app) tasksCreate(args []string) int {
@@ -55,6 +61,8 @@ func (a *app) tasksCreate(args []string) int {
 	existing := fs.Bool("existing", false, "with --unique-key: when another task holds the key, print that task instead of failing")
 	at := fs.String("at", "", "run at this RFC 3339 time: not claimable before then")
 	in := fs.Duration("in", 0, "run this long from now (90m, 2h): not claimable before then")
+	dependsOn := fs.String("depends-on", "", "task ids, comma-separated, that must complete first: the task starts blocked")
+	onDepFailure := fs.String("on-dependency-failure", "", "with --depends-on, when one fails for good: cancel (the default) or wait (stay blocked for an admin)")
 	asJSON := fs.Bool("json", false, "print the task as JSON")
 	_, code, ok := a.parseArgs(fs, spec, args, 0, "")
 	if !ok {
@@ -62,6 +70,10 @@ func (a *app) tasksCreate(args []string) int {
 	}
 	if *typeRef == "" || strings.TrimSpace(*title) == "" {
 		return a.fail(spec.name, usagef("--type and --title are required"))
+	}
+	deps := listArg(*dependsOn)
+	if *onDepFailure != "" && len(deps) == 0 {
+		return a.fail(spec.name, usagef("--on-dependency-failure needs --depends-on"))
 	}
 	runAt, err := runAtArg(*at, *in)
 	if err != nil {
@@ -86,7 +98,7 @@ func (a *app) tasksCreate(args []string) int {
 	}
 	nt := client.NewTask{Title: *title, Description: description, TaskTypeID: tt.ID, Params: p,
 		Priority: events.Priority(*priority), Reason: *reason, UniqueKey: *uniqueKey, UniqueFor: *uniqueFor,
-		RunAt: runAt}
+		RunAt: runAt, DependsOn: deps, OnDependencyFailure: *onDepFailure}
 	if *existing {
 		nt.OnDuplicate = "existing"
 	}
@@ -112,8 +124,22 @@ func (a *app) tasksCreate(args []string) int {
 	if t.Scheduled {
 		fmt.Fprintf(a.stdout, "Scheduled for %s\n", fmtTime(t.AvailableAt))
 	}
+	if t.Status == events.StatusBlocked {
+		fmt.Fprintf(a.stdout, "Blocked until its %d dependencies complete.\n", len(t.DependsOn))
+	}
 	fmt.Fprintf(a.stdout, "Follow it: taskctl history %s\n", t.ID)
 	return exitOK
+}
+
+// listArg splits a comma-separated flag value, dropping empty items.
+func listArg(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // runAtArg is --at or --in as the RFC 3339 run_at the API takes; "" for
@@ -489,6 +515,37 @@ func (a *app) tasksAssign(args []string) int {
 		return a.printJSON(t)
 	}
 	fmt.Fprintf(a.stdout, "Assigned task %s to %s <%s>.\n", t.ID, w.FullName, w.Email)
+	return exitOK
+}
+
+var tasksReleaseSpec = cmdSpec{
+	name: "tasks release", args: "TASK [--reason TEXT]",
+	summary: "Free a blocked task from its dependencies: it becomes pending (claimable) now, whatever they\n" +
+		"say. For a task created with --on-dependency-failure wait whose dependency failed for good,\n" +
+		"when you would rather run it without that dependency's result than retry the dependency\n" +
+		"(taskctl tasks retry DEPENDENCY). Its worker gets the inputs of the dependencies that completed.",
+	example: `taskctl tasks release 0190f4c2-7d1e-7a3b-9c4d-5e6f7a8b9c0d --reason "the StockTwits crawl is enough"`,
+}
+
+func (a *app) tasksRelease(args []string) int {
+	spec := tasksReleaseSpec
+	fs := flagSet(spec)
+	api := apiFlag(fs)
+	reason := fs.String("reason", "", "why, for the record")
+	asJSON := fs.Bool("json", false, "print the task as JSON")
+	call, code := a.start(fs, spec, args, api, 1, "TASK (a blocked task's id)")
+	if call == nil {
+		return code
+	}
+	defer call.cancel()
+	t, err := call.c.ReleaseTask(call.ctx, call.pos[0], *reason)
+	if err != nil {
+		return a.fail(spec.name, err)
+	}
+	if *asJSON {
+		return a.printJSON(t)
+	}
+	fmt.Fprintf(a.stdout, "Released task %s: %s (%s)\nFollow it: taskctl history %s\n", t.ID, t.Title, t.Status, t.ID)
 	return exitOK
 }
 
