@@ -51,6 +51,7 @@ PROMTOOL_ENV = PROMTOOL="$$(scripts/promtool.sh)"; export PROMTOOL; export REQUI
 
 .PHONY: bench-schedules
 .PHONY: bench-login
+.PHONY: image test-image test-slow
 .PHONY: build run test test-race bench bench-go bench-worker bench-scale lint lint-openapi fuzz devdb devdb-stop screenshots bench-ui
 
 build:
@@ -69,6 +70,20 @@ run: build
 	if [ -z "$${DATA_S3_BUCKET:-}" ]; then DATA_DIR="$${DATA_DIR:-.data/task-data}"; export DATA_DIR; \
 		echo "task-service: task data in $$DATA_DIR"; fi; \
 	exec bin/task-service serve
+
+# The container image (podman, FROM scratch; scripts/image.sh installs podman when
+# missing). IMAGE names the tag.
+IMAGE ?= task-service:dev
+image:
+	@scripts/image.sh '$(IMAGE)' >/dev/null
+
+# Runs the built image against the test PostgreSQL: migrate, /readyz, SIGTERM drain.
+test-image: image
+	@set -e; $(TEST_DB_ENV); \
+	TASK_SERVICE_IMAGE='$(IMAGE)' $(GO) test -count=1 -run '^TestImage$$' -v ./cmd/task-service
+
+# What CI's 20-minute limit leaves out (README, "Development"): the image test.
+test-slow: test-image
 
 # The admin UI's browser tests drive a headless Chromium: scripts/chromium.sh
 # installs Debian's chromium when it is missing and prints its path.
