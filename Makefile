@@ -51,7 +51,7 @@ PROMTOOL_ENV = PROMTOOL="$$(scripts/promtool.sh)"; export PROMTOOL; export REQUI
 
 .PHONY: bench-schedules
 .PHONY: bench-login
-.PHONY: image test-image test-slow
+.PHONY: image test-image test-kube test-slow
 .PHONY: build run test test-race bench bench-go bench-worker bench-scale lint lint-openapi fuzz devdb devdb-stop screenshots bench-ui
 
 build:
@@ -82,8 +82,13 @@ test-image: image
 	@set -e; $(TEST_DB_ENV); \
 	TASK_SERVICE_IMAGE='$(IMAGE)' $(GO) test -count=1 -run '^TestImage$$' -v ./cmd/task-service
 
-# What CI's 20-minute limit leaves out (README, "Development"): the image test.
-test-slow: test-image
+# Renders docs/kubernetes with kustomize and decodes every object strictly into the
+# Kubernetes API types (scripts/kubecheck, its own module: the types stay out of go.mod).
+test-kube:
+	cd scripts/kubecheck && $(GO) test -count=1 ./...
+
+# What CI's 20-minute limit leaves out (README, "Development").
+test-slow: test-image test-kube
 
 # The admin UI's browser tests drive a headless Chromium: scripts/chromium.sh
 # installs Debian's chromium when it is missing and prints its path.
