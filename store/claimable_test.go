@@ -3,9 +3,11 @@ package store
 import (
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/clawdbot/task-service/events"
+	"github.com/clawdbot/task-service/projections"
 )
 
 // Claimable counts what claims could take now, as the claim sees it: the
@@ -40,4 +42,29 @@ func TestClaimable(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, got, 4, "a's own task and the pool's three")
 	require.Equal(t, Claimable{Pool: 0, Assigned: []string{c}}, claimable([]string{a, b, c}, 10))
+}
+
+// The look runs its generic plan from its first execution on a connection:
+// PostgreSQL would otherwise plan it afresh five times on each, 10 ms or
+// more of planning each time on a loaded machine, paid by a waiting
+// long-poll before its wake.
+func TestClaimablePlansOncePerConnection(t *testing.T) {
+	e := newBatchEnv(t)
+	a := e.user(t, "a", true, 5)
+	cfg := e.db.pool.Pool.Config().Copy()
+	cfg.MaxConns = 1 // one connection, whose prepared statements are read below
+	pool, err := pgxpool.NewWithConfig(e.ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	db, err := New(pool, Config{Projector: projections.Projector{}})
+	require.NoError(t, err)
+	for range 3 {
+		_, err := db.Claimable(e.ctx, []string{a}, 10)
+		require.NoError(t, err)
+	}
+	var generic, custom int
+	require.NoError(t, pool.QueryRow(e.ctx, `SELECT generic_plans, custom_plans FROM pg_prepared_statements
+		WHERE statement = $1`, claimableSQL).Scan(&generic, &custom))
+	require.Equal(t, 0, custom, "no custom plan")
+	require.Equal(t, 3, generic, "the generic plan each time")
 }
