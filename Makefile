@@ -3,7 +3,8 @@
 #
 #   make build      build every binary under cmd/ into bin/
 #   make run        run the server against the dev database (dev admin and secret)
-#   make test       go vet + all tests against a real PostgreSQL + promtool test rules (docs/ops/alerts.yml)
+#   make test       go vet + all tests against a real PostgreSQL + promtool test rules (docs/ops/alerts.yml);
+#                   the browser tests get Chromium (scripts/chromium.sh) and axe-core (scripts/axe.sh)
 #   make test-race  the same tests under the race detector (slower)
 #   make bench      taskbench lanes: bare SQL vs store vs HTTP vs the batched lane at 1, 16, 64
 #                   workers, each round against River's burn-down (scripts/riverbench)
@@ -94,15 +95,22 @@ test-slow: test-image test-kube
 # installs Debian's chromium when it is missing and prints its path.
 CHROMIUM_ENV = CHROMIUM="$${CHROMIUM:-$$(scripts/chromium.sh)}"; export CHROMIUM
 
+# The accessibility test (TestBrowserAccessibility) runs axe-core in that Chromium:
+# scripts/axe.sh installs it from npm into ~/.cache and prints the path. Without it
+# the test skips, except under CI=true, where make test stops here.
+AXE_ENV = if AXE_JS="$$(scripts/axe.sh)"; then export AXE_JS; \
+	elif [ "$${CI:-}" = true ]; then exit 1; \
+	else echo "make test: no axe-core (scripts/axe.sh failed): TestBrowserAccessibility will skip" >&2; fi
+
 test:
-	@set -e; $(TEST_DB_ENV); $(CHROMIUM_ENV); $(PROMTOOL_ENV); \
+	@set -e; $(TEST_DB_ENV); $(CHROMIUM_ENV); $(AXE_ENV); $(PROMTOOL_ENV); \
 	echo "go vet ./..."; $(GO) vet ./...; \
 	echo "promtool test rules docs/ops/alerts_test.yml"; "$$PROMTOOL" test rules docs/ops/alerts_test.yml; \
 	echo "go test -count=1 -timeout $(TESTTIMEOUT) $(TESTFLAGS) ./...  (TEST_DATABASE_URL=$$TEST_DATABASE_URL)"; \
 	$(GO) test -count=1 -timeout $(TESTTIMEOUT) $(TESTFLAGS) ./...
 
 test-race:
-	@set -e; $(TEST_DB_ENV); $(CHROMIUM_ENV); \
+	@set -e; $(TEST_DB_ENV); $(CHROMIUM_ENV); $(AXE_ENV); \
 	echo "go test -race -count=1 $(TESTFLAGS) ./...  (TEST_DATABASE_URL=$$TEST_DATABASE_URL)"; \
 	$(GO) test -race -count=1 -timeout 30m $(TESTFLAGS) ./...
 

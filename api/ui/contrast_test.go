@@ -29,6 +29,11 @@ func TestStatusColoursContrast(t *testing.T) {
 				require.GreaterOrEqual(t, ratio, 4.5, "theme %d: --%s %s on --%s %s is %.2f:1", i, fg, vars[fg], bg, vars[bg], ratio)
 			}
 		}
+		// The filled buttons: primary and danger.
+		for fg, bg := range map[string]string{"accent-text": "accent", "bad-text": "bad"} {
+			ratio := contrast(vars[fg], vars[bg])
+			require.GreaterOrEqual(t, ratio, 4.5, "theme %d: --%s %s on --%s %s is %.2f:1", i, fg, vars[fg], bg, vars[bg], ratio)
+		}
 	}
 }
 
