@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,7 +33,7 @@ type authUsers struct {
 	// every change so that they re-check their login (see watch).
 	watchers map[string]map[chan struct{}]struct{}
 
-	reads prometheus.Counter
+	reads, rewinds prometheus.Counter
 }
 
 // authPoll bounds how long a revocation takes to reach this instance when
@@ -44,7 +45,9 @@ func newAuthUsers(db *store.DB, hub *store.Hub, reg prometheus.Registerer) *auth
 		watchers: map[string]map[chan struct{}]struct{}{}}
 	a.reads = prometheus.NewCounter(prometheus.CounterOpts{Name: "taskservice_auth_user_reads_total",
 		Help: "Users read from the database to authenticate a request (cache misses)."})
-	reg.MustRegister(a.reads)
+	a.rewinds = prometheus.NewCounter(prometheus.CounterOpts{Name: "taskservice_auth_log_rewinds_total",
+		Help: "Times the user cache was dropped because the database was behind its position in the log (a failover to a lagging standby)."})
+	reg.MustRegister(a.reads, a.rewinds)
 	return a
 }
 
@@ -103,6 +106,24 @@ func (a *authUsers) saw(id string, version int) {
 	a.mu.Unlock()
 }
 
+// forget drops everything learnt from a log that the database no longer
+// has (ErrLogRewound): the versions seen may be handed out again, so they
+// would hide the new changes. Open streams re-check their logins.
+func (a *authUsers) forget() {
+	a.rewinds.Inc()
+	a.mu.Lock()
+	a.users, a.seen = map[string]*events.User{}, map[string]int{}
+	for _, chans := range a.watchers {
+		for ch := range chans {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+	}
+	a.mu.Unlock()
+}
+
 // watch returns a channel that hears of every later change to user id
 // (from this instance's commands or, through the follower, any
 // instance's), and the func that stops watching. An open event stream
@@ -151,13 +172,18 @@ func (a *authUsers) run(ctx context.Context) {
 				pos, started = p, true
 				a.following.Store(true)
 			}
-		} else if !a.follow(ctx, &pos) {
-			// The database is away: cached users may miss a revocation, so
-			// stop trusting them until the follower has caught up again.
+		} else if err := a.follow(ctx, &pos); err != nil {
+			// The database is away, or is another server that is behind
+			// (a failover): cached users may miss a revocation, so stop
+			// trusting them until the follower has caught up again.
 			a.following.Store(false)
 			a.mu.Lock()
 			a.users = map[string]*events.User{}
 			a.mu.Unlock()
+			if errors.Is(err, store.ErrLogRewound) {
+				a.forget()
+				started = false
+			}
 		} else {
 			a.following.Store(true)
 		}
@@ -179,13 +205,13 @@ func (a *authUsers) run(ctx context.Context) {
 // authSpacing is the least time between two reads of the auth events.
 const authSpacing = 20 * time.Millisecond
 
-// follow reads every auth event after pos; false when the read failed.
-func (a *authUsers) follow(ctx context.Context, pos *events.Position) bool {
+// follow reads every auth event after pos.
+func (a *authUsers) follow(ctx context.Context, pos *events.Position) error {
 	const page = 500
 	for {
 		changes, next, err := a.db.AuthChanges(ctx, *pos, page)
 		if err != nil {
-			return false
+			return err
 		}
 		for _, c := range changes {
 			a.saw(c.UserID, c.Version)
@@ -193,7 +219,7 @@ func (a *authUsers) follow(ctx context.Context, pos *events.Position) bool {
 		moved := next != *pos
 		*pos = next
 		if len(changes) < page || !moved {
-			return true
+			return nil
 		}
 	}
 }

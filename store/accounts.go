@@ -181,6 +181,13 @@ SELECT h.xmin, e.tx, e.seq, e.sid, e.version FROM h LEFT JOIN (
      ORDER BY c.tx_id, c.seq LIMIT $4) e ON true
  ORDER BY e.tx_order, e.seq`
 
+// ErrLogRewound says a position read from this database is ahead of it:
+// positions only move forward on one server (they never pass the snapshot's
+// xmin), so the server is another one that is behind, such as a standby
+// promoted with replication lag, which hands out the lost transaction ids
+// again. A follower must drop what it derived and start again from now.
+var ErrLogRewound = errors.New("the database is behind this instance's position in the log (a failover to a standby that lagged?)")
+
 // AuthChanges returns the auth events (events.AuthEventTypes) after pos, at
 // most limit, and the position the next call starts from.
 func (db *DB) AuthChanges(ctx context.Context, after events.Position, limit int) ([]AuthChange, events.Position, error) {
@@ -212,6 +219,9 @@ func (db *DB) AuthChanges(ctx context.Context, after events.Position, limit int)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, after, mapErr(err)
+	}
+	if after.TxID > uint64(xmin) {
+		return nil, after, ErrLogRewound
 	}
 	if below && len(out) < limit && next.Less(events.Position{TxID: uint64(xmin)}) {
 		// Every row below the horizon was read: start next time at it.
