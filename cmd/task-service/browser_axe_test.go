@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
@@ -19,7 +20,7 @@ import (
 	"github.com/clawdbot/task-service/store/storetest"
 )
 
-// axeScript is axe-core's axe.min.js: $AXE_JS (make test and .ci/run set
+// axeScript is the source of axe-core's axe.min.js: $AXE_JS (make test and .ci/run set
 // it from scripts/axe.sh), else where scripts/axe.sh puts it. Without it
 // the test skips, saying what to run, except under CI=true, where it fails.
 func axeScript(t *testing.T) string {
@@ -97,23 +98,27 @@ func TestBrowserAccessibility(t *testing.T) {
 	}
 	b := newBrowser(t)
 	b.expect("status of 404 (Not Found) " + s.base + "/tasks/0190c6e2")
+	// axe-core in every page, before the page's own scripts.
+	b.run(chromedp.ActionFunc(func(ctx context.Context) error {
+		_, err := page.AddScriptToEvaluateOnNewDocument(axeJS).Do(ctx)
+		return err
+	}))
 	b.login(s.base, "/tasks")
 	found := map[string][]string{} // "light /tasks" -> violations
 	check := func(path string) {
 		t.Helper()
-		b.waitJS(`document.querySelector("main") !== null`)
-		b.run(chromedp.Evaluate(axeJS, nil))
+		b.waitJS(`document.querySelector("main") !== null && typeof axe === "object"`)
 		// The dark theme changes colours only (app.css): in it, the rules
 		// on colour; in the light one, every rule.
-		for scheme, rules := range map[string]string{
-			"light": `{type: "tag", values: ["wcag2a", "wcag2aa"]}`,
-			"dark":  `{type: "rule", values: ["color-contrast", "link-in-text-block"]}`,
+		for _, theme := range []struct{ scheme, rules string }{
+			{"light", `{type: "tag", values: ["wcag2a", "wcag2aa"]}`},
+			{"dark", `{type: "rule", values: ["color-contrast", "link-in-text-block"]}`},
 		} {
 			var vs []axeViolation
-			b.run(emulation.SetEmulatedMedia().WithFeatures([]*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: scheme}}),
-				chromedp.Evaluate(fmt.Sprintf(axeRun, rules), &vs, func(p *runtime.EvaluateParams) *runtime.EvaluateParams { return p.WithAwaitPromise(true) }))
+			b.run(emulation.SetEmulatedMedia().WithFeatures([]*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: theme.scheme}}),
+				chromedp.Evaluate(fmt.Sprintf(axeRun, theme.rules), &vs, func(p *runtime.EvaluateParams) *runtime.EvaluateParams { return p.WithAwaitPromise(true) }))
 			for _, v := range vs {
-				found[scheme+" "+path] = append(found[scheme+" "+path],
+				found[theme.scheme+" "+path] = append(found[theme.scheme+" "+path],
 					fmt.Sprintf("%s (%s, %s): %d nodes\n      %s", v.ID, v.Impact, v.Help, len(v.Nodes), strings.Join(v.Nodes, "\n      ")))
 			}
 		}
@@ -122,16 +127,22 @@ func TestBrowserAccessibility(t *testing.T) {
 		b.run(chromedp.Navigate(s.base + path))
 		check(path)
 	}
+	// The bulk action's confirm step, a page a form posts to.
+	b.run(chromedp.Navigate(s.base + "/tasks"))
+	b.click(`#live input[name="id"]`) // a checked box holds the live list still
+	b.click(`button[value="cancel"]`)
+	b.waitJS(`document.getElementById("bulk-confirm") !== null`)
+	check("/tasks/bulk")
 	b.run(chromedp.Click(".logout button", chromedp.ByQuery))
 	b.waitJS(`location.pathname === "/login"`)
 	check("/login")
 
 	total := 0
 	var report strings.Builder
-	for page, vs := range found {
+	for where, vs := range found {
 		for _, v := range vs {
 			total++
-			fmt.Fprintf(&report, "%s: %s\n", page, v)
+			fmt.Fprintf(&report, "%s: %s\n", where, v)
 		}
 	}
 	require.Zero(t, total, "serious or critical axe-core violations:\n%s", report.String())
