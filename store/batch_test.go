@@ -369,3 +369,41 @@ func TestBatcherRerunsAloneOnlyAfterARollback(t *testing.T) {
 		})
 	}
 }
+
+// Bulk creations of one instance write at most bulkCreateSlots at a time;
+// the others wait in Go, not in PostgreSQL. The task type's row is locked
+// FOR UPDATE so that writers block on it where they can be counted: as
+// many as there are slots, however many calls are made.
+func TestCreateTasksWriteAFewAtATime(t *testing.T) {
+	e := newBatchEnv(t)
+	lock, err := e.db.pool.Begin(e.ctx)
+	require.NoError(t, err)
+	defer lock.Rollback(e.ctx)
+	_, err = lock.Exec(e.ctx, `SELECT 1 FROM task_types WHERE id = $1 FOR UPDATE`, e.typeID)
+	require.NoError(t, err)
+
+	const calls = bulkCreateSlots + 3
+	errs := make(chan error, calls)
+	for i := range calls {
+		go func() {
+			_, err := e.db.CreateTasks(e.ctx, e.db.pool, []NewTaskParams{{TaskTypeID: e.typeID,
+				NewTaskParams: events.NewTaskParams{Title: fmt.Sprintf("bulk %d", i), Params: json.RawMessage(`{}`)}}}, e.admin)
+			errs <- err
+		}()
+	}
+	blocked := func() (n int) {
+		require.NoError(t, e.db.pool.QueryRow(e.ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'WITH r AS MATERIALIZED%'`).Scan(&n))
+		return n
+	}
+	require.Eventually(t, func() bool { return blocked() == bulkCreateSlots }, 10*time.Second, 10*time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // the other calls had the time to reach PostgreSQL, were they let through
+	require.Equal(t, bulkCreateSlots, blocked())
+	require.NoError(t, lock.Rollback(e.ctx))
+	for range calls {
+		require.NoError(t, <-errs)
+	}
+	var n int
+	require.NoError(t, e.db.pool.QueryRow(e.ctx, `SELECT count(*) FROM worker_tasks`).Scan(&n))
+	require.Equal(t, calls, n)
+}

@@ -126,6 +126,8 @@ type DB struct {
 	limited     atomic.Bool
 	completions *batcher[completeRequest, *events.Task]
 	creations   *batcher[createRequest, *events.Task]
+	// bulkCreates holds a slot for each CreateTasks call writing now.
+	bulkCreates chan struct{}
 }
 
 // batchMax bounds the commands in one batched claim or completion (ADR 008).
@@ -167,6 +169,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*DB, error) {
 	db.claims = newBatcher(batchMax, func(r claimRequest) string { return r.worker }, db.claimBatch)
 	db.completions = newBatcher(completionBatchMax, func(r completeRequest) string { return r.id }, db.completeBatch)
 	db.creations = newBatcher(batchMax, nil, db.createBatch)
+	db.bulkCreates = make(chan struct{}, bulkCreateSlots)
 	return db, nil
 }
 

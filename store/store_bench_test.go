@@ -3,9 +3,13 @@ package store_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -201,4 +205,69 @@ func BenchmarkCreateTask(b *testing.B) {
 	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM task_events WHERE type = 'task.created'`).Scan(&n); err != nil || n != b.N {
 		b.Errorf("%d task.created events for %d creates (err %v)", n, b.N, err)
 	}
+}
+
+// BenchmarkCreateTasks is the batch route's store call under load:
+// GOMAXPROCS x benchParallelism goroutines each calling CreateTasks with
+// 1,000 tasks at a time. One op is one task; pg-µs/task is the CPU of the
+// database's backends per task, read from /proc when the server runs on
+// this machine (ADR 018).
+func BenchmarkCreateTasks(b *testing.B) {
+	s := newBenchStore(b, 0)
+	ctx := context.Background()
+	meta := events.Meta{Actor: events.System("bench")}
+	const batch = 1000
+	var seq atomic.Int64
+	create := func(ps []store.NewTaskParams) {
+		if _, err := s.db.CreateTasks(ctx, s.pool, ps, meta); err != nil {
+			b.Error(err)
+		}
+	}
+	backend0 := backendCPU(b, s.pool)
+	b.SetParallelism(benchParallelism)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		ps := make([]store.NewTaskParams, 0, batch)
+		for pb.Next() {
+			if ps = append(ps, s.newTask(int(seq.Add(1)))); len(ps) == batch {
+				create(ps)
+				ps = ps[:0]
+			}
+		}
+		if len(ps) > 0 {
+			create(ps)
+		}
+	})
+	b.StopTimer()
+	reportTasksPerSec(b)
+	if backend0 >= 0 {
+		b.ReportMetric(float64((backendCPU(b, s.pool)-backend0).Microseconds())/float64(b.N), "pg-µs/task")
+	}
+}
+
+// backendCPU is the CPU time used so far by the client backends of the
+// pool's database, or -1 when /proc does not show them.
+func backendCPU(b *testing.B, pool *pgxpool.Pool) time.Duration {
+	b.Helper()
+	rows, err := pool.Query(context.Background(), `SELECT pid FROM pg_stat_activity
+		WHERE datname = current_database() AND backend_type = 'client backend'`)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		b.Fatal(err)
+	}
+	var sum time.Duration
+	for _, pid := range pids {
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return -1
+		}
+		f := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+2:]))
+		utime, _ := strconv.Atoi(f[11])
+		stime, _ := strconv.Atoi(f[12])
+		sum += time.Duration(utime+stime) * 10 * time.Millisecond
+	}
+	return sum
 }
