@@ -126,6 +126,9 @@ type DB struct {
 	limited     atomic.Bool
 	completions *batcher[completeRequest, *events.Task]
 	creations   *batcher[createRequest, *events.Task]
+	// holderChecks are the batched lane's checks that a worker holds the
+	// tasks it finishes (checkHolder).
+	holderChecks *batcher[holderCheck, map[string]bool]
 	// bulkCreates holds a slot for each CreateTasks call writing now.
 	bulkCreates chan struct{}
 }
@@ -169,6 +172,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*DB, error) {
 	db.claims = newBatcher(batchMax, func(r claimRequest) string { return r.worker }, db.claimBatch)
 	db.completions = newBatcher(completionBatchMax, func(r completeRequest) string { return r.id }, db.completeBatch)
 	db.creations = newBatcher(batchMax, nil, db.createBatch)
+	db.holderChecks = newBatcher(batchMax, nil, db.checkHolders)
 	db.bulkCreates = make(chan struct{}, bulkCreateSlots)
 	return db, nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/clawdbot/task-service/events"
 )
@@ -154,27 +155,15 @@ func completedOutcome(t *events.Task, data []byte, meta events.Meta) FinishOutco
 
 // checkHolder refuses the request when an item names an existing task that
 // was never this worker's to finish: held by another worker, or by nobody.
-// Tasks that do not exist are left to each item's own 404.
+// Tasks that do not exist are left to each item's own 404. Concurrent
+// checks share one statement (checkHolders).
 func (db *DB) checkHolder(ctx context.Context, workerID string, items []Finish) error {
 	ids := make([]string, len(items))
 	for i, it := range items {
 		ids[i] = it.ID
 	}
-	rows, err := db.pool.Query(ctx, `SELECT id::text FROM worker_tasks
-		WHERE id = ANY($1::uuid[]) AND assigned_to IS DISTINCT FROM $2::uuid`, ids, workerID)
+	foreign, err := db.holderChecks.do(ctx, holderCheck{worker: workerID, ids: ids})
 	if err != nil {
-		return mapErr(fmt.Errorf("finish: check holder: %w", err))
-	}
-	defer rows.Close()
-	foreign := map[string]bool{}
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return mapErr(fmt.Errorf("finish: check holder: %w", err))
-		}
-		foreign[id] = true
-	}
-	if err := rows.Err(); err != nil {
 		return mapErr(fmt.Errorf("finish: check holder: %w", err))
 	}
 	for i, it := range items {
@@ -184,6 +173,62 @@ func (db *DB) checkHolder(ctx context.Context, workerID string, items []Finish) 
 	}
 	return nil
 }
+
+// holderCheck is one request's check: its worker and the tasks it names.
+type holderCheck struct {
+	worker string
+	ids    []string
+}
+
+// checkHolders runs a batch of checks in one statement, through the
+// batcher (ADR 016): a statement of its own for every request of the
+// batched lane made every concurrent request hold a connection of its own,
+// and each new connection planned the hot path's statements afresh. Each
+// check gets the ids among its own that its worker does not hold.
+func (db *DB) checkHolders(ctx context.Context, reqs []holderCheck) ([]outcome[map[string]bool], error) {
+	var ids, workers []string
+	var of []int32
+	for i, r := range reqs {
+		for _, id := range r.ids {
+			ids, workers, of = append(ids, id), append(workers, r.worker), append(of, int32(i))
+		}
+	}
+	b := &pgx.Batch{}
+	b.Queue(indexLookupsOnly)
+	b.Queue(foreignTasks, ids, workers, of)
+	br := db.pool.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return nil, err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, err
+	}
+	outs := make([]outcome[map[string]bool], len(reqs))
+	for i := range outs {
+		outs[i].res = map[string]bool{}
+	}
+	for rows.Next() {
+		var i int32
+		var id string
+		if err := rows.Scan(&i, &id); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		outs[i].res[id] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return outs, br.Close()
+}
+
+// foreignTasks are the tasks $1 whose holder is not the worker $2 of the
+// same place, each with the check $3 it came from.
+const foreignTasks = `SELECT c.req, c.id::text FROM unnest($1::uuid[], $2::uuid[], $3::int[]) AS c(id, worker, req)
+  JOIN worker_tasks w ON w.id = c.id
+ WHERE w.assigned_to IS DISTINCT FROM c.worker`
 
 // FinishTask finishes one of the worker's tasks as the general command:
 // it.Usage and it.Result first, then the completion or the failure, in
