@@ -407,3 +407,42 @@ func TestCreateTasksWriteAFewAtATime(t *testing.T) {
 	require.NoError(t, e.db.pool.QueryRow(e.ctx, `SELECT count(*) FROM worker_tasks`).Scan(&n))
 	require.Equal(t, calls, n)
 }
+
+// Holder checks made together share a statement and each gets its own
+// answer: the ids among its own that its worker does not hold (held by
+// another or by nobody); unknown ids are left to the items.
+func TestHolderChecksBatch(t *testing.T) {
+	e := newBatchEnv(t)
+	a, b := e.user(t, "a", true, 1), e.user(t, "b", true, 1)
+	ta, tb := e.task(t, "a's", events.PriorityMedium, a), e.task(t, "b's", events.PriorityMedium, b)
+	for _, w := range []string{a, b} {
+		got, err := e.db.Claim(e.ctx, w, events.Meta{Actor: events.Actor{Kind: events.ActorWorker, ID: w}})
+		require.NoError(t, err)
+		require.NotNil(t, got)
+	}
+	free := e.task(t, "nobody's", events.PriorityMedium, "")
+	unknown := "00000000-0000-0000-0000-000000000001"
+	outs := e.db.holderChecks.runAll(e.ctx, []holderCheck{
+		{worker: a, ids: []string{ta, unknown}},
+		{worker: a, ids: []string{ta, tb, free}},
+		{worker: b, ids: []string{tb}},
+		{worker: b, ids: []string{ta}},
+	})
+	for _, o := range outs {
+		require.NoError(t, o.err)
+	}
+	require.Empty(t, outs[0].res)
+	require.Equal(t, map[string]bool{tb: true, free: true}, outs[1].res)
+	require.Empty(t, outs[2].res)
+	require.Equal(t, map[string]bool{ta: true}, outs[3].res)
+
+	_, err := e.db.FinishTasks(e.ctx, a, []Finish{{ID: ta, Status: events.StatusCompleted}, {ID: tb, Status: events.StatusCompleted}},
+		events.Meta{Actor: events.Actor{Kind: events.ActorWorker, ID: a}})
+	var ie *ItemError
+	require.ErrorAs(t, err, &ie)
+	require.Equal(t, 1, ie.Index)
+	require.ErrorIs(t, err, events.ErrForbidden)
+	task, err := e.db.GetTask(e.ctx, e.db.pool, ta)
+	require.NoError(t, err)
+	require.Equal(t, events.StatusInProgress, task.Status, "a refused request changes nothing")
+}
