@@ -48,6 +48,9 @@ func Version(ctx context.Context, databaseURL string) (version uint, dirty bool,
 }
 
 func run(ctx context.Context, databaseURL string, op func(*migrate.Migrate) error) error {
+	if err := CheckServer(ctx, databaseURL); err != nil {
+		return err
+	}
 	src, err := iofs.New(FS, ".")
 	if err != nil {
 		return fmt.Errorf("read embedded migrations: %w", err)
