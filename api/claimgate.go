@@ -55,7 +55,29 @@ const probeTimeout = 5 * time.Second
 const maxProbeCount = 10 * store.MaxClaimMany
 
 func newClaimGate(hub *store.Hub, probe func(context.Context, []string, int) (store.Claimable, error), log zerolog.Logger) *claimGate {
-	return &claimGate{hub: hub, probe: probe, log: log, kick: make(chan struct{}, 1)}
+	g := &claimGate{hub: hub, probe: probe, log: log, kick: make(chan struct{}, 1)}
+	hub.OnUnblocked(g.offer) // for the gate's life, which is the server's
+	return g
+}
+
+// offer gives the longest waiting (that has not missed since the last wake)
+// a turn at once: a completion in this process has just made blocked tasks
+// pending. Its claim need not wait for the look the same commit's wake
+// starts, nor for a look still reading from before that commit. If the
+// tasks are not for it (another's, or past a limit), its claim finds
+// nothing and it tells the gate, as after any turn.
+func (g *claimGate) offer() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, w := range g.waiters {
+		if !w.missed && w.worker != "" {
+			w.give()
+			if g.turns != nil {
+				g.turns.Inc()
+			}
+			return
+		}
+	}
 }
 
 // join registers a waiter. Call it before the waiter's first claim: a

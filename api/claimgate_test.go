@@ -162,3 +162,29 @@ func TestClaimGateLoop(t *testing.T) {
 	hub.Wake()
 	gotTurn(c)
 }
+
+// A completion that unblocked tasks in this process (Hub.Unblocked) gives
+// the longest waiting a turn at once, without a look: not to one that
+// missed since the last wake, not to a waiter without a worker, and to
+// one waiter only (the look of the same commit's wake serves the rest).
+func TestClaimGateOffersUnblockedTasks(t *testing.T) {
+	p := &fakeProbe{asked: make(chan []string, 16)}
+	hub := store.NewHub()
+	g := newClaimGate(hub, p.probe, zerolog.Nop())
+	waiter := func(id string) *claimWaiter { // joined without starting the loop
+		w := &claimWaiter{worker: id, max: 1, turn: make(chan struct{}, 1)}
+		g.waiters = append(g.waiters, w)
+		return w
+	}
+	anonymous, missed, first, second := waiter(""), waiter(uuid.NewString()), waiter(uuid.NewString()), waiter(uuid.NewString())
+	missed.missed = true
+
+	hub.Unblocked()
+	require.Equal(t, []bool{false, false, true, false}, turned(anonymous, missed, first, second))
+	require.Empty(t, p.asked, "no look")
+
+	hub.Unblocked()
+	hub.Unblocked()
+	require.Equal(t, []bool{false, false, true, false}, turned(anonymous, missed, first, second),
+		"turns do not pile up: the first claims once")
+}

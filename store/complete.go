@@ -158,6 +158,9 @@ func (db *DB) completeBatch(ctx context.Context, reqs []completeRequest) ([]outc
 		}
 		db.metrics.appended.WithLabelValues("task.unblocked").Add(float64(unblocked))
 		db.afterCommit()
+		if unblocked > 0 {
+			db.afterUnblock()
+		}
 	}
 	outs := make([]outcome[*events.Task], n)
 	for i, r := range reqs {

@@ -48,6 +48,10 @@ type Config struct {
 	Now func() time.Time
 	// AfterCommit runs after every committed write (wakes reactors in-process).
 	AfterCommit func()
+	// AfterUnblock runs, after AfterCommit, when a batch of completions
+	// committed that made blocked tasks pending: a hint that a waiting
+	// claim may take one now (Hub.Unblocked). Nothing when nil.
+	AfterUnblock func()
 	// Registerer receives the store's metrics (store/metrics.go); none when nil.
 	Registerer prometheus.Registerer
 	// OfflineAfter is how long a silent worker still counts as online in
@@ -108,6 +112,7 @@ type DB struct {
 	projector    Projector
 	now          func() time.Time
 	afterCommit  func()
+	afterUnblock func()
 	offlineAfter time.Duration
 
 	scheduleMinInterval time.Duration
@@ -152,6 +157,9 @@ func New(pool *pgxpool.Pool, cfg Config) (*DB, error) {
 	if cfg.AfterCommit == nil {
 		cfg.AfterCommit = func() {}
 	}
+	if cfg.AfterUnblock == nil {
+		cfg.AfterUnblock = func() {}
+	}
 	if cfg.OfflineAfter <= 0 {
 		cfg.OfflineAfter = 10 * time.Minute
 	}
@@ -162,7 +170,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*DB, error) {
 		cfg.Prices = events.DefaultPrices()
 	}
 	db := &DB{pool: &Conn{pool}, projector: cfg.Projector, now: cfg.Now, afterCommit: cfg.AfterCommit,
-		offlineAfter: cfg.OfflineAfter, scheduleMinInterval: cfg.ScheduleMinInterval, freshnessMinAge: cfg.FreshnessMinAge,
+		afterUnblock: cfg.AfterUnblock, offlineAfter: cfg.OfflineAfter, scheduleMinInterval: cfg.ScheduleMinInterval, freshnessMinAge: cfg.FreshnessMinAge,
 		txHooks: map[pgx.Tx][]func(){}, prices: cfg.Prices, day: cfg.Day}
 	var err error
 	if db.metrics, err = newStoreMetrics(cfg.Registerer, pool); err != nil {

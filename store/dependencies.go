@@ -325,16 +325,28 @@ type Input struct {
 const InputResultBytes = 16 << 10
 
 // dependencyInputs finds, for each dependency $1, the latest task of its
-// retry chain, with its result cut in SQL.
+// retry chain, with its result cut in SQL and its files: the first $4 by
+// data type and filename, as previous_attempts lists them, and how many.
+// One statement, so a claim's answer waits for one round trip for its
+// inputs, not one for the tasks and one for their files.
 const dependencyInputs = `WITH RECURSIVE c(dep, id, depth) AS (
     SELECT d, d, 0 FROM unnest($1::uuid[]) AS d
     UNION ALL
     SELECT c.dep, w.retry_task_id, c.depth + 1 FROM c JOIN worker_tasks w ON w.id = c.id
      WHERE w.retry_task_id IS NOT NULL AND c.depth < $3
+), latest AS (
+    SELECT DISTINCT ON (c.dep) c.dep, w.id, w.ref, w.status, left(w.result::text, $2 + 1) AS result,
+           octet_length(w.result::text) AS result_bytes
+      FROM c JOIN worker_tasks w ON w.id = c.id
+     ORDER BY c.dep, c.depth DESC
 )
-SELECT DISTINCT ON (c.dep) c.dep::text, w.id::text, w.ref, w.status, left(w.result::text, $2 + 1), octet_length(w.result::text)
-  FROM c JOIN worker_tasks w ON w.id = c.id
- ORDER BY c.dep, c.depth DESC`
+SELECT l.dep::text, l.id::text, l.ref, l.status, l.result, l.result_bytes,
+       (SELECT jsonb_agg(jsonb_build_object('id', f.id, 'data_type', f.data_type, 'filename', f.filename,
+                                            'size_bytes', f.size_bytes, 'sha256', f.sha256) ORDER BY f.data_type, f.filename)
+          FROM (SELECT id, data_type, filename, size_bytes, sha256 FROM task_data WHERE task_id = l.id
+                 ORDER BY data_type, filename LIMIT $4) f),
+       (SELECT count(*) FROM task_data WHERE task_id = l.id)::int
+  FROM latest l`
 
 // TaskInputs returns the inputs of a task with dependencies, in the order
 // of its depends_on; nil for a task without. Refs are given only inside a
@@ -343,7 +355,7 @@ func (db *DB) TaskInputs(ctx context.Context, t *events.Task) ([]Input, error) {
 	if len(t.DependsOn) == 0 {
 		return nil, nil
 	}
-	rows, err := db.pool.Query(ctx, dependencyInputs, t.DependsOn, InputResultBytes, maxChainDepth)
+	rows, err := db.pool.Query(ctx, dependencyInputs, t.DependsOn, InputResultBytes, maxChainDepth, AttemptDataItems)
 	if err != nil {
 		return nil, mapErr(fmt.Errorf("task inputs: %w", err))
 	}
@@ -351,12 +363,18 @@ func (db *DB) TaskInputs(ctx context.Context, t *events.Task) ([]Input, error) {
 	var in Input
 	var result *string
 	var resultBytes *int
-	if _, err := pgx.ForEachRow(rows, []any{&in.DependsOn, &in.TaskID, &in.Ref, &in.Status, &result, &resultBytes}, func() error {
+	var data []byte
+	if _, err := pgx.ForEachRow(rows, []any{&in.DependsOn, &in.TaskID, &in.Ref, &in.Status, &result, &resultBytes, &data, &in.DataTotal}, func() error {
 		got := in
 		if result != nil {
 			got.Result, got.ResultTruncated = cutJSON(*result, InputResultBytes)
 			if got.ResultTruncated && resultBytes != nil {
 				got.ResultBytes = *resultBytes
+			}
+		}
+		if data != nil {
+			if err := json.Unmarshal(data, &got.Data); err != nil {
+				return fmt.Errorf("files of %s: %w", got.TaskID, err)
 			}
 		}
 		if t.WorkflowID == nil {
@@ -368,25 +386,9 @@ func (db *DB) TaskInputs(ctx context.Context, t *events.Task) ([]Input, error) {
 		return nil, mapErr(fmt.Errorf("task inputs: %w", err))
 	}
 	out := make([]Input, 0, len(t.DependsOn))
-	var ids []string
 	for _, d := range t.DependsOn {
 		if in, ok := byDep[d]; ok {
 			out = append(out, in)
-			ids = append(ids, in.TaskID)
-		}
-	}
-	data, err := db.ListTaskData(ctx, ids...)
-	if err != nil {
-		return nil, err
-	}
-	for i := range out {
-		for _, d := range data {
-			if d.TaskID == out[i].TaskID {
-				out[i].DataTotal++
-				if len(out[i].Data) < AttemptDataItems {
-					out[i].Data = append(out[i].Data, AttemptData{ID: d.ID, DataType: d.DataType, Filename: d.Filename, Size: d.Size, SHA256: d.SHA256})
-				}
-			}
 		}
 	}
 	return out, nil

@@ -8,12 +8,15 @@ import "sync"
 // Wakes coalesce: a subscriber that has not consumed the last wake gets no
 // second one, so a slow subscriber never blocks Wake.
 type Hub struct {
-	mu   sync.Mutex
-	subs map[chan struct{}]struct{}
+	mu        sync.Mutex
+	subs      map[chan struct{}]struct{}
+	unblocked map[*func()]struct{}
 }
 
 // NewHub returns an empty hub.
-func NewHub() *Hub { return &Hub{subs: map[chan struct{}]struct{}{}} }
+func NewHub() *Hub {
+	return &Hub{subs: map[chan struct{}]struct{}{}, unblocked: map[*func()]struct{}{}}
+}
 
 // Subscribe returns a channel that receives a value after each Wake, and a
 // function that unsubscribes (call it when done).
@@ -38,5 +41,34 @@ func (h *Hub) Wake() {
 		case ch <- struct{}{}:
 		default:
 		}
+	}
+}
+
+// OnUnblocked registers fn to run on every Unblocked, and returns a function
+// that unregisters it. fn runs in Unblocked's caller: it must not block.
+func (h *Hub) OnUnblocked(fn func()) func() {
+	h.mu.Lock()
+	h.unblocked[&fn] = struct{}{}
+	h.mu.Unlock()
+	return func() {
+		h.mu.Lock()
+		delete(h.unblocked, &fn)
+		h.mu.Unlock()
+	}
+}
+
+// Unblocked says that a commit in this process just made blocked tasks
+// pending (store.Config.AfterUnblock): the claim gate lets its longest
+// waiter claim at once, without reading first what a claim could find,
+// since the completion that unblocked them has told it.
+func (h *Hub) Unblocked() {
+	h.mu.Lock()
+	fns := make([]func(), 0, len(h.unblocked))
+	for fn := range h.unblocked {
+		fns = append(fns, *fn)
+	}
+	h.mu.Unlock()
+	for _, fn := range fns {
+		fn()
 	}
 }
