@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/clawdbot/task-service/api/client"
+	"github.com/clawdbot/task-service/cmd/internal/settings"
 	"github.com/clawdbot/task-service/events"
 	"github.com/clawdbot/task-service/projections"
 	"github.com/clawdbot/task-service/store"
@@ -119,9 +120,13 @@ func (a *app) dataEnv(ctx context.Context, dbURL string) (*store.DB, blob.Store,
 	if dbURL == "" {
 		return nil, nil, nil, usagef("no database: give --database-url or set DATABASE_URL")
 	}
+	pathStyle, err := settings.EnvBool(func(k string) (string, bool) { v := a.getenv(k); return v, v != "" }, "DATA_S3_PATH_STYLE", false)
+	if err != nil {
+		return nil, nil, nil, usagef("%v", err)
+	}
 	cfg := blob.Config{Dir: a.getenv("DATA_DIR"), S3: blob.S3Config{
 		Bucket: a.getenv("DATA_S3_BUCKET"), Endpoint: a.getenv("DATA_S3_ENDPOINT"), Region: a.getenv("DATA_S3_REGION"),
-		PathStyle: a.getenv("DATA_S3_PATH_STYLE") == "true" || a.getenv("DATA_S3_PATH_STYLE") == "1"}}
+		PathStyle: pathStyle}}
 	if cfg.Dir == "" {
 		cfg.Dir = "task-data" // task-service's default
 	}

@@ -72,17 +72,38 @@ func twinNote(f *flag.Flag) string {
 func set(f *flag.Flag, v string) error {
 	v = strings.TrimSpace(v)
 	if isBool(f) {
-		switch strings.ToLower(v) {
-		case "1", "true", "t", "yes", "y", "on":
-			v = "true"
-		case "0", "false", "f", "no", "n", "off":
-			v = "false"
+		if b, ok := boolWord(v); ok {
+			v = fmt.Sprint(b)
 		}
 	}
 	if err := f.Value.Set(v); err != nil {
 		return fmt.Errorf("want %s", Accepted(f))
 	}
 	return nil
+}
+
+func boolWord(v string) (value, ok bool) {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "1", "true", "t", "yes", "y", "on":
+		return true, true
+	case "0", "false", "f", "no", "n", "off":
+		return false, true
+	}
+	return false, false
+}
+
+// EnvBool reads a boolean that only the environment sets, taking the words
+// Load takes; unset or empty is def.
+func EnvBool(lookup func(string) (string, bool), name string, def bool) (bool, error) {
+	v, ok := lookup(name)
+	if !ok || strings.TrimSpace(v) == "" {
+		return def, nil
+	}
+	b, ok := boolWord(v)
+	if !ok {
+		return def, fmt.Errorf("%s=%q: want true or false (also 1/0, yes/no, on/off)", name, v)
+	}
+	return b, nil
 }
 
 func isBool(f *flag.Flag) bool {

@@ -56,3 +56,16 @@ func TestLoad(t *testing.T) {
 	err := Load(newSet(&w), []string{"--level", "x"}, env(nil))
 	require.True(t, Printed(err), "the flag set printed a bad command line already")
 }
+
+func TestEnvBool(t *testing.T) {
+	for v, want := range map[string]bool{"yes": true, "ON": true, "1": true, "false": false, "off": false} {
+		got, err := EnvBool(env(map[string]string{"B": v}), "B", !want)
+		require.NoError(t, err)
+		require.Equal(t, want, got, v)
+	}
+	got, err := EnvBool(env(nil), "B", true)
+	require.NoError(t, err)
+	require.True(t, got, "unset is the default")
+	_, err = EnvBool(env(map[string]string{"B": "sometimes"}), "B", false)
+	require.EqualError(t, err, `B="sometimes": want true or false (also 1/0, yes/no, on/off)`)
+}
