@@ -38,6 +38,9 @@ const (
 	streamTokenTTL = 60 * time.Second
 	// tooSlow is what a client that fell behind is told before the server hangs up.
 	tooSlow = "too slow: disconnected; reconnect with Last-Event-ID"
+	// rewound is what every stream is told when the database turned out to be
+	// behind the broadcaster's position (a failover to a standby that lagged).
+	rewound = "the database failed over to a server that lost recent events; reconnect with Last-Event-ID"
 )
 
 // TailConfig configures the live tail. Zero values take the defaults.
@@ -109,6 +112,7 @@ type frame struct {
 	pos      events.Position
 	typ      string
 	streamID string
+	version  int
 	workerID string // data.worker_id
 	actorID  string
 	sse      []byte // "id: <position>\ndata: <EventView JSON>\n\n"
@@ -147,7 +151,7 @@ func (s *Server) frames(ctx context.Context, evs []events.Envelope) ([]*frame, e
 		pos := e.Position().String()
 		buf := make([]byte, 0, len(pos)+len(data)+12)
 		buf = append(append(append(append(buf, "id: "...), pos...), "\ndata: "...), data...)
-		out[i] = &frame{pos: e.Position(), typ: e.Type, streamID: e.StreamID, workerID: about.WorkerID,
+		out[i] = &frame{pos: e.Position(), typ: e.Type, streamID: e.StreamID, version: e.Version, workerID: about.WorkerID,
 			actorID: e.Meta.Actor.ID, sse: append(buf, "\n\n"...)}
 	}
 	return out, nil
@@ -161,8 +165,10 @@ type tailClient struct {
 	cursor atomic.Pointer[events.Position]
 	wake   chan struct{} // capacity 1: the window has news
 	// dropped is closed by the broadcaster when the cursor fell out of the
-	// window: the stream must reconnect.
+	// window, or the window was dropped (rewind): the stream must reconnect.
+	// why, set before, is what the stream tells its client.
 	dropped chan struct{}
+	why     string
 }
 
 // broadcaster reads the log once per wake and fans it out.
@@ -181,6 +187,9 @@ type broadcaster struct {
 	floor   events.Position // window holds every event in (floor, pos]
 	window  []*frame
 	live    map[*tailClient]struct{}
+	// rewoundTo is where the last rewind put pos (zero before any): where
+	// the database's log left the one this instance had read.
+	rewoundTo events.Position
 }
 
 type tailMetrics struct {
@@ -188,6 +197,7 @@ type tailMetrics struct {
 	dropped prometheus.Counter
 	reads   prometheus.Counter
 	lag     prometheus.Histogram
+	rewinds prometheus.Counter
 }
 
 func newBroadcaster(s *Server, hub *store.Hub, cfg TailConfig) *broadcaster {
@@ -202,7 +212,9 @@ func newBroadcaster(s *Server, hub *store.Hub, cfg TailConfig) *broadcaster {
 	b.m.lag = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "taskservice_tail_lag_seconds", Help: "Time from an event's occurred_at to its fan-out to streams.",
 		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10}})
-	s.metrics.reg.MustRegister(b.m.streams, b.m.dropped, b.m.reads, b.m.lag)
+	b.m.rewinds = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "taskservice_tail_log_rewinds_total", Help: "Times the tail broadcaster found the database behind its position in the log (a failover to a lagging standby), rewound and closed its streams."})
+	s.metrics.reg.MustRegister(b.m.streams, b.m.dropped, b.m.reads, b.m.lag, b.m.rewinds)
 	return b
 }
 
@@ -281,6 +293,11 @@ func (b *broadcaster) poll(ctx context.Context) {
 	for ctx.Err() == nil {
 		b.m.reads.Inc()
 		evs, err := b.s.db.ReadLog(ctx, b.s.db.Pool(), b.pos, b.cfg.PageSize, store.LogFilter{})
+		if err == nil && len(evs) == 0 {
+			// Nothing new, or the database is behind (only then is
+			// nothing ever new): tell which.
+			err = b.rewindIfBehind(ctx)
+		}
 		if err == nil && len(evs) > 0 {
 			var frames []*frame
 			if frames, err = b.s.frames(ctx, evs); err == nil {
@@ -315,19 +332,95 @@ func (b *broadcaster) poll(ctx context.Context) {
 // quarter of the service's CPU on a busy queue; ADR 016). A stream that
 // opens later and wants earlier events catches up from the table.
 func (b *broadcaster) skip(ctx context.Context) {
-	head, err := b.s.db.LogHead(ctx, b.s.db.Pool())
+	end, err := b.s.db.ReadLogEnd(ctx, b.s.db.Pool())
+	if err == nil && end.Behind(b.pos) {
+		err = b.rewind(ctx, end.Head)
+	}
 	if err != nil {
 		if ctx.Err() == nil {
 			b.s.log.Warn().Err(err).Msg("tail: cannot read the log head; retrying on the next wake")
 		}
 		return
 	}
+	head := end.Head
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if len(b.live) > 0 || !b.pos.Less(head) {
 		return // a stream joined meanwhile: the next poll reads for it
 	}
 	b.pos, b.floor, b.window = head, head, nil
+}
+
+// rewindIfBehind rewinds when the database is behind the broadcaster's
+// position.
+func (b *broadcaster) rewindIfBehind(ctx context.Context) error {
+	end, err := b.s.db.ReadLogEnd(ctx, b.s.db.Pool())
+	if err != nil || !end.Behind(b.pos) {
+		return err
+	}
+	return b.rewind(ctx, end.Head)
+}
+
+// rewind moves the broadcaster back to where the database's log left the
+// one it had read: the last event of its window that the database still
+// holds, or the database's head when it holds none of them (or the window
+// is empty). Every event the database holds after that is read again and
+// fanned out. The streams are closed: each client saw events that are
+// gone, and resumes (see resumePoint).
+func (b *broadcaster) rewind(ctx context.Context, head events.Position) error {
+	b.mu.RLock()
+	refs := make([]store.EventRef, len(b.window))
+	for i, fr := range b.window {
+		refs[i] = store.EventRef{Pos: fr.pos, StreamID: fr.streamID, Version: fr.version}
+	}
+	b.mu.RUnlock()
+	to := head
+	if len(refs) > 0 {
+		held, ok, err := b.s.db.LastHeld(ctx, b.s.db.Pool(), refs)
+		if err != nil {
+			return err
+		}
+		if ok && held.Less(head) {
+			to = held
+		}
+	}
+	b.s.log.Warn().Str("from", b.pos.String()).Str("to", to.String()).
+		Msg("tail: the database is behind the log position read (a failover to a standby that lagged?); rewinding and closing the streams")
+	b.m.rewinds.Inc()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.pos, b.floor, b.window, b.rewoundTo = to, to, nil, to
+	for c := range b.live {
+		c.why = rewound
+		close(c.dropped)
+		delete(b.live, c)
+	}
+	return nil
+}
+
+// resumePoint is where a stream resumes whose cursor the database is
+// behind: it comes from a log that the database no longer has, so it
+// resumes where this instance's broadcaster rewound to (or, if it never
+// rewound, from its position) and gets every event the database holds
+// after that, some perhaps twice. While the broadcaster is itself behind
+// (it has not noticed yet) the client is told to retry shortly.
+func (b *broadcaster) resumePoint(ctx context.Context, cursor events.Position) (events.Position, error) {
+	end, err := b.s.db.ReadLogEnd(ctx, b.s.db.Pool())
+	if err != nil {
+		return cursor, err
+	}
+	if !end.Behind(cursor) {
+		return cursor, nil
+	}
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if end.Behind(b.pos) {
+		return cursor, unavailable("the database failed over and the event stream is catching up; retry shortly")
+	}
+	if b.rewoundTo != (events.Position{}) && b.rewoundTo.Less(b.pos) {
+		return b.rewoundTo, nil
+	}
+	return b.pos, nil
 }
 
 // publish appends frames to the window, drops the streams the window has
@@ -343,6 +436,7 @@ func (b *broadcaster) publish(frames []*frame) {
 	}
 	for c := range b.live {
 		if c.cursor.Load().Less(b.floor) {
+			c.why = tooSlow
 			close(c.dropped)
 			delete(b.live, c)
 			b.m.dropped.Inc()
@@ -381,14 +475,17 @@ func (b *broadcaster) leave(c *tailClient) {
 }
 
 // since returns up to max frames after c's cursor that c wants, and the
-// position the scan reached; ok is false when the window no longer reaches
-// back to the cursor.
-func (b *broadcaster) since(c *tailClient, max int) (out []*frame, reached events.Position, ok bool) {
+// position the scan reached; end is not "" when the stream must end with
+// it: the window no longer reaches back to the cursor, or was dropped.
+func (b *broadcaster) since(c *tailClient, max int) (out []*frame, reached events.Position, end string) {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
 	cursor := *c.cursor.Load()
+	if _, live := b.live[c]; !live {
+		return nil, cursor, c.why
+	}
 	if cursor.Less(b.floor) {
-		return nil, cursor, false
+		return nil, cursor, tooSlow
 	}
 	reached = cursor
 	i := sort.Search(len(b.window), func(i int) bool { return cursor.Less(b.window[i].pos) })
@@ -400,7 +497,7 @@ func (b *broadcaster) since(c *tailClient, max int) (out []*frame, reached event
 			}
 		}
 	}
-	return out, reached, true
+	return out, reached, ""
 }
 
 // position is the last position read: a client starting "now" joins there.
@@ -502,6 +599,12 @@ func (s *Server) streamEvents(c echo.Context) error {
 	defer b.m.streams.Dec()
 	if fromNow {
 		cursor = head
+	} else if head.Less(cursor) {
+		// Ahead of this instance: another one read further, or the cursor
+		// is from a log the database no longer has.
+		if cursor, err = b.resumePoint(c.Request().Context(), cursor); err != nil {
+			return err
+		}
 	}
 	login, err := s.watchLogin(c)
 	if err != nil {
@@ -573,13 +676,13 @@ func (s *Server) streamEvents(c echo.Context) error {
 	for {
 		select {
 		case <-client.dropped: // even if the write that held it up has since gone out
-			_ = w.write("event: error\ndata: " + tooSlow + "\n\n")
+			_ = w.write("event: error\ndata: " + client.why + "\n\n")
 			return nil
 		default:
 		}
-		frames, reached, ok := b.since(client, maxBatch)
-		if !ok {
-			_ = w.write("event: error\ndata: " + tooSlow + "\n\n")
+		frames, reached, end := b.since(client, maxBatch)
+		if end != "" {
+			_ = w.write("event: error\ndata: " + end + "\n\n")
 			return nil
 		}
 		if len(frames) > 0 {
@@ -598,7 +701,7 @@ func (s *Server) streamEvents(c echo.Context) error {
 		select {
 		case <-client.wake:
 		case <-client.dropped:
-			_ = w.write("event: error\ndata: " + tooSlow + "\n\n")
+			_ = w.write("event: error\ndata: " + client.why + "\n\n")
 			return nil
 		case <-heartbeat.C:
 			if err := w.write(": ping\n\n"); err != nil {

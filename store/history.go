@@ -522,3 +522,67 @@ func (db *DB) attachAttemptData(ctx context.Context, attempts []Attempt) error {
 	}
 	return nil
 }
+
+// LogEnd is where a database's log ends: its head (LogHead) and its
+// snapshot's xmin, which every event position read from it is below.
+type LogEnd struct {
+	Head events.Position
+	XMin uint64
+}
+
+// Behind says the database is behind pos, a position read from its log or
+// from an event stream: on one server neither ever happens (positions are
+// read below the xmin, which only grows, and events stay), so pos comes from
+// another server's log, such as that of a primary whose lagging standby was
+// promoted and hands out the lost transaction ids again.
+func (e LogEnd) Behind(pos events.Position) bool {
+	return pos.TxID >= e.XMin || e.Head.Less(pos)
+}
+
+// ReadLogEnd reads where the log ends, head and xmin in one snapshot.
+func (db *DB) ReadLogEnd(ctx context.Context, q Querier) (LogEnd, error) {
+	var end LogEnd
+	var xmin int64
+	var tx, seq *int64
+	err := q.QueryRow(ctx, `WITH h AS (`+logHead+`)
+SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint, h.tx_num, h.seq FROM (SELECT 1) one LEFT JOIN h ON true`).Scan(&xmin, &tx, &seq)
+	if err != nil {
+		return end, mapErr(fmt.Errorf("log end: %w", err))
+	}
+	end.XMin = uint64(xmin)
+	if tx != nil {
+		end.Head = events.Position{TxID: uint64(*tx), Seq: *seq}
+	}
+	return end, nil
+}
+
+// EventRef names one event read from a log: where it was and whose it was.
+type EventRef struct {
+	Pos      events.Position
+	StreamID string
+	Version  int
+}
+
+// LastHeld returns the greatest of refs that the database holds (the same
+// position, stream and version); ok is false when it holds none. After a
+// failover to a standby that lagged, that is where the new primary's log
+// left the one the refs were read from.
+func (db *DB) LastHeld(ctx context.Context, q Querier, refs []EventRef) (last events.Position, ok bool, err error) {
+	txs, seqs, sids, versions := make([]int64, len(refs)), make([]int64, len(refs)), make([]string, len(refs)), make([]int, len(refs))
+	for i, r := range refs {
+		txs[i], seqs[i], sids[i], versions[i] = int64(r.Pos.TxID), r.Pos.Seq, r.StreamID, r.Version
+	}
+	var tx int64
+	err = q.QueryRow(ctx, `SELECT e.tx_id::text::bigint AS tx_num, e.seq
+  FROM unnest($1::bigint[], $2::bigint[], $3::uuid[], $4::int[]) AS r(tx, seq, sid, version)
+  JOIN task_events e ON e.seq = r.seq AND e.tx_id = r.tx::text::xid8 AND e.stream_id = r.sid AND e.version = r.version
+ ORDER BY e.tx_id DESC, e.seq DESC LIMIT 1`, txs, seqs, sids, versions).Scan(&tx, &last.Seq)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return events.Position{}, false, nil
+	}
+	if err != nil {
+		return events.Position{}, false, mapErr(fmt.Errorf("last held: %w", err))
+	}
+	last.TxID = uint64(tx)
+	return last, true, nil
+}

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -69,8 +71,9 @@ func (p *privatePG) postmaster(t *testing.T) int {
 // A standby that lags is promoted: what the old primary committed after the
 // lag began is gone, and the new primary hands out its transaction ids
 // again. A revocation made after the failover must still reach every
-// instance within a second, though each had followed the lost history
-// further than the new primary's log goes.
+// instance within a second, and a live tail opened before must deliver
+// every event the new primary holds, though each instance had followed the
+// lost history further than the new primary's log goes.
 func TestFailoverToALaggingStandby(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -93,6 +96,10 @@ func TestFailoverToALaggingStandby(t *testing.T) {
 	_, err = bot.Login(ctx, "bot@example.com", "worker-password")
 	require.NoError(t, err)
 	require.NoError(t, bot.Heartbeat(ctx, client.Heartbeat{}))
+	tail := openFollowingTail(t, admin)
+	before, err := admin.CreateTask(ctx, client.NewTask{Title: "before the lag", TaskTypeID: tt.ID})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return tail.has(before.ID) }, 10*time.Second, 20*time.Millisecond, "the tail is not live")
 	// Everything so far is on the standby too.
 	require.Eventually(t, func() bool { return replayedAll(t, primary, standby) }, 30*time.Second, 50*time.Millisecond)
 
@@ -141,6 +148,85 @@ func TestFailoverToALaggingStandby(t *testing.T) {
 	took := time.Since(revoked)
 	t.Logf("the other instance refused the revoked token %v after the revocation's answer", took.Round(time.Millisecond))
 	require.Less(t, took, time.Second)
+
+	// The tail delivers what is committed on the new primary, and every
+	// event the new primary holds after the last one before the lag.
+	after, err := admin.CreateTask(ctx, client.NewTask{Title: "after the failover", TaskTypeID: tt.ID})
+	require.NoError(t, err)
+	createdAt := time.Now()
+	require.Eventually(t, func() bool { return tail.has(after.ID) }, 10*time.Second, 20*time.Millisecond,
+		"the live tail never delivered a task created after the failover")
+	t.Logf("the tail delivered the task created after the failover %v after the create's answer", time.Since(createdAt).Round(time.Millisecond))
+	held := 0
+	for q := (client.EventQuery{After: tail.positionOf(before.ID), Limit: 1000}); ; {
+		page, err := admin.Events(ctx, q)
+		require.NoError(t, err)
+		for _, e := range page.Events {
+			require.True(t, tail.delivered(e), "the tail lost %s %s at %s", e.Type, e.StreamID, e.Position)
+			held++
+		}
+		if len(page.Events) < q.Limit {
+			break
+		}
+		q.After = page.Next
+	}
+	t.Logf("the tail delivered all %d events the new primary holds after the lag began (%d reconnects)", held, tail.reconnects.Load())
+}
+
+// followingTail is a live tail that follows the log across reconnects, as
+// client.Tail does, and remembers what it delivered.
+type followingTail struct {
+	mu         sync.Mutex
+	seen       map[string]bool   // stream id, version and position of each event
+	created    map[string]string // task id -> position of its task.created
+	reconnects atomic.Int64
+}
+
+func openFollowingTail(t *testing.T, c *client.Client) *followingTail {
+	tl := &followingTail{seen: map[string]bool{}, created: map[string]string{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done })
+	go func() {
+		defer close(done)
+		after := ""
+		for ctx.Err() == nil {
+			// Tail returns on answers other than 503 (a 5xx while the
+			// database is away): go on from the last event delivered.
+			_ = c.Tail(ctx, client.TailOptions{EventQuery: client.EventQuery{After: after}, MaxBackoff: 200 * time.Millisecond,
+				OnReconnect: func(error, string, time.Duration) { tl.reconnects.Add(1) }},
+				func(e client.Event) error {
+					tl.mu.Lock()
+					defer tl.mu.Unlock()
+					tl.seen[eventKey(e)] = true
+					if e.Type == "task.created" {
+						tl.created[e.StreamID] = e.Position
+					}
+					after = e.Position
+					return nil
+				})
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	return tl
+}
+
+func eventKey(e client.Event) string {
+	return fmt.Sprintf("%s/%d@%s", e.StreamID, e.Version, e.Position)
+}
+
+func (tl *followingTail) has(taskID string) bool { return tl.positionOf(taskID) != "" }
+
+func (tl *followingTail) positionOf(taskID string) string {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	return tl.created[taskID]
+}
+
+func (tl *followingTail) delivered(e client.Event) bool {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	return tl.seen[eventKey(e)]
 }
 
 // replayedAll says the standby has replayed everything the primary wrote.
