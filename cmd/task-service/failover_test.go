@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/clawdbot/task-service/api/client"
+	"github.com/clawdbot/task-service/events"
 )
 
 // standby makes a streaming standby of p (pg_basebackup -R) on its own port
@@ -100,6 +101,9 @@ func TestFailoverToALaggingStandby(t *testing.T) {
 	before, err := admin.CreateTask(ctx, client.NewTask{Title: "before the lag", TaskTypeID: tt.ID})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return tail.has(before.ID) }, 10*time.Second, 20*time.Millisecond, "the tail is not live")
+	claimed, err := bot.Claim(ctx)
+	require.NoError(t, err)
+	require.Equal(t, before.ID, claimed.ID)
 	// Everything so far is on the standby too.
 	require.Eventually(t, func() bool { return replayedAll(t, primary, standby) }, 30*time.Second, 50*time.Millisecond)
 
@@ -112,6 +116,8 @@ func TestFailoverToALaggingStandby(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.NoError(t, bot.Heartbeat(ctx, client.Heartbeat{}))
+	_, err = bot.Complete(ctx, before.ID) // acknowledged, and lost
+	require.NoError(t, err)
 	time.Sleep(time.Second) // the instances' followers read past what the standby has
 
 	// The failover: the primary dies, the standby is promoted.
@@ -132,6 +138,19 @@ func TestFailoverToALaggingStandby(t *testing.T) {
 	for range 5 {
 		require.NoError(t, mine())
 	}
+
+	// The completion the worker was told of is lost: the task is in
+	// progress under it again, and the service says so when asked (the
+	// list task-worker's sweep reads), so the worker can give it back.
+	mineNow, err := bot.MyTasks(ctx, false)
+	require.NoError(t, err)
+	require.Len(t, mineNow, 1)
+	require.Equal(t, before.ID, mineNow[0].ID)
+	require.Equal(t, events.StatusInProgress, mineNow[0].Status)
+	require.Eventually(t, func() bool {
+		_, err := bot.Release(ctx, before.ID, "its completion was lost in a failover")
+		return err == nil
+	}, 30*time.Second, 100*time.Millisecond, "the worker could not give back the task whose completion was lost")
 
 	// The admin revokes the worker.
 	require.Eventually(t, func() bool {
