@@ -24,6 +24,12 @@ type heartbeatView struct {
 	WorkerID   string    `json:"worker_id"`
 	Online     bool      `json:"online"`
 	ServerTime time.Time `json:"server_time"`
+	// InProgress counts the tasks in progress under this worker as the
+	// service sees them. More than the worker runs means it holds some it
+	// believes finished or never received (a completion lost in a failover
+	// to a lagging standby, a lost claim answer): it should list its tasks
+	// and give those back.
+	InProgress int `json:"in_progress"`
 }
 
 const maxMetadataBytes = 16 << 10
@@ -57,7 +63,11 @@ func (s *Server) heartbeat(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return ok(c, http.StatusOK, heartbeatView{WorkerID: u.ID, Online: u.Online, ServerTime: s.now().UTC()})
+	held, err := s.db.InProgressUnder(c.Request().Context(), u.ID)
+	if err != nil {
+		return err
+	}
+	return ok(c, http.StatusOK, heartbeatView{WorkerID: u.ID, Online: u.Online, ServerTime: s.now().UTC(), InProgress: held})
 }
 
 func (s *Server) claim(c echo.Context) error {

@@ -254,3 +254,10 @@ func nullIfEmpty(s string) *string {
 	}
 	return &s
 }
+
+// InProgressUnder counts the tasks in progress under a worker.
+func (db *DB) InProgressUnder(ctx context.Context, workerID string) (int, error) {
+	var n int
+	err := db.pool.QueryRow(ctx, `SELECT count(*) FROM worker_tasks WHERE assigned_to = $1 AND status = 'in_progress'`, workerID).Scan(&n)
+	return n, mapErr(err)
+}

@@ -1285,6 +1285,7 @@ type EventView struct {
 
 // HeartbeatView defines model for HeartbeatView.
 type HeartbeatView struct {
+	InProgress int       `json:"in_progress"`
 	Online     bool      `json:"online"`
 	ServerTime time.Time `json:"server_time"`
 	WorkerId   string    `json:"worker_id"`

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -23,6 +24,7 @@ const (
 	reasonRestarted = "worker restarted; released task left from a previous run"
 	reasonLostClaim = "worker lost the answer to its claim (network error or shutdown); released it unstarted"
 	reasonShutdown  = "worker shutting down: the command was stopped after the grace period; released for another worker"
+	reasonNotHeld   = "the service has this task in progress under the worker, which does not run it (a completion lost in a database failover?); released it"
 )
 
 // maxHeartbeatMeta keeps heartbeat metadata under the service's 16 KB limit.
@@ -49,8 +51,12 @@ type Worker struct {
 	// claimMu serializes claims across slots: one claim (one long-poll) is
 	// in flight per process, and a sweep never races a claim whose answer
 	// is on its way.
-	claimMu     sync.Mutex
-	needSweep   bool          // guarded by claimMu: a claim may have succeeded unseen
+	claimMu   sync.Mutex
+	needSweep bool // guarded by claimMu: a claim may have succeeded unseen
+	// serviceHeld is how many tasks the last heartbeat's answer said are in
+	// progress under this worker (-1: none to act on). More than the slots
+	// and ready run means a sweep: see sweepIfServiceHoldsMore.
+	serviceHeld atomic.Int64
 	sweepReason string        // guarded by claimMu: the release reason for that sweep
 	claimWait   time.Duration // guarded by claimMu: 0 once the server refused ?wait
 	longPolled  bool          // guarded by claimMu: the server held an empty claim open
@@ -279,6 +285,12 @@ func (w *Worker) claimNext(ctx context.Context, slot int) *claimedTask {
 			w.ready = w.ready[1:]
 			w.setSlot(slot, slotState{TaskID: t.ID, Title: t.Title, Type: t.typeName(), Since: t.claimedAt})
 			return t
+		}
+		if w.serviceHoldsMore() {
+			w.needSweep = true
+			if w.sweepReason == "" {
+				w.sweepReason = reasonNotHeld
+			}
 		}
 		if w.needSweep {
 			reason := w.sweepReason
@@ -537,6 +549,7 @@ func (w *Worker) heartbeats(ctx context.Context) {
 // sendHeartbeat sends one heartbeat; status "" means idle or working from
 // the slots.
 func (w *Worker) sendHeartbeat(ctx context.Context, status string) {
+	periodic := status == ""
 	w.mu.Lock()
 	var current string
 	slots := make([]map[string]any, len(w.slots))
@@ -578,10 +591,49 @@ func (w *Worker) sendHeartbeat(ctx context.Context, status string) {
 		}
 	}
 	hb := client.Heartbeat{Status: status, CurrentTaskID: current, Metadata: meta}
-	err := w.api.call(ctx, callTimeout, func(ctx context.Context) error { return w.api.c.Heartbeat(ctx, hb) })
+	var answer struct {
+		InProgress *int64 `json:"in_progress"` // absent from older services
+	}
+	err := w.api.call(ctx, callTimeout, func(ctx context.Context) error {
+		return w.api.c.Do(ctx, http.MethodPost, "/api/v1/worker/heartbeat", hb, &answer)
+	})
 	if err != nil && ctx.Err() == nil {
 		w.log.Warn().Err(err).Str("status", status).Msg("heartbeat failed")
 		return
 	}
 	w.log.Debug().Str("status", status).Str("current_task_id", current).Msg("heartbeat")
+	// Only the periodic heartbeats act on it: the first one is followed by
+	// the start's own sweep, and the last by the shutdown's.
+	if err == nil && answer.InProgress != nil && periodic {
+		w.serviceHeld.Store(*answer.InProgress)
+		w.sweepIfServiceHoldsMore(ctx)
+	}
+}
+
+// sweepIfServiceHoldsMore releases the tasks the service has in progress
+// under this worker that it does not run: a completion it was told of may
+// have been lost (a failover to a standby that lagged), and the task would
+// otherwise stay in progress as long as this worker heartbeats. It sweeps
+// at once when no claim is in flight (every slot busy), else the claiming
+// slot does before its next claim: a sweep never races a claim.
+func (w *Worker) sweepIfServiceHoldsMore(ctx context.Context) {
+	if !w.claimMu.TryLock() {
+		return
+	}
+	defer w.claimMu.Unlock()
+	if !w.serviceHoldsMore() {
+		return
+	}
+	if err := w.sweepLocked(ctx, reasonNotHeld); err != nil && ctx.Err() == nil {
+		w.log.Warn().Err(err).Msg("could not give back tasks the service holds under this worker; will try again before the next claim")
+		w.needSweep, w.sweepReason = true, reasonNotHeld
+	}
+}
+
+// serviceHoldsMore says the last heartbeat's answer counted more tasks in
+// progress under this worker than it runs or has ready (under claimMu), and
+// forgets that count.
+func (w *Worker) serviceHoldsMore() bool {
+	held := w.serviceHeld.Swap(-1)
+	return held > int64(w.busy()+len(w.ready))
 }

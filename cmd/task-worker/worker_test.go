@@ -680,3 +680,41 @@ func TestALostAnswerDoesNotPostAnUpdateTwice(t *testing.T) {
 	require.GreaterOrEqual(t, dropped.Load(), int64(2), "the update was sent again")
 	require.Equal(t, dropped.Load(), keyed.Load(), "every attempt carried the key")
 }
+
+// A task the service has in progress under the worker, which does not run
+// it (its completion was lost in a failover to a lagging standby, say), is
+// given back after the worker's next heartbeat, though no claim failed.
+func TestATaskTheServiceHoldsButTheWorkerDoesNotRunIsGivenBack(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	email, _ := f.newWorkerAccount("bot", 2)
+	typeID := f.newType("gated", 0, "")
+	first := f.newTask(typeID, "runs until told", nil)
+	cmd := f.script("gate.sh", `while [ ! -f "$FIXTURE_DIR/go" ]; do sleep 0.1; done; echo '{}'`)
+	f.startWorker(email, nil, "--command", cmd, "--slots", "1", "--claim-wait", "1s")
+	f.waitStatus(first, events.StatusInProgress, 20*time.Second)
+
+	// The same login claims one more behind the process's back: the
+	// service holds it under the worker, which never heard of it.
+	orphan := f.newTask(typeID, "held by the service only", nil)
+	c := client.New(f.svc.base(), f.hc)
+	_, err := c.Login(f.ctx(), email, workerPass)
+	require.NoError(t, err)
+	got, err := c.Claim(f.ctx())
+	require.NoError(t, err)
+	require.Equal(t, orphan, got.ID)
+
+	// The slot frees (a heartbeat follows) and claims again: nothing fails.
+	require.NoError(t, os.WriteFile(filepath.Join(f.dir, "go"), nil, 0o644))
+	f.waitStatus(first, events.StatusCompleted, 20*time.Second)
+	f.waitStatus(orphan, events.StatusCompleted, 10*time.Second) // given back, claimed again, run
+	var released []string
+	for _, e := range f.eventsOf(orphan) {
+		if e.Type == "task.released" {
+			var d struct{ Reason string }
+			require.NoError(t, json.Unmarshal(e.Data, &d))
+			released = append(released, d.Reason)
+		}
+	}
+	require.Equal(t, []string{reasonNotHeld}, released)
+}
