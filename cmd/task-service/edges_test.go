@@ -440,7 +440,7 @@ func TestSecureCookieBehindProxy(t *testing.T) {
 	for _, bad := range []string{"COOKIE_SECURE=yes", "COOKIE_SECURE=TRUE", "COOKIE_SECURE=1", "HSTS_MAX_AGE=1y", "HSTS_MAX_AGE=-1h", "HSTS_MAX_AGE=1.5s", "TRUSTED_PROXIES=10.0.0.0/99"} {
 		name, _, _ := strings.Cut(bad, "=")
 		code, out := runCmd(t, baseEnv("DATABASE_URL=postgres://127.0.0.1:1/none", "JWT_SECRET=e2e-secret-0123456789abcdef", bad))
-		require.Equal(t, 1, code, "%s: %s", bad, out)
+		require.NotZero(t, code, "%s: %s", bad, out)
 		require.Contains(t, out, name, bad)
 		require.NotContains(t, out, "127.0.0.1:1", "%s: the database was not touched", bad)
 	}

@@ -27,7 +27,7 @@ func load(t *testing.T, env map[string]string, args ...string) (config, error) {
 // command line wins over it.
 func TestEnvironmentSetsTheFlags(t *testing.T) {
 	cfg, err := load(t, map[string]string{"REACTORS": "False", "STUCK_DETECTOR": "off", "SCHEDULER": "no",
-		"TOKEN_TTL": "90m", "BCRYPT_COST": "12", "LOG_LEVEL": "WARN", "DATA_MAX_BYTES": "1024", "TELEGRAM_UPDATES": "poll"})
+		"TOKEN_TTL": "90m", "BCRYPT_COST": "12", "LOG_LEVEL": "warn", "DATA_MAX_BYTES": "1024", "TELEGRAM_UPDATES": "poll"})
 	require.NoError(t, err)
 	require.False(t, cfg.bg.reactors, "REACTORS=False turns the reactors off")
 	require.False(t, cfg.bg.stuckDetector)

@@ -179,7 +179,7 @@ func (c *choice) String() string {
 
 func (c *choice) Set(v string) error {
 	for _, a := range c.allowed {
-		if strings.EqualFold(v, a) {
+		if v == a {
 			*c.p = a
 			return nil
 		}

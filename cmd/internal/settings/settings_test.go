@@ -32,7 +32,7 @@ func env(m map[string]string) func(string) (string, bool) {
 
 func TestLoad(t *testing.T) {
 	var v vals
-	require.NoError(t, Load(newSet(&v), []string{"--n", "7"}, env(map[string]string{"ON": "Off", "EVERY": " 2s ", "N": "5", "LEVEL": "WARN"})))
+	require.NoError(t, Load(newSet(&v), []string{"--n", "7"}, env(map[string]string{"ON": "Off", "EVERY": " 2s ", "N": "5", "LEVEL": "warn"})))
 	require.Equal(t, vals{on: false, every: 2 * time.Second, n: 7, level: "warn"}, v)
 
 	for _, c := range []struct {
@@ -44,6 +44,7 @@ func TestLoad(t *testing.T) {
 		{map[string]string{"N": "1.5"}, nil, `N="1.5": want a whole number`},
 		{map[string]string{"ON": "sometimes"}, nil, `ON="sometimes": want true or false`},
 		{map[string]string{"LEVEL": "debug"}, nil, `LEVEL="debug": want one of info, warn`},
+		{map[string]string{"LEVEL": "WARN"}, nil, `LEVEL="WARN": want one of info, warn`},
 		{map[string]string{"N": "-1"}, nil, `--n (N): is -1; it must not be negative`},
 		{nil, []string{"--every", "-1s"}, `--every (EVERY): is -1s; it must not be negative`},
 	} {
