@@ -296,7 +296,13 @@ func TestBrowserAdminUI(t *testing.T) {
 
 	// The retry: assign with a validation error, then to the worker; cancel
 	// refused (already cancelled elsewhere) with the error shown.
-	b.run(chromedp.Click(`#chain li:nth-child(2) a`, chromedp.ByQuery))
+	// Follow the link by its address: the live refresh may replace the
+	// chain between a click's query and the click (chromedp then loses the
+	// node it found).
+	b.waitJS(`document.querySelector("#chain li:nth-child(2) a") !== null`)
+	var retryHref string
+	b.run(chromedp.Evaluate(`document.querySelector("#chain li:nth-child(2) a").href`, &retryHref))
+	b.run(chromedp.Navigate(retryHref))
 	b.waitJS(`document.getElementById("task-status") && document.getElementById("task-status").textContent === "pending" && !location.pathname.endsWith(` + fmt.Sprintf("%q", taskID) + `)`)
 	retryID := strings.TrimPrefix(b.location(), s.base+"/tasks/")
 	b.run(chromedp.Click(`#actions details:nth-of-type(2) summary`, chromedp.ByQuery),
