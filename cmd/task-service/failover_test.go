@@ -203,12 +203,26 @@ type followingTail struct {
 
 func openFollowingTail(t *testing.T, c *client.Client) *followingTail {
 	tl := &followingTail{seen: map[string]bool{}, created: map[string]string{}}
+	// Start from the log's last event, not "from now": the stream may
+	// connect after the caller's next write, which must still arrive.
+	start := ""
+	for {
+		page, err := c.Events(context.Background(), client.EventQuery{After: start, Limit: 500})
+		require.NoError(t, err)
+		if len(page.Events) == 0 {
+			break
+		}
+		start = page.Events[len(page.Events)-1].Position
+		if page.Next == "" {
+			break
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	t.Cleanup(func() { cancel(); <-done })
 	go func() {
 		defer close(done)
-		after := ""
+		after := start
 		for ctx.Err() == nil {
 			// Tail returns on answers other than 503 (a 5xx while the
 			// database is away): go on from the last event delivered.
