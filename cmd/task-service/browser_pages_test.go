@@ -59,7 +59,10 @@ func TestBrowserFirstAdminPages(t *testing.T) {
 	// The queue holds the retry only; cancel it from the list, confirming.
 	b.run(chromedp.Navigate(s.base + "/tasks"))
 	require.Contains(t, b.text("#live"), "Queue: 1 task waiting")
-	b.click(`input[value="` + retry.ID + `"]`) // a checked box holds the live list still
+	// A checked box holds the live list still; a refresh that lands between
+	// the box's query and the click replaces it unchecked, so check the
+	// box on the page as it is until it stays checked.
+	b.waitJS(`(() => { const c = document.querySelector('input[value="` + retry.ID + `"]'); if (c && !c.checked) c.click(); return c !== null && c.checked; })()`)
 	b.click(`button[value="cancel"]`)
 	b.waitJS(`document.getElementById("bulk-confirm") !== null`)
 	require.Contains(t, b.text("#bulk-confirm"), "1 task will be cancelled")
