@@ -57,6 +57,8 @@ func TestInstancesBudgetPausesOnceAndResumesAtTheDayTurn(t *testing.T) {
 		"DIGEST_TZ=UTC", "DAY_STARTS_AT="+turn.Format("15:04:05"), "BUDGET_CHECK_INTERVAL=200ms",
 		"METRICS_SAMPLE_INTERVAL=200ms")
 	ctx := c.ctx
+	// Messages name the turn as the team day prints it: seconds only when not zero.
+	turnsAt := strings.TrimSuffix(events.TeamDay{Start: turn.Sub(turn.Truncate(24 * time.Hour))}.String(), " UTC")
 	budget := 0.5
 	tt, err := c.admin.CreateTaskType(ctx, client.NewTaskType{Name: "research", DailyCostBudgetUSD: &budget})
 	require.NoError(t, err)
@@ -95,7 +97,7 @@ func TestInstancesBudgetPausesOnceAndResumesAtTheDayTurn(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, events.BudgetPauser, paused.PausedBy)
 	wantReason := fmt.Sprintf("daily cost budget spent, 0.83 of 0.50 USD on %s; resumes when the day turns (%s UTC)",
-		day, turn.Format("15:04:05"))
+		day, turnsAt)
 	require.Equal(t, wantReason, paused.PauseReason)
 	got, err := w.clients[2].Claim(ctx)
 	require.NoError(t, err)
@@ -114,7 +116,7 @@ func TestInstancesBudgetPausesOnceAndResumesAtTheDayTurn(t *testing.T) {
 		require.NoError(t, err)
 		return !got.Paused
 	})
-	resumed := fmt.Sprintf("▶️ Task type research resumed by budget: a new day, %s (%s UTC)", turn.Format(time.DateOnly), turn.Format("15:04:05"))
+	resumed := fmt.Sprintf("▶️ Task type research resumed by budget: a new day, %s (%s UTC)", turn.Format(time.DateOnly), turnsAt)
 	c.eventually("the resume's message", func() bool { return bot.snapshot()[resumed] == 1 })
 	got, err = w.clients[2].Claim(ctx)
 	require.NoError(t, err)
