@@ -6,6 +6,8 @@
 #   make test       go vet + all tests against a real PostgreSQL + promtool test rules (docs/ops/alerts.yml);
 #                   the browser tests get Chromium (scripts/chromium.sh) and axe-core (scripts/axe.sh)
 #   make test-race  the same tests under the race detector (slower)
+#   make test-slow  what CI leaves out: test-image, test-kube, test-failover (kill -9 of a
+#                   PostgreSQL primary under load, its standby promoted; sync and async)
 #   make bench      taskbench lanes: bare SQL vs store vs HTTP vs the batched lane at 1, 16, 64
 #                   workers, each round against River's burn-down (scripts/riverbench)
 #   make bench-go   Go benchmarks of the store hot paths (go test -bench)
@@ -52,7 +54,7 @@ PROMTOOL_ENV = PROMTOOL="$$(scripts/promtool.sh)"; export PROMTOOL; export REQUI
 
 .PHONY: bench-schedules
 .PHONY: bench-login
-.PHONY: image test-image test-kube test-slow
+.PHONY: image test-image test-kube test-failover test-slow
 .PHONY: build run test test-race bench bench-go bench-worker bench-scale lint lint-openapi fuzz devdb devdb-stop screenshots bench-ui
 
 build:
@@ -88,8 +90,16 @@ test-image: image
 test-kube:
 	cd scripts/kubecheck && $(GO) test -count=1 ./...
 
+# The failover under load (cmd/task-service/failover_load_test.go): a private
+# primary and standby, three instances, a task-worker fleet, kill -9 and promote;
+# synchronous then asynchronous replication, a few minutes each. TEST_SLOW turns
+# the tests on (they skip without it).
+test-failover:
+	@set -e; $(TEST_DB_ENV); \
+	TEST_SLOW=1 $(GO) test -count=1 -timeout $(TESTTIMEOUT) -run '^TestFailoverUnderLoad' -v ./cmd/task-service
+
 # What CI's 20-minute limit leaves out (README, "Development").
-test-slow: test-image test-kube
+test-slow: test-image test-kube test-failover
 
 # The admin UI's browser tests drive a headless Chromium: scripts/chromium.sh
 # installs Debian's chromium when it is missing and prints its path.

@@ -22,7 +22,8 @@ import (
 	"github.com/clawdbot/task-service/events"
 )
 
-// standby makes a streaming standby of p (pg_basebackup -R) on its own port
+// standby makes a streaming standby of p (pg_basebackup -R) on its own port,
+// named "standby" (its cluster_name, the application_name it streams as),
 // and waits until the primary streams to it.
 func (p *privatePG) standby(t *testing.T) *privatePG {
 	t.Helper()
@@ -38,7 +39,7 @@ func (p *privatePG) standby(t *testing.T) *privatePG {
 		_ = os.RemoveAll(dir)
 	})
 	require.NoError(t, s.run("pg_basebackup", "-D", s.data, "-R", "-X", "stream", "-c", "fast", "-h", "127.0.0.1", "-p", strconv.Itoa(p.port), "-U", "postgres"))
-	s.opts = fmt.Sprintf("-c port=%d -c listen_addresses=127.0.0.1 -c unix_socket_directories=%s -c max_connections=200", s.port, dir)
+	s.opts = fmt.Sprintf("-c port=%d -c listen_addresses=127.0.0.1 -c unix_socket_directories=%s -c max_connections=200 -c cluster_name=standby", s.port, dir)
 	require.NoError(t, s.start())
 	s.url = strings.Replace(p.url, fmt.Sprintf(":%d/", p.port), fmt.Sprintf(":%d/", s.port), 1)
 	require.Eventually(t, func() bool { return p.walsender(t) != 0 }, 30*time.Second, 100*time.Millisecond, "the standby never streamed")

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -644,17 +642,7 @@ func (s *soak) metricsChecks() []check {
 }
 
 // replayVerify runs taskctl replay --verify on the soak's database.
-func (s *soak) replayVerify() (string, error) {
-	bin := filepath.Join(s.t.TempDir(), "taskctl")
-	build := exec.Command("go", "build", "-o", bin, "../taskctl")
-	if out, err := build.CombinedOutput(); err != nil {
-		return string(out), fmt.Errorf("build taskctl: %w", err)
-	}
-	cmd := exec.Command(bin, "replay", "--verify")
-	cmd.Env = baseEnv("DATABASE_URL=" + s.pg.url)
-	out, err := cmd.CombinedOutput()
-	return string(out), err
-}
+func (s *soak) replayVerify() (string, error) { return taskctlReplayVerify(s.t, s.pg.url) }
 
 func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
