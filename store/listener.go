@@ -207,6 +207,8 @@ type NotifierConfig struct {
 	// after a quiet moment (no commit for Interval/10) is announced at once.
 	Interval time.Duration
 	Logger   zerolog.Logger
+	// Registerer receives the count of NOTIFYs sent; none when nil.
+	Registerer prometheus.Registerer
 }
 
 // Notifier turns local commits into wakes: this instance's hub at once,
@@ -233,7 +235,19 @@ func NewNotifier(cfg NotifierConfig) (*Notifier, error) {
 	if cfg.Interval <= 0 {
 		cfg.Interval = 50 * time.Millisecond
 	}
-	return &Notifier{cfg: cfg, kick: make(chan struct{}, 1), pacer: newNotifyPacer(cfg.Interval)}, nil
+	n := &Notifier{cfg: cfg, kick: make(chan struct{}, 1), pacer: newNotifyPacer(cfg.Interval)}
+	if cfg.Registerer != nil {
+		// Operators read the NOTIFY rate from it: one per quiet moment plus
+		// one per interval at most.
+		sent := prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "taskservice_notifies_sent_total",
+			Help: "NOTIFYs this instance sent to wake the other instances.",
+		}, func() float64 { return float64(n.Sent()) })
+		if err := cfg.Registerer.Register(sent); err != nil {
+			return nil, fmt.Errorf("store: register notifier metrics: %w", err)
+		}
+	}
+	return n, nil
 }
 
 // Committed is store.Config.AfterCommit: it never blocks.

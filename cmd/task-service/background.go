@@ -116,7 +116,7 @@ func newBackground(cfg config, pool store.Querier, reg prometheus.Registerer, lo
 	}
 	b := &background{instanceID: id, hub: store.NewHub()}
 	b.notifier, err = store.NewNotifier(store.NotifierConfig{Querier: pool, Hub: b.hub, InstanceID: id,
-		Interval: cfg.bg.notifyEvery, Logger: log})
+		Interval: cfg.bg.notifyEvery, Logger: log, Registerer: reg})
 	if err != nil {
 		return nil, err
 	}

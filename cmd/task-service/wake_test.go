@@ -1,0 +1,83 @@
+package main_test
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/clawdbot/task-service/api/client"
+	"github.com/clawdbot/task-service/store"
+)
+
+// Two instances with a long NOTIFY_INTERVAL: a create on one instance after
+// a quiet moment is announced to the other at once (the leading edge), and
+// its worker long-polling there gets the task; a burst of creates shares
+// one NOTIFY; the next quiet create is announced at once again; every
+// NOTIFY sent is heard (ADR 027). The pacer's bounds are TestNotifyPacer's.
+func TestInstancesNotifyLeadingEdge(t *testing.T) {
+	t.Parallel()
+	const interval = 2 * time.Second
+	c := newCluster(t, 2, fmt.Sprintf("NOTIFY_INTERVAL=%s", interval))
+	creator, waiter := c.ins[0], c.ins[1]
+	tt, err := c.admin.CreateTaskType(c.ctx, client.NewTaskType{Name: "wake"})
+	require.NoError(t, err)
+	w := c.worker("waker", 20)
+	sent := func() float64 { return metric(t, creator.base, "taskservice_notifies_sent_total") }
+	heard := func() float64 { return metric(t, waiter.base, "taskservice_listener_notifications_total") }
+
+	got := make(chan []*store.TaskWithType, 1)
+	go func() {
+		tasks, err := w.clients[1].ClaimMany(c.ctx, 1, 30*time.Second)
+		if err != nil {
+			t.Errorf("long-poll on the other instance: %v", err)
+		}
+		got <- tasks
+	}()
+	c.eventually("the worker to wait on the other instance", func() bool {
+		return metric(t, waiter.base, "taskservice_claim_waiters") == 1
+	})
+	// From here every NOTIFY the creator sends finds the other listening.
+	sent0, heard0 := sent(), heard()
+
+	// createQuiet creates a task after a quiet moment on the creator (no
+	// commit for interval/10: nothing to wait for but time) and requires
+	// its NOTIFY well before the interval would send one.
+	createQuiet := func(title string) string {
+		t.Helper()
+		time.Sleep(interval/10 + 100*time.Millisecond)
+		before := sent()
+		task, err := c.admin.CreateTask(c.ctx, client.NewTask{Title: title, TaskTypeID: tt.ID})
+		require.NoError(t, err)
+		answered := time.Now()
+		c.eventually("the creator's NOTIFY", func() bool { return sent() > before })
+		require.Less(t, time.Since(answered), interval/2, "a create after a quiet moment is announced at once, not at the interval")
+		return task.ID
+	}
+
+	first := createQuiet("first")
+	tasks := <-got
+	require.Len(t, tasks, 1)
+	require.Equal(t, first, tasks[0].ID, "the worker on the other instance gets the task")
+
+	// A burst: ten creates at once share the NOTIFY of their interval (the
+	// first may still find the creator quiet and go at once).
+	before := sent()
+	var wg sync.WaitGroup
+	for i := range 10 {
+		wg.Go(func() {
+			_, err := c.admin.CreateTask(c.ctx, client.NewTask{Title: fmt.Sprintf("burst %d", i), TaskTypeID: tt.ID})
+			if err != nil {
+				t.Errorf("burst create: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	require.LessOrEqual(t, sent()-before, 1.0, "a burst within the interval sends no NOTIFY but its first")
+
+	// The next quiet commit is announced at once, and covers the burst.
+	createQuiet("after the burst")
+	c.eventually("every NOTIFY heard by the other instance", func() bool { return heard()-heard0 >= sent()-sent0 })
+}
