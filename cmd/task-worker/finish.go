@@ -88,8 +88,11 @@ func (w *Worker) sendFinishes(ctx context.Context, batch []*finishCall) {
 		case err == nil:
 			c.err = res[i].Err()
 			// A per-item 400 (a value the service refused) is settled by
-			// the single calls' fallbacks (a failure with a plain reason).
-			c.alone = client.IsStatus(c.err, http.StatusBadRequest)
+			// the single calls' fallbacks (a failure with a plain reason);
+			// a per-item 5xx (the database went away under that item) by
+			// the single calls' retries: taken as a refusal, the task
+			// stayed held until the worker gave it back, and ran again.
+			c.alone = c.err != nil && (client.IsStatus(c.err, http.StatusBadRequest) || transient(ctx, c.err))
 		case client.IsStatus(err, http.StatusNotFound) || client.IsStatus(err, http.StatusMethodNotAllowed):
 			w.finishes.mu.Lock()
 			if !w.finishes.single {

@@ -718,3 +718,42 @@ func TestATaskTheServiceHoldsButTheWorkerDoesNotRunIsGivenBack(t *testing.T) {
 	}
 	require.Equal(t, []string{reasonNotHeld}, released)
 }
+
+// An outcome the batched report answers with an item of its own that says
+// 503 (the database went away under that item, as in a failover) is sent
+// again until it is settled: the task completes and runs once.
+func TestAnOutcomeAnsweredUnavailableInTheBatchIsSentAgain(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	email, _ := f.newWorkerAccount("bot", 1)
+	id := f.newTask(f.newType("quick", 0, ""), "finish once", nil)
+	target, err := url.Parse(f.svc.base())
+	require.NoError(t, err)
+	forward := httputil.NewSingleHostReverseProxy(target)
+	var answered atomic.Int64
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasSuffix(r.URL.Path, "/worker/tasks/completions") || answered.Add(1) > 1 {
+			forward.ServeHTTP(w, r)
+			return
+		}
+		// The first report is not forwarded: its item is answered 503.
+		var items []client.Finish
+		require.NoError(t, json.NewDecoder(r.Body).Decode(&items))
+		out := make([]map[string]any, len(items))
+		for i, it := range items {
+			out[i] = map[string]any{"id": it.ID, "status": http.StatusServiceUnavailable, "success": false,
+				"error": map[string]string{"code": "unavailable", "message": "the database is unavailable; retry later"}}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		require.NoError(t, json.NewEncoder(w).Encode(map[string]any{"success": true, "data": out}))
+	}))
+	t.Cleanup(proxy.Close)
+
+	cmd := f.script("once.sh", `echo "$TASK_ID" >> "$FIXTURE_DIR/runs"; echo '{}'`)
+	f.startWorker(email, nil, "--command", cmd, "--api", proxy.URL)
+	f.waitStatus(id, events.StatusCompleted, 30*time.Second)
+	runs, err := os.ReadFile(filepath.Join(f.dir, "runs"))
+	require.NoError(t, err)
+	require.Equal(t, []string{id}, strings.Fields(string(runs)), "ran once")
+	require.GreaterOrEqual(t, answered.Load(), int64(1), "the batched report was answered 503 for the item")
+}
