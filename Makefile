@@ -54,7 +54,7 @@ PROMTOOL_ENV = PROMTOOL="$$(scripts/promtool.sh)"; export PROMTOOL; export REQUI
 
 .PHONY: bench-schedules
 .PHONY: bench-login
-.PHONY: image test-image test-kube test-failover test-slow
+.PHONY: image test-image test-kube test-failover test-pg-move test-slow
 .PHONY: build run test test-race bench bench-go bench-worker bench-scale lint lint-openapi fuzz devdb devdb-stop screenshots bench-ui
 
 build:
@@ -98,8 +98,15 @@ test-failover:
 	@set -e; $(TEST_DB_ENV); \
 	TEST_SLOW=1 $(GO) test -count=1 -timeout $(TESTTIMEOUT) -run '^TestFailoverUnderLoad' -v ./cmd/task-service
 
+# The database moved under the service to a new cluster, with pg_upgrade
+# (scripts/pg-upgrade.sh) and with a logical dump and restore: private clusters and
+# service restarts, a few minutes (docs/deploy.md, "Upgrading PostgreSQL").
+test-pg-move:
+	@set -e; $(TEST_DB_ENV); \
+	TEST_SLOW=1 $(GO) test -count=1 -timeout $(TESTTIMEOUT) -run '^(TestPgUpgradeKeepsPositions|TestLogicalRestoreIsRefusedUntilTheCounterMoves)$$' -v ./cmd/task-service
+
 # What CI's 20-minute limit leaves out (README, "Development").
-test-slow: test-image test-kube test-failover
+test-slow: test-image test-kube test-failover test-pg-move
 
 # The admin UI's browser tests drive a headless Chromium: scripts/chromium.sh
 # installs Debian's chromium when it is missing and prints its path.

@@ -253,6 +253,11 @@ func serve(ctx context.Context, cfg config, log zerolog.Logger) error {
 		return err
 	}
 	defer pool.Close()
+	// Before anything appends: after a logical restore, new events would
+	// sort below the restored ones, where no consumer looks.
+	if err := store.CheckCounter(ctx, pool); err != nil {
+		return err
+	}
 	reg := prometheus.NewRegistry()
 	bg, err := newBackground(cfg, pool, reg, log)
 	if err != nil {
