@@ -24,6 +24,8 @@ const (
 	mediaEventStream = "text/event-stream"
 	mediaText        = "text/plain"
 	mediaHTML        = "text/html"
+	// mediaDownload is task data as stored: one of passiveTypes.
+	mediaDownload = "download"
 )
 
 // param is one query parameter of a route: its name, what it means and its
@@ -189,7 +191,7 @@ func (s *Server) OpenAPI() map[string]any {
 		if r.rawBody {
 			binary := map[string]any{"type": "string", "format": "binary"}
 			op["requestBody"] = map[string]any{"required": true, "content": map[string]any{
-				"*/*": map[string]any{"schema": binary},
+				"application/octet-stream": map[string]any{"schema": binary},
 				"multipart/form-data": map[string]any{"schema": map[string]any{"type": "object", "properties": map[string]any{
 					"data_type": map[string]any{"type": "string"},
 					"file":      map[string]any{"type": "array", "items": binary},
@@ -325,6 +327,8 @@ func (g *docGen) responses(r route) map[string]any {
 		})
 	case "application/json": // a JSON body that is not the envelope (this document)
 		ok["content"] = jsonContent(map[string]any{"type": "object"})
+	case mediaDownload:
+		ok["content"] = downloadContent()
 	default:
 		ok["content"] = map[string]any{r.media: map[string]any{"schema": map[string]any{"type": "string"}}}
 	}
@@ -348,6 +352,20 @@ func (g *docGen) responses(r route) map[string]any {
 		}
 		g.errorsUsed[st] = true
 		out[strconv.Itoa(st)] = map[string]any{"$ref": "#/components/responses/" + errorResponses[st]}
+	}
+	return out
+}
+
+// downloadContent lists every type a download is served with
+// (servedContentType): a client generator drops a body typed */*.
+func downloadContent() map[string]any {
+	out := map[string]any{}
+	for _, mt := range sortedSet(passiveTypes) {
+		schema := map[string]any{"type": "string", "format": "binary"}
+		if mt == echo.MIMEApplicationJSON {
+			schema = anyJSON()
+		}
+		out[mt] = map[string]any{"schema": schema}
 	}
 	return out
 }
@@ -400,11 +418,7 @@ func (g *docGen) schema(t reflect.Type, in bool) map[string]any {
 		if _, isRef := s["$ref"]; isRef {
 			return nullableRef(s)
 		}
-		out := map[string]any{"nullable": true}
-		for k, v := range s {
-			out[k] = v
-		}
-		return out
+		return nullable(s)
 	case reflect.String:
 		return map[string]any{"type": "string"}
 	case reflect.Int, reflect.Int64, reflect.Int32:
@@ -527,6 +541,9 @@ func withRules(s map[string]any, rules map[string]string, doc string) map[string
 			}
 		case "enum":
 			out["enum"] = strings.Split(v, "|")
+			if out["nullable"] == true {
+				out = nullable(out)
+			}
 		case "format":
 			out["format"] = v
 		case "min", "max", "maxLength", "minLength", "maxItems":
@@ -546,10 +563,37 @@ func withRules(s map[string]any, rules map[string]string, doc string) map[string
 	return out
 }
 
-// nullableRef is s or null. OpenAPI 3.0 cannot put nullable beside $ref, and
-// lints want a type beside nullable: every referenced schema is an object.
+// nullableRef is s or null. OpenAPI 3.0 cannot put nullable beside $ref;
+// anyOf with nullable is what client generators read as "this or null"
+// (allOf with nullable made Python's openapi-python-client refuse null).
+// x-go-type keeps oapi-codegen's Go type the referenced struct (a pointer,
+// being nullable) instead of an opaque union; other generators ignore it.
 func nullableRef(s map[string]any) map[string]any {
-	return map[string]any{"type": "object", "nullable": true, "allOf": []any{s}}
+	out := map[string]any{"nullable": true, "anyOf": []any{s}}
+	if r, isRef := s["$ref"].(string); isRef {
+		out["x-go-type"] = strings.TrimPrefix(r, "#/components/schemas/")
+	}
+	return out
+}
+
+// nullable is s or null. An enum lists null among its values, or
+// generators that check values against it refuse the null; oapi-codegen
+// would make that null a string constant "<nil>", so its Go type stays a
+// plain string (x-go-type, which other generators ignore).
+func nullable(s map[string]any) map[string]any {
+	out := map[string]any{"nullable": true}
+	for k, v := range s {
+		out[k] = v
+	}
+	if vals, isEnum := s["enum"].([]string); isEnum {
+		list := make([]any, 0, len(vals)+1)
+		for _, v := range vals {
+			list = append(list, v)
+		}
+		out["enum"] = append(list, nil)
+		out["x-go-type"] = "string"
+	}
+	return out
 }
 
 // anyJSON is any JSON value, null included, as OpenAPI 3.0 can say it.

@@ -61,7 +61,7 @@ func (s *Server) table() []route {
 		{method: http.MethodGet, path: w + "/tasks/:id/data", id: "listMyTaskData", summary: "List the data of this worker's task and of its earlier attempts", role: roleWorker, handler: s.listMyTaskData, tag: "data",
 			status: okay, response: []events.TaskData{}, errors: []int{bad, notFound}},
 		{method: http.MethodGet, path: w + "/tasks/:id/data/:data_id", id: "downloadMyTaskData", summary: "Download a file of this worker's task or of an earlier attempt (Range supported; on S3 a 302 to a presigned URL)", role: roleWorker, handler: s.downloadMyTaskData, tag: "data",
-			status: okay, media: "*/*", also: []int{http.StatusPartialContent, http.StatusFound}, errors: []int{bad, notFound, http.StatusServiceUnavailable}},
+			status: okay, media: mediaDownload, also: []int{http.StatusPartialContent, http.StatusFound}, errors: []int{bad, notFound, http.StatusServiceUnavailable}},
 
 		{method: http.MethodPost, path: a, id: "createWorker", idempotent: true, summary: "Create an account: a worker, an admin too (is_admin), or an admin only (is_worker false)", role: roleAdmin, handler: s.createWorker,
 			request: createWorkerRequest{}, status: created, response: events.User{}, errors: []int{bad, conflict}},
@@ -159,7 +159,7 @@ func (s *Server) table() []route {
 		{method: http.MethodGet, path: a + "/tasks/:id/data", id: "listTaskData", summary: "List the files workers uploaded for a task", role: roleAdmin, handler: s.listTaskData, tag: "data",
 			status: okay, response: []events.TaskData{}, errors: []int{bad, notFound}},
 		{method: http.MethodGet, path: dataDownloadPath, id: "downloadTaskData", summary: "Download one file of a task's data (Range supported; on S3 a 302 to a presigned URL)", role: roleAdmin, handler: s.downloadTaskData, tag: "data",
-			status: okay, media: "*/*", also: []int{http.StatusPartialContent, http.StatusFound}, errors: []int{bad, notFound, http.StatusServiceUnavailable}},
+			status: okay, media: mediaDownload, also: []int{http.StatusPartialContent, http.StatusFound}, errors: []int{bad, notFound, http.StatusServiceUnavailable}},
 		{method: http.MethodGet, path: "/api/v1/admin/events", id: "listEvents", summary: "Page through the event log in consumer order", role: roleAdmin, handler: s.listEvents,
 			query: append(eventQuery(), intParam("limit", 1, maxEventLimit, "page size (default 100)")), status: okay, response: EventPage{}, errors: []int{bad}},
 		{method: http.MethodGet, path: streamPath, id: "streamEvents", summary: "Live tail of the event log (Server-Sent Events; id is the position)", role: roleAdmin, handler: s.streamEvents,

@@ -258,42 +258,6 @@ func (e InputStatus) Valid() bool {
 	}
 }
 
-// Defines values for TaskFailureKind.
-const (
-	TaskFailureKindError         TaskFailureKind = "error"
-	TaskFailureKindTimeout       TaskFailureKind = "timeout"
-	TaskFailureKindWorkerOffline TaskFailureKind = "worker_offline"
-)
-
-// Valid indicates whether the value is a known member of the TaskFailureKind enum.
-func (e TaskFailureKind) Valid() bool {
-	switch e {
-	case TaskFailureKindError:
-		return true
-	case TaskFailureKindTimeout:
-		return true
-	case TaskFailureKindWorkerOffline:
-		return true
-	default:
-		return false
-	}
-}
-
-// Defines values for TaskOnDependencyFailure.
-const (
-	TaskOnDependencyFailureWait TaskOnDependencyFailure = "wait"
-)
-
-// Valid indicates whether the value is a known member of the TaskOnDependencyFailure enum.
-func (e TaskOnDependencyFailure) Valid() bool {
-	switch e {
-	case TaskOnDependencyFailureWait:
-		return true
-	default:
-		return false
-	}
-}
-
 // Defines values for TaskPriority.
 const (
 	TaskPriorityHigh   TaskPriority = "high"
@@ -312,27 +276,6 @@ func (e TaskPriority) Valid() bool {
 	case TaskPriorityMedium:
 		return true
 	case TaskPriorityUrgent:
-		return true
-	default:
-		return false
-	}
-}
-
-// Defines values for TaskRetryOutcome.
-const (
-	TaskRetryOutcomeExhausted TaskRetryOutcome = "exhausted"
-	TaskRetryOutcomeRetried   TaskRetryOutcome = "retried"
-	TaskRetryOutcomeSkipped   TaskRetryOutcome = "skipped"
-)
-
-// Valid indicates whether the value is a known member of the TaskRetryOutcome enum.
-func (e TaskRetryOutcome) Valid() bool {
-	switch e {
-	case TaskRetryOutcomeExhausted:
-		return true
-	case TaskRetryOutcomeRetried:
-		return true
-	case TaskRetryOutcomeSkipped:
 		return true
 	default:
 		return false
@@ -369,42 +312,6 @@ func (e TaskStatus) Valid() bool {
 	}
 }
 
-// Defines values for TaskAnswerFailureKind.
-const (
-	TaskAnswerFailureKindError         TaskAnswerFailureKind = "error"
-	TaskAnswerFailureKindTimeout       TaskAnswerFailureKind = "timeout"
-	TaskAnswerFailureKindWorkerOffline TaskAnswerFailureKind = "worker_offline"
-)
-
-// Valid indicates whether the value is a known member of the TaskAnswerFailureKind enum.
-func (e TaskAnswerFailureKind) Valid() bool {
-	switch e {
-	case TaskAnswerFailureKindError:
-		return true
-	case TaskAnswerFailureKindTimeout:
-		return true
-	case TaskAnswerFailureKindWorkerOffline:
-		return true
-	default:
-		return false
-	}
-}
-
-// Defines values for TaskAnswerOnDependencyFailure.
-const (
-	TaskAnswerOnDependencyFailureWait TaskAnswerOnDependencyFailure = "wait"
-)
-
-// Valid indicates whether the value is a known member of the TaskAnswerOnDependencyFailure enum.
-func (e TaskAnswerOnDependencyFailure) Valid() bool {
-	switch e {
-	case TaskAnswerOnDependencyFailureWait:
-		return true
-	default:
-		return false
-	}
-}
-
 // Defines values for TaskAnswerPriority.
 const (
 	TaskAnswerPriorityHigh   TaskAnswerPriority = "high"
@@ -423,27 +330,6 @@ func (e TaskAnswerPriority) Valid() bool {
 	case TaskAnswerPriorityMedium:
 		return true
 	case TaskAnswerPriorityUrgent:
-		return true
-	default:
-		return false
-	}
-}
-
-// Defines values for TaskAnswerRetryOutcome.
-const (
-	TaskAnswerRetryOutcomeExhausted TaskAnswerRetryOutcome = "exhausted"
-	TaskAnswerRetryOutcomeRetried   TaskAnswerRetryOutcome = "retried"
-	TaskAnswerRetryOutcomeSkipped   TaskAnswerRetryOutcome = "skipped"
-)
-
-// Valid indicates whether the value is a known member of the TaskAnswerRetryOutcome enum.
-func (e TaskAnswerRetryOutcome) Valid() bool {
-	switch e {
-	case TaskAnswerRetryOutcomeExhausted:
-		return true
-	case TaskAnswerRetryOutcomeRetried:
-		return true
-	case TaskAnswerRetryOutcomeSkipped:
 		return true
 	default:
 		return false
@@ -480,42 +366,6 @@ func (e TaskAnswerStatus) Valid() bool {
 	}
 }
 
-// Defines values for TaskDetailFailureKind.
-const (
-	TaskDetailFailureKindError         TaskDetailFailureKind = "error"
-	TaskDetailFailureKindTimeout       TaskDetailFailureKind = "timeout"
-	TaskDetailFailureKindWorkerOffline TaskDetailFailureKind = "worker_offline"
-)
-
-// Valid indicates whether the value is a known member of the TaskDetailFailureKind enum.
-func (e TaskDetailFailureKind) Valid() bool {
-	switch e {
-	case TaskDetailFailureKindError:
-		return true
-	case TaskDetailFailureKindTimeout:
-		return true
-	case TaskDetailFailureKindWorkerOffline:
-		return true
-	default:
-		return false
-	}
-}
-
-// Defines values for TaskDetailOnDependencyFailure.
-const (
-	TaskDetailOnDependencyFailureWait TaskDetailOnDependencyFailure = "wait"
-)
-
-// Valid indicates whether the value is a known member of the TaskDetailOnDependencyFailure enum.
-func (e TaskDetailOnDependencyFailure) Valid() bool {
-	switch e {
-	case TaskDetailOnDependencyFailureWait:
-		return true
-	default:
-		return false
-	}
-}
-
 // Defines values for TaskDetailPriority.
 const (
 	TaskDetailPriorityHigh   TaskDetailPriority = "high"
@@ -534,27 +384,6 @@ func (e TaskDetailPriority) Valid() bool {
 	case TaskDetailPriorityMedium:
 		return true
 	case TaskDetailPriorityUrgent:
-		return true
-	default:
-		return false
-	}
-}
-
-// Defines values for TaskDetailRetryOutcome.
-const (
-	TaskDetailRetryOutcomeExhausted TaskDetailRetryOutcome = "exhausted"
-	TaskDetailRetryOutcomeRetried   TaskDetailRetryOutcome = "retried"
-	TaskDetailRetryOutcomeSkipped   TaskDetailRetryOutcome = "skipped"
-)
-
-// Valid indicates whether the value is a known member of the TaskDetailRetryOutcome enum.
-func (e TaskDetailRetryOutcome) Valid() bool {
-	switch e {
-	case TaskDetailRetryOutcomeExhausted:
-		return true
-	case TaskDetailRetryOutcomeRetried:
-		return true
-	case TaskDetailRetryOutcomeSkipped:
 		return true
 	default:
 		return false
@@ -591,42 +420,6 @@ func (e TaskDetailStatus) Valid() bool {
 	}
 }
 
-// Defines values for TaskWithTypeFailureKind.
-const (
-	TaskWithTypeFailureKindError         TaskWithTypeFailureKind = "error"
-	TaskWithTypeFailureKindTimeout       TaskWithTypeFailureKind = "timeout"
-	TaskWithTypeFailureKindWorkerOffline TaskWithTypeFailureKind = "worker_offline"
-)
-
-// Valid indicates whether the value is a known member of the TaskWithTypeFailureKind enum.
-func (e TaskWithTypeFailureKind) Valid() bool {
-	switch e {
-	case TaskWithTypeFailureKindError:
-		return true
-	case TaskWithTypeFailureKindTimeout:
-		return true
-	case TaskWithTypeFailureKindWorkerOffline:
-		return true
-	default:
-		return false
-	}
-}
-
-// Defines values for TaskWithTypeOnDependencyFailure.
-const (
-	TaskWithTypeOnDependencyFailureWait TaskWithTypeOnDependencyFailure = "wait"
-)
-
-// Valid indicates whether the value is a known member of the TaskWithTypeOnDependencyFailure enum.
-func (e TaskWithTypeOnDependencyFailure) Valid() bool {
-	switch e {
-	case TaskWithTypeOnDependencyFailureWait:
-		return true
-	default:
-		return false
-	}
-}
-
 // Defines values for TaskWithTypePriority.
 const (
 	TaskWithTypePriorityHigh   TaskWithTypePriority = "high"
@@ -645,27 +438,6 @@ func (e TaskWithTypePriority) Valid() bool {
 	case TaskWithTypePriorityMedium:
 		return true
 	case TaskWithTypePriorityUrgent:
-		return true
-	default:
-		return false
-	}
-}
-
-// Defines values for TaskWithTypeRetryOutcome.
-const (
-	TaskWithTypeRetryOutcomeExhausted TaskWithTypeRetryOutcome = "exhausted"
-	TaskWithTypeRetryOutcomeRetried   TaskWithTypeRetryOutcome = "retried"
-	TaskWithTypeRetryOutcomeSkipped   TaskWithTypeRetryOutcome = "skipped"
-)
-
-// Valid indicates whether the value is a known member of the TaskWithTypeRetryOutcome enum.
-func (e TaskWithTypeRetryOutcome) Valid() bool {
-	switch e {
-	case TaskWithTypeRetryOutcomeExhausted:
-		return true
-	case TaskWithTypeRetryOutcomeRetried:
-		return true
-	case TaskWithTypeRetryOutcomeSkipped:
 		return true
 	default:
 		return false
@@ -818,16 +590,16 @@ func (e ListTasks200JSONResponseBodySuccess) Valid() bool {
 
 // Defines values for CreateTaskJSONBodyOnDependencyFailure.
 const (
-	CreateTaskJSONBodyOnDependencyFailureCancel CreateTaskJSONBodyOnDependencyFailure = "cancel"
-	CreateTaskJSONBodyOnDependencyFailureWait   CreateTaskJSONBodyOnDependencyFailure = "wait"
+	Cancel CreateTaskJSONBodyOnDependencyFailure = "cancel"
+	Wait   CreateTaskJSONBodyOnDependencyFailure = "wait"
 )
 
 // Valid indicates whether the value is a known member of the CreateTaskJSONBodyOnDependencyFailure enum.
 func (e CreateTaskJSONBodyOnDependencyFailure) Valid() bool {
 	switch e {
-	case CreateTaskJSONBodyOnDependencyFailureCancel:
+	case Cancel:
 		return true
-	case CreateTaskJSONBodyOnDependencyFailureWait:
+	case Wait:
 		return true
 	default:
 		return false
@@ -1384,46 +1156,40 @@ type Stats struct {
 
 // Task defines model for Task.
 type Task struct {
-	AssignedTo          *string                  `json:"assigned_to"`
-	AvailableAt         time.Time                `json:"available_at"`
-	CheckpointedAt      *time.Time               `json:"checkpointed_at"`
-	CompletedAt         *time.Time               `json:"completed_at"`
-	CreatedAt           time.Time                `json:"created_at"`
-	CreatedBy           *string                  `json:"created_by"`
-	DependsOn           *[]string                `json:"depends_on,omitempty"`
-	Description         string                   `json:"description"`
-	FailureKind         *TaskFailureKind         `json:"failure_kind"`
-	FailureReason       *string                  `json:"failure_reason"`
-	Id                  string                   `json:"id"`
-	OnDependencyFailure *TaskOnDependencyFailure `json:"on_dependency_failure"`
-	Params              *map[string]interface{}  `json:"params"`
-	ParentTaskId        *string                  `json:"parent_task_id"`
-	Priority            TaskPriority             `json:"priority"`
-	Ref                 *string                  `json:"ref"`
+	AssignedTo          *string                 `json:"assigned_to"`
+	AvailableAt         time.Time               `json:"available_at"`
+	CheckpointedAt      *time.Time              `json:"checkpointed_at"`
+	CompletedAt         *time.Time              `json:"completed_at"`
+	CreatedAt           time.Time               `json:"created_at"`
+	CreatedBy           *string                 `json:"created_by"`
+	DependsOn           *[]string               `json:"depends_on,omitempty"`
+	Description         string                  `json:"description"`
+	FailureKind         *string                 `json:"failure_kind"`
+	FailureReason       *string                 `json:"failure_reason"`
+	Id                  string                  `json:"id"`
+	OnDependencyFailure *string                 `json:"on_dependency_failure"`
+	Params              *map[string]interface{} `json:"params"`
+	ParentTaskId        *string                 `json:"parent_task_id"`
+	Priority            TaskPriority            `json:"priority"`
+	Ref                 *string                 `json:"ref"`
 
 	// Result any JSON value
-	Result       Task_Result       `json:"result"`
-	RetryCount   int               `json:"retry_count"`
-	RetryOutcome *TaskRetryOutcome `json:"retry_outcome"`
-	RetryTaskId  *string           `json:"retry_task_id"`
-	ScheduleId   *string           `json:"schedule_id"`
-	ScheduleRun  *int              `json:"schedule_run"`
-	Scheduled    bool              `json:"scheduled"`
-	StartedAt    *time.Time        `json:"started_at"`
-	Status       TaskStatus        `json:"status"`
-	TaskTypeId   string            `json:"task_type_id"`
-	Title        string            `json:"title"`
-	UniqueKey    *string           `json:"unique_key"`
-	UpdatedAt    time.Time         `json:"updated_at"`
-	Version      int               `json:"version"`
-	WorkflowId   *string           `json:"workflow_id"`
+	Result       Task_Result `json:"result"`
+	RetryCount   int         `json:"retry_count"`
+	RetryOutcome *string     `json:"retry_outcome"`
+	RetryTaskId  *string     `json:"retry_task_id"`
+	ScheduleId   *string     `json:"schedule_id"`
+	ScheduleRun  *int        `json:"schedule_run"`
+	Scheduled    bool        `json:"scheduled"`
+	StartedAt    *time.Time  `json:"started_at"`
+	Status       TaskStatus  `json:"status"`
+	TaskTypeId   string      `json:"task_type_id"`
+	Title        string      `json:"title"`
+	UniqueKey    *string     `json:"unique_key"`
+	UpdatedAt    time.Time   `json:"updated_at"`
+	Version      int         `json:"version"`
+	WorkflowId   *string     `json:"workflow_id"`
 }
-
-// TaskFailureKind defines model for Task.FailureKind.
-type TaskFailureKind string
-
-// TaskOnDependencyFailure defines model for Task.OnDependencyFailure.
-type TaskOnDependencyFailure string
 
 // TaskPriority defines model for Task.Priority.
 type TaskPriority string
@@ -1448,58 +1214,49 @@ type Task_Result struct {
 	union json.RawMessage
 }
 
-// TaskRetryOutcome defines model for Task.RetryOutcome.
-type TaskRetryOutcome string
-
 // TaskStatus defines model for Task.Status.
 type TaskStatus string
 
 // TaskAnswer defines model for TaskAnswer.
 type TaskAnswer struct {
-	AssignedTo     *string                `json:"assigned_to"`
-	AvailableAt    time.Time              `json:"available_at"`
-	CheckpointedAt *time.Time             `json:"checkpointed_at"`
-	CompletedAt    *time.Time             `json:"completed_at"`
-	CreatedAt      time.Time              `json:"created_at"`
-	CreatedBy      *string                `json:"created_by"`
-	DependsOn      *[]string              `json:"depends_on,omitempty"`
-	Description    string                 `json:"description"`
-	FailureKind    *TaskAnswerFailureKind `json:"failure_kind"`
-	FailureReason  *string                `json:"failure_reason"`
-	Id             string                 `json:"id"`
+	AssignedTo     *string    `json:"assigned_to"`
+	AvailableAt    time.Time  `json:"available_at"`
+	CheckpointedAt *time.Time `json:"checkpointed_at"`
+	CompletedAt    *time.Time `json:"completed_at"`
+	CreatedAt      time.Time  `json:"created_at"`
+	CreatedBy      *string    `json:"created_by"`
+	DependsOn      *[]string  `json:"depends_on,omitempty"`
+	Description    string     `json:"description"`
+	FailureKind    *string    `json:"failure_kind"`
+	FailureReason  *string    `json:"failure_reason"`
+	Id             string     `json:"id"`
 
 	// MaxRetries automatic retries after a failure (the type's max_retries)
-	MaxRetries          int                            `json:"max_retries"`
-	OnDependencyFailure *TaskAnswerOnDependencyFailure `json:"on_dependency_failure"`
-	Params              *map[string]interface{}        `json:"params"`
-	ParentTaskId        *string                        `json:"parent_task_id"`
-	Priority            TaskAnswerPriority             `json:"priority"`
-	Ref                 *string                        `json:"ref"`
+	MaxRetries          int                     `json:"max_retries"`
+	OnDependencyFailure *string                 `json:"on_dependency_failure"`
+	Params              *map[string]interface{} `json:"params"`
+	ParentTaskId        *string                 `json:"parent_task_id"`
+	Priority            TaskAnswerPriority      `json:"priority"`
+	Ref                 *string                 `json:"ref"`
 
 	// Result any JSON value
-	Result       TaskAnswer_Result       `json:"result"`
-	RetryCount   int                     `json:"retry_count"`
-	RetryOutcome *TaskAnswerRetryOutcome `json:"retry_outcome"`
-	RetryTaskId  *string                 `json:"retry_task_id"`
-	ScheduleId   *string                 `json:"schedule_id"`
-	ScheduleRun  *int                    `json:"schedule_run"`
-	Scheduled    bool                    `json:"scheduled"`
-	StartedAt    *time.Time              `json:"started_at"`
-	Status       TaskAnswerStatus        `json:"status"`
-	TaskType     *TaskTypeRef            `json:"task_type"`
-	TaskTypeId   string                  `json:"task_type_id"`
-	Title        string                  `json:"title"`
-	UniqueKey    *string                 `json:"unique_key"`
-	UpdatedAt    time.Time               `json:"updated_at"`
-	Version      int                     `json:"version"`
-	WorkflowId   *string                 `json:"workflow_id"`
+	Result       TaskAnswer_Result `json:"result"`
+	RetryCount   int               `json:"retry_count"`
+	RetryOutcome *string           `json:"retry_outcome"`
+	RetryTaskId  *string           `json:"retry_task_id"`
+	ScheduleId   *string           `json:"schedule_id"`
+	ScheduleRun  *int              `json:"schedule_run"`
+	Scheduled    bool              `json:"scheduled"`
+	StartedAt    *time.Time        `json:"started_at"`
+	Status       TaskAnswerStatus  `json:"status"`
+	TaskType     *TaskTypeRef      `json:"task_type"`
+	TaskTypeId   string            `json:"task_type_id"`
+	Title        string            `json:"title"`
+	UniqueKey    *string           `json:"unique_key"`
+	UpdatedAt    time.Time         `json:"updated_at"`
+	Version      int               `json:"version"`
+	WorkflowId   *string           `json:"workflow_id"`
 }
-
-// TaskAnswerFailureKind defines model for TaskAnswer.FailureKind.
-type TaskAnswerFailureKind string
-
-// TaskAnswerOnDependencyFailure defines model for TaskAnswer.OnDependencyFailure.
-type TaskAnswerOnDependencyFailure string
 
 // TaskAnswerPriority defines model for TaskAnswer.Priority.
 type TaskAnswerPriority string
@@ -1523,9 +1280,6 @@ type TaskAnswerResult4 = bool
 type TaskAnswer_Result struct {
 	union json.RawMessage
 }
-
-// TaskAnswerRetryOutcome defines model for TaskAnswer.RetryOutcome.
-type TaskAnswerRetryOutcome string
 
 // TaskAnswerStatus defines model for TaskAnswer.Status.
 type TaskAnswerStatus string
@@ -1581,55 +1335,49 @@ type TaskData struct {
 
 // TaskDetail defines model for TaskDetail.
 type TaskDetail struct {
-	AssignedTo          *string                        `json:"assigned_to"`
-	Assignments         []Assignment                   `json:"assignments"`
-	AvailableAt         time.Time                      `json:"available_at"`
-	Checkpoint          *TaskCheckpoint                `json:"checkpoint,omitempty"`
-	CheckpointedAt      *time.Time                     `json:"checkpointed_at"`
-	CompletedAt         *time.Time                     `json:"completed_at"`
-	CreatedAt           time.Time                      `json:"created_at"`
-	CreatedBy           *string                        `json:"created_by"`
-	Data                []TaskData                     `json:"data"`
-	Dependencies        *[]Task                        `json:"dependencies,omitempty"`
-	Dependents          *[]Task                        `json:"dependents,omitempty"`
-	DependsOn           *[]string                      `json:"depends_on,omitempty"`
-	Description         string                         `json:"description"`
-	FailureKind         *TaskDetailFailureKind         `json:"failure_kind"`
-	FailureReason       *string                        `json:"failure_reason"`
-	Id                  string                         `json:"id"`
-	OnDependencyFailure *TaskDetailOnDependencyFailure `json:"on_dependency_failure"`
-	Params              *map[string]interface{}        `json:"params"`
-	Parent              *Task                          `json:"parent"`
-	ParentTaskId        *string                        `json:"parent_task_id"`
-	Priority            TaskDetailPriority             `json:"priority"`
-	Ref                 *string                        `json:"ref"`
+	AssignedTo          *string                 `json:"assigned_to"`
+	Assignments         []Assignment            `json:"assignments"`
+	AvailableAt         time.Time               `json:"available_at"`
+	Checkpoint          *TaskCheckpoint         `json:"checkpoint,omitempty"`
+	CheckpointedAt      *time.Time              `json:"checkpointed_at"`
+	CompletedAt         *time.Time              `json:"completed_at"`
+	CreatedAt           time.Time               `json:"created_at"`
+	CreatedBy           *string                 `json:"created_by"`
+	Data                []TaskData              `json:"data"`
+	Dependencies        *[]Task                 `json:"dependencies,omitempty"`
+	Dependents          *[]Task                 `json:"dependents,omitempty"`
+	DependsOn           *[]string               `json:"depends_on,omitempty"`
+	Description         string                  `json:"description"`
+	FailureKind         *string                 `json:"failure_kind"`
+	FailureReason       *string                 `json:"failure_reason"`
+	Id                  string                  `json:"id"`
+	OnDependencyFailure *string                 `json:"on_dependency_failure"`
+	Params              *map[string]interface{} `json:"params"`
+	Parent              *Task                   `json:"parent"`
+	ParentTaskId        *string                 `json:"parent_task_id"`
+	Priority            TaskDetailPriority      `json:"priority"`
+	Ref                 *string                 `json:"ref"`
 
 	// Result any JSON value
-	Result       TaskDetail_Result       `json:"result"`
-	Retries      []Task                  `json:"retries"`
-	RetryCount   int                     `json:"retry_count"`
-	RetryOutcome *TaskDetailRetryOutcome `json:"retry_outcome"`
-	RetryTaskId  *string                 `json:"retry_task_id"`
-	ScheduleId   *string                 `json:"schedule_id"`
-	ScheduleRun  *int                    `json:"schedule_run"`
-	Scheduled    bool                    `json:"scheduled"`
-	StartedAt    *time.Time              `json:"started_at"`
-	Status       TaskDetailStatus        `json:"status"`
-	TaskType     *TaskType               `json:"task_type"`
-	TaskTypeId   string                  `json:"task_type_id"`
-	Title        string                  `json:"title"`
-	UniqueKey    *string                 `json:"unique_key"`
-	UpdatedAt    time.Time               `json:"updated_at"`
-	Updates      []TaskUpdate            `json:"updates"`
-	Version      int                     `json:"version"`
-	WorkflowId   *string                 `json:"workflow_id"`
+	Result       TaskDetail_Result `json:"result"`
+	Retries      []Task            `json:"retries"`
+	RetryCount   int               `json:"retry_count"`
+	RetryOutcome *string           `json:"retry_outcome"`
+	RetryTaskId  *string           `json:"retry_task_id"`
+	ScheduleId   *string           `json:"schedule_id"`
+	ScheduleRun  *int              `json:"schedule_run"`
+	Scheduled    bool              `json:"scheduled"`
+	StartedAt    *time.Time        `json:"started_at"`
+	Status       TaskDetailStatus  `json:"status"`
+	TaskType     *TaskType         `json:"task_type"`
+	TaskTypeId   string            `json:"task_type_id"`
+	Title        string            `json:"title"`
+	UniqueKey    *string           `json:"unique_key"`
+	UpdatedAt    time.Time         `json:"updated_at"`
+	Updates      []TaskUpdate      `json:"updates"`
+	Version      int               `json:"version"`
+	WorkflowId   *string           `json:"workflow_id"`
 }
-
-// TaskDetailFailureKind defines model for TaskDetail.FailureKind.
-type TaskDetailFailureKind string
-
-// TaskDetailOnDependencyFailure defines model for TaskDetail.OnDependencyFailure.
-type TaskDetailOnDependencyFailure string
 
 // TaskDetailPriority defines model for TaskDetail.Priority.
 type TaskDetailPriority string
@@ -1653,9 +1401,6 @@ type TaskDetailResult4 = bool
 type TaskDetail_Result struct {
 	union json.RawMessage
 }
-
-// TaskDetailRetryOutcome defines model for TaskDetail.RetryOutcome.
-type TaskDetailRetryOutcome string
 
 // TaskDetailStatus defines model for TaskDetail.Status.
 type TaskDetailStatus string
@@ -1714,50 +1459,44 @@ type TaskUpdate struct {
 
 // TaskWithType defines model for TaskWithType.
 type TaskWithType struct {
-	AssignedTo          *string                          `json:"assigned_to"`
-	AvailableAt         time.Time                        `json:"available_at"`
-	Checkpoint          *TaskCheckpoint                  `json:"checkpoint,omitempty"`
-	CheckpointedAt      *time.Time                       `json:"checkpointed_at"`
-	CompletedAt         *time.Time                       `json:"completed_at"`
-	CreatedAt           time.Time                        `json:"created_at"`
-	CreatedBy           *string                          `json:"created_by"`
-	DependsOn           *[]string                        `json:"depends_on,omitempty"`
-	Description         string                           `json:"description"`
-	FailureKind         *TaskWithTypeFailureKind         `json:"failure_kind"`
-	FailureReason       *string                          `json:"failure_reason"`
-	Id                  string                           `json:"id"`
-	Inputs              *[]Input                         `json:"inputs,omitempty"`
-	OnDependencyFailure *TaskWithTypeOnDependencyFailure `json:"on_dependency_failure"`
-	Params              *map[string]interface{}          `json:"params"`
-	ParentTaskId        *string                          `json:"parent_task_id"`
-	PreviousAttempts    *[]Attempt                       `json:"previous_attempts,omitempty"`
-	Priority            TaskWithTypePriority             `json:"priority"`
-	Ref                 *string                          `json:"ref"`
+	AssignedTo          *string                 `json:"assigned_to"`
+	AvailableAt         time.Time               `json:"available_at"`
+	Checkpoint          *TaskCheckpoint         `json:"checkpoint,omitempty"`
+	CheckpointedAt      *time.Time              `json:"checkpointed_at"`
+	CompletedAt         *time.Time              `json:"completed_at"`
+	CreatedAt           time.Time               `json:"created_at"`
+	CreatedBy           *string                 `json:"created_by"`
+	DependsOn           *[]string               `json:"depends_on,omitempty"`
+	Description         string                  `json:"description"`
+	FailureKind         *string                 `json:"failure_kind"`
+	FailureReason       *string                 `json:"failure_reason"`
+	Id                  string                  `json:"id"`
+	Inputs              *[]Input                `json:"inputs,omitempty"`
+	OnDependencyFailure *string                 `json:"on_dependency_failure"`
+	Params              *map[string]interface{} `json:"params"`
+	ParentTaskId        *string                 `json:"parent_task_id"`
+	PreviousAttempts    *[]Attempt              `json:"previous_attempts,omitempty"`
+	Priority            TaskWithTypePriority    `json:"priority"`
+	Ref                 *string                 `json:"ref"`
 
 	// Result any JSON value
-	Result       TaskWithType_Result       `json:"result"`
-	RetryCount   int                       `json:"retry_count"`
-	RetryOutcome *TaskWithTypeRetryOutcome `json:"retry_outcome"`
-	RetryTaskId  *string                   `json:"retry_task_id"`
-	ScheduleId   *string                   `json:"schedule_id"`
-	ScheduleRun  *int                      `json:"schedule_run"`
-	Scheduled    bool                      `json:"scheduled"`
-	StartedAt    *time.Time                `json:"started_at"`
-	Status       TaskWithTypeStatus        `json:"status"`
-	TaskType     *TaskType                 `json:"task_type"`
-	TaskTypeId   string                    `json:"task_type_id"`
-	Title        string                    `json:"title"`
-	UniqueKey    *string                   `json:"unique_key"`
-	UpdatedAt    time.Time                 `json:"updated_at"`
-	Version      int                       `json:"version"`
-	WorkflowId   *string                   `json:"workflow_id"`
+	Result       TaskWithType_Result `json:"result"`
+	RetryCount   int                 `json:"retry_count"`
+	RetryOutcome *string             `json:"retry_outcome"`
+	RetryTaskId  *string             `json:"retry_task_id"`
+	ScheduleId   *string             `json:"schedule_id"`
+	ScheduleRun  *int                `json:"schedule_run"`
+	Scheduled    bool                `json:"scheduled"`
+	StartedAt    *time.Time          `json:"started_at"`
+	Status       TaskWithTypeStatus  `json:"status"`
+	TaskType     *TaskType           `json:"task_type"`
+	TaskTypeId   string              `json:"task_type_id"`
+	Title        string              `json:"title"`
+	UniqueKey    *string             `json:"unique_key"`
+	UpdatedAt    time.Time           `json:"updated_at"`
+	Version      int                 `json:"version"`
+	WorkflowId   *string             `json:"workflow_id"`
 }
-
-// TaskWithTypeFailureKind defines model for TaskWithType.FailureKind.
-type TaskWithTypeFailureKind string
-
-// TaskWithTypeOnDependencyFailure defines model for TaskWithType.OnDependencyFailure.
-type TaskWithTypeOnDependencyFailure string
 
 // TaskWithTypePriority defines model for TaskWithType.Priority.
 type TaskWithTypePriority string
@@ -1781,9 +1520,6 @@ type TaskWithTypeResult4 = bool
 type TaskWithType_Result struct {
 	union json.RawMessage
 }
-
-// TaskWithTypeRetryOutcome defines model for TaskWithType.RetryOutcome.
-type TaskWithTypeRetryOutcome string
 
 // TaskWithTypeStatus defines model for TaskWithType.Status.
 type TaskWithTypeStatus string
