@@ -26,8 +26,8 @@ func (s *Server) getWorker(c echo.Context) error {
 }
 
 type updateWorkerRequest struct {
-	FullName           *string `json:"full_name,omitempty"`
-	MaxConcurrentTasks *int    `json:"max_concurrent_tasks,omitempty"`
+	FullName           *string `json:"full_name,omitempty" openapi:"nonblank,maxLength=200"`
+	MaxConcurrentTasks *int    `json:"max_concurrent_tasks,omitempty" openapi:"min=1,max=100"`
 	IsAdmin            *bool   `json:"is_admin,omitempty"`
 	IsWorker           *bool   `json:"is_worker,omitempty"`
 }
@@ -73,7 +73,7 @@ func (s *Server) reactivateWorker(c echo.Context) error {
 }
 
 type passwordRequest struct {
-	Password string `json:"password"`
+	Password string `json:"password" openapi:"required,minLength=8,maxLength=72"`
 }
 
 // resetPassword is an admin setting a user's password.
@@ -91,8 +91,8 @@ func (s *Server) resetPassword(c echo.Context) error {
 }
 
 type changePasswordRequest struct {
-	CurrentPassword string `json:"current_password"`
-	NewPassword     string `json:"new_password"`
+	CurrentPassword string `json:"current_password" openapi:"required,minLength=1"`
+	NewPassword     string `json:"new_password" openapi:"required,minLength=8,maxLength=72"`
 }
 
 // changePassword is users changing their own password. Every token issued

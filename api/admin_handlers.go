@@ -16,7 +16,7 @@ import (
 type createWorkerRequest struct {
 	Email              string `json:"email" openapi:"required,format=email,maxLength=254"`
 	Password           string `json:"password" openapi:"required,minLength=8,maxLength=72"`
-	FullName           string `json:"full_name" openapi:"required,maxLength=200"`
+	FullName           string `json:"full_name" openapi:"required,nonblank,maxLength=200"`
 	MaxConcurrentTasks int    `json:"max_concurrent_tasks,omitempty" openapi:"min=1,max=100" doc:"tasks it may hold at once (default 1)"`
 	IsAdmin            bool   `json:"is_admin,omitempty" doc:"an admin too"`
 	IsWorker           *bool  `json:"is_worker,omitempty" doc:"a worker (default true); false with is_admin true makes an admin-only account"`
@@ -66,7 +66,7 @@ func (s *Server) stats(c echo.Context) error {
 }
 
 type taskTypeRequest struct {
-	Name                string            `json:"name" openapi:"required,maxLength=63" doc:"lower_snake_case, starting with a letter; cannot change"`
+	Name                string            `json:"name" openapi:"required,maxLength=63,pattern=^[a-z][a-z0-9_]*$" doc:"lower_snake_case, starting with a letter; cannot change"`
 	Label               string            `json:"label,omitempty" openapi:"maxLength=200" doc:"display name (default: the name)"`
 	Description         string            `json:"description,omitempty" openapi:"maxLength=10000"`
 	SOP                 string            `json:"sop,omitempty" openapi:"maxLength=200000" doc:"the standard operating procedure a worker follows"`
@@ -222,7 +222,7 @@ func (s *Server) resumeTaskType(c echo.Context) error {
 }
 
 type createTaskRequest struct {
-	Title       string          `json:"title" openapi:"required,maxLength=500"`
+	Title       string          `json:"title" openapi:"required,nonblank,maxLength=500"`
 	Description string          `json:"description,omitempty" openapi:"maxLength=100000"`
 	TaskTypeID  string          `json:"task_type_id" openapi:"required,format=uuid"`
 	Params      json.RawMessage `json:"params,omitempty" doc:"a JSON object that satisfies the type's param_schema"`

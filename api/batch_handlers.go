@@ -81,6 +81,11 @@ type FinishResult struct {
 // maxFinishItems bounds one completions request, like a claim-many.
 const maxFinishItems = store.MaxClaimMany
 
+// finishItems is the completions body, as the document describes it.
+type finishItems []finishItem
+
+func (finishItems) itemBounds() (int, int) { return 1, maxFinishItems }
+
 func (s *Server) finishMany(c echo.Context) error {
 	items, err := decodeFinishItems(c)
 	if err != nil {

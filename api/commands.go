@@ -172,7 +172,7 @@ func (s *Server) taskParams(ctx context.Context, req CreateTaskRequest, meta eve
 		types[typeID] = tt
 	}
 	if tt == nil {
-		return store.NewTaskParams{}, events.Invalid("task_type_id", "no task type %s", typeID)
+		return store.NewTaskParams{}, events.UnknownReference("task_type_id", "task type", typeID)
 	}
 	if tt.Archived { // before the schema: no params can make this task valid
 		return store.NewTaskParams{}, events.Invalid("task_type_id", "task type %s is archived", tt.Name)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"reflect"
 	"strings"
@@ -74,7 +75,91 @@ func decodeStrict(raw []byte, v any) error {
 	if dec.More() {
 		return events.Invalid("body", "has data after the JSON object")
 	}
+	return refuseNulls(raw, reflect.TypeOf(v), "")
+}
+
+// refuseNulls names the first field sent as null where the document has no
+// null: encoding/json would read it as absent and the request would pass
+// as something it is not. Raw JSON fields (params, metadata) and types that
+// decode themselves take null as they see fit.
+func refuseNulls(raw []byte, t reflect.Type, path string) error {
+	if !bytes.Contains(raw, []byte("null")) {
+		return nil
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == rawType || t == timeType || reflect.PointerTo(t).Implements(reflect.TypeFor[json.Unmarshaler]()) {
+		return nil
+	}
+	check := func(val json.RawMessage, t reflect.Type, at string) error {
+		if string(val) == "null" {
+			return events.Invalid(at, "must not be null: leave it out instead")
+		}
+		return refuseNulls(val, t, at)
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		var obj map[string]json.RawMessage
+		if json.Unmarshal(raw, &obj) != nil {
+			return nil
+		}
+		for name, val := range obj {
+			if f, found := jsonField(t, name); found {
+				if err := check(val, f.Type, joinField(path, name)); err != nil {
+					return err
+				}
+			}
+		}
+	case reflect.Slice:
+		var items []json.RawMessage
+		if json.Unmarshal(raw, &items) != nil {
+			return nil
+		}
+		for i, val := range items {
+			if err := check(val, t.Elem(), fmt.Sprintf("%s[%d]", path, i)); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
+}
+
+// jsonField is the field of struct t that encoding/json fills from name
+// (embedded structs flattened, names matched without case).
+func jsonField(t reflect.Type, name string) (reflect.StructField, bool) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if ft := f.Type; f.Anonymous && tag == "" {
+			if ft.Kind() == reflect.Pointer {
+				ft = ft.Elem()
+			}
+			if ft.Kind() == reflect.Struct {
+				if inner, found := jsonField(ft, name); found {
+					return inner, true
+				}
+				continue
+			}
+		}
+		if tag == "-" || !f.IsExported() {
+			continue
+		}
+		if tag == "" {
+			tag = f.Name
+		}
+		if strings.EqualFold(tag, name) {
+			return f, true
+		}
+	}
+	return reflect.StructField{}, false
+}
+
+func joinField(path, name string) string {
+	if path == "" {
+		return name
+	}
+	return path + "." + name
 }
 
 // readBody reads the request body (bounded by guardBody) without the white

@@ -187,16 +187,18 @@ func isJSON(mediaType string) bool {
 func (s *Server) apiRoute(r route, next echo.HandlerFunc) echo.HandlerFunc {
 	known := map[string]bool{}
 	lists := map[string]bool{}
+	typed := map[string]bool{}
 	for _, p := range r.query {
 		known[p.name] = true
 		lists[p.name] = p.schema["type"] == "array"
+		typed[p.name] = p.schema["type"] != "string" || p.schema["format"] != nil || p.schema["enum"] != nil
 	}
 	// The rule is the JSON API's (/api/v1/...): pages and assets served from
 	// the table (the API reference, its cache-busting ?v=) keep theirs.
 	strict := strings.HasPrefix(r.path, "/api/v1/")
 	return func(c echo.Context) error {
 		if strict {
-			if err := strictQuery(c.Request().URL.RawQuery, known, lists); err != nil {
+			if err := strictQuery(c.Request().URL.RawQuery, known, lists, typed); err != nil {
 				return err
 			}
 		}
@@ -213,9 +215,11 @@ func (s *Server) apiRoute(r route, next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// strictQuery refuses a malformed query string, an unknown parameter and a
-// single-valued parameter given twice, naming the parameter.
-func strictQuery(raw string, known, lists map[string]bool) error {
+// strictQuery refuses a malformed query string, an unknown parameter, a
+// single-valued parameter given twice, and an empty value where the
+// document wants a number, a boolean, a format or an enum (typed), naming
+// the parameter.
+func strictQuery(raw string, known, lists, typed map[string]bool) error {
 	if raw == "" {
 		return nil
 	}
@@ -240,6 +244,9 @@ func strictQuery(raw string, known, lists map[string]bool) error {
 		}
 		if _, err := url.QueryUnescape(rawValue); err != nil {
 			return events.Invalid(key, "malformed value: %v", err)
+		}
+		if rawValue == "" && typed[key] {
+			return events.Invalid(key, "is empty: give a value or leave the parameter out")
 		}
 		if seen[key] && !lists[key] {
 			return events.Invalid(key, "is given more than once")

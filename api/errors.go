@@ -74,6 +74,10 @@ func classify(err error) (int, ErrorBody) {
 	if errors.As(err, &ve) {
 		return http.StatusBadRequest, ErrorBody{Code: "validation_failed", Message: ve.Error(), Field: ve.Field}
 	}
+	var ur *events.UnknownReferenceError
+	if errors.As(err, &ur) {
+		return http.StatusUnprocessableEntity, ErrorBody{Code: "unknown_reference", Message: ur.Error(), Field: ur.Field}
+	}
 	var tl *events.TooLargeError
 	if errors.As(err, &tl) {
 		return http.StatusRequestEntityTooLarge, ErrorBody{Code: "too_large", Message: tl.Message, Field: tl.Field}

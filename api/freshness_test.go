@@ -199,7 +199,6 @@ func TestFreshnessRulesBadInput(t *testing.T) {
 		"too short an age":        {func(r *client.NewFreshnessRule) { r.MaxAge = "5s" }, "max_age"},
 		"absurd age":              {func(r *client.NewFreshnessRule) { r.MaxAge = "100000h" }, "max_age"},
 		"not an age":              {func(r *client.NewFreshnessRule) { r.MaxAge = "soon" }, "max_age"},
-		"unknown type":            {func(r *client.NewFreshnessRule) { r.TaskTypeID = "0190c6e2-9bd4-7c8a-b6a1-2f3e4d5c6b7a" }, "task_type_id"},
 		"weight out of range":     {func(r *client.NewFreshnessRule) { r.Keys[0].Weight = 101 }, "keys[0].weight"},
 		"zero weight":             {func(r *client.NewFreshnessRule) { r.Keys[0].Weight = 0 }, "keys[0].weight"},
 		"key too long":            {func(r *client.NewFreshnessRule) { r.Keys[0].Key = strings.Repeat("x", 151) }, "keys[0].key"},
@@ -217,6 +216,11 @@ func TestFreshnessRulesBadInput(t *testing.T) {
 		requireAPIError(t, err, http.StatusBadRequest, "validation_failed", tc.field)
 		require.NotEmpty(t, name)
 	}
+	// A rule for a type that is not there is well-formed, and refused as such.
+	unknownType := good()
+	unknownType.TaskTypeID = "0190c6e2-9bd4-7c8a-b6a1-2f3e4d5c6b7a"
+	_, err := b.admin.CreateFreshnessRule(ctx, unknownType)
+	requireAPIError(t, err, http.StatusUnprocessableEntity, "unknown_reference", "task_type_id")
 	list, err := b.admin.FreshnessRules(ctx)
 	require.NoError(t, err)
 	require.Empty(t, list, "nothing was created")

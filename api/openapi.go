@@ -124,7 +124,7 @@ var errorCodes = []string{
 	"bad_request", "validation_failed", "duplicate", "not_found", "invalid_transition", "conflict",
 	"forbidden", "unauthenticated", "too_large", "method_not_allowed", "rate_limited",
 	"unavailable", "internal", "unsupported_media_type", "timeout", "incomplete_body",
-	"duplicate_task", "idempotency_key_reused",
+	"duplicate_task", "idempotency_key_reused", "unknown_reference",
 }
 
 // enums lists the values of the named string types responses carry.
@@ -428,7 +428,11 @@ func (g *docGen) schema(t reflect.Type, in bool) map[string]any {
 	case reflect.Bool:
 		return map[string]any{"type": "boolean"}
 	case reflect.Slice:
-		return map[string]any{"type": "array", "items": g.schema(t.Elem(), in)}
+		out := map[string]any{"type": "array", "items": g.schema(t.Elem(), in)}
+		if b, bounded := reflect.Zero(t).Interface().(itemBounds); bounded {
+			out["minItems"], out["maxItems"] = b.itemBounds()
+		}
+		return out
 	case reflect.Map:
 		return map[string]any{"type": "object", "additionalProperties": g.schema(t.Elem(), in)}
 	case reflect.Struct:
@@ -459,6 +463,9 @@ func (g *docGen) structSchema(t reflect.Type, in bool) map[string]any {
 	g.schemas[name] = g.object(t, in)
 	return ref(name)
 }
+
+// itemBounds is a list body's least and most items.
+type itemBounds interface{ itemBounds() (min, max int) }
 
 // openObject marks a type whose objects carry more fields than it reads:
 // another party's objects (Telegram's), which grow over time.
@@ -539,6 +546,19 @@ func withRules(s map[string]any, rules map[string]string, doc string) map[string
 			if doc != "" {
 				out["description"] = doc
 			}
+		case "anyNotNull":
+			out = anyJSON()
+			delete(out["anyOf"].([]any)[0].(map[string]any), "nullable")
+			if doc != "" {
+				out["description"] = doc
+			}
+		case "nonblank": // the server trims spaces before it checks
+			out["pattern"] = `\S`
+			if out["minLength"] == nil {
+				out["minLength"] = 1
+			}
+		case "pattern":
+			out["pattern"] = v
 		case "enum":
 			out["enum"] = strings.Split(v, "|")
 			if out["nullable"] == true {
@@ -546,7 +566,7 @@ func withRules(s map[string]any, rules map[string]string, doc string) map[string
 			}
 		case "format":
 			out["format"] = v
-		case "min", "max", "maxLength", "minLength", "maxItems":
+		case "min", "max", "maxLength", "minLength", "maxItems", "minItems":
 			n, err := strconv.Atoi(v)
 			if err != nil {
 				panic(fmt.Sprintf("api: openapi tag %s=%s is not a number", k, v))
@@ -565,11 +585,12 @@ func withRules(s map[string]any, rules map[string]string, doc string) map[string
 
 // nullableRef is s or null. OpenAPI 3.0 cannot put nullable beside $ref;
 // anyOf with nullable is what client generators read as "this or null"
-// (allOf with nullable made Python's openapi-python-client refuse null).
+// (allOf with nullable made Python's openapi-python-client refuse null),
+// and the type beside nullable is what Redocly asks for.
 // x-go-type keeps oapi-codegen's Go type the referenced struct (a pointer,
 // being nullable) instead of an opaque union; other generators ignore it.
 func nullableRef(s map[string]any) map[string]any {
-	out := map[string]any{"nullable": true, "anyOf": []any{s}}
+	out := map[string]any{"type": "object", "nullable": true, "anyOf": []any{s}}
 	if r, isRef := s["$ref"].(string); isRef {
 		out["x-go-type"] = strings.TrimPrefix(r, "#/components/schemas/")
 	}

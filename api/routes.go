@@ -19,6 +19,7 @@ func (s *Server) table() []route {
 	const w, a = "/api/v1/worker", "/api/v1/admin/workers"
 	const (
 		bad, notFound, conflict = http.StatusBadRequest, http.StatusNotFound, http.StatusConflict
+		unknownRef              = http.StatusUnprocessableEntity // a worker or task type named in the body is not there
 		created                 = http.StatusCreated
 		okay                    = http.StatusOK
 	)
@@ -36,7 +37,7 @@ func (s *Server) table() []route {
 		{method: http.MethodPost, path: w + "/tasks/claims", id: "claimTasks", summary: "Claim up to max tasks (1-100, at most the free slots) in claim order; with wait=<seconds, up to 60>, wait until at least one comes (an empty list when none came)", role: roleWorker, handler: s.claimMany,
 			request: claimManyRequest{}, status: okay, response: []store.TaskWithType{}, errors: []int{bad, http.StatusServiceUnavailable}},
 		{method: http.MethodPost, path: w + "/tasks/completions", id: "completeTasks", summary: "Complete or fail up to 100 held tasks; each item is answered in order with its own status and error", role: roleWorker, handler: s.finishMany,
-			request: []finishItem{}, status: okay, response: []FinishResult{}, errors: []int{bad, notFound, conflict}},
+			request: finishItems{}, status: okay, response: []FinishResult{}, errors: []int{bad, notFound, conflict}},
 		{method: http.MethodGet, path: w + "/tasks", id: "listMyTasks", summary: "List this worker's tasks (active; all=true for every status)", role: roleWorker, handler: s.workerTasks,
 			query:  []param{boolParam("all", "include finished tasks")},
 			status: okay, response: []events.Task{}, errors: []int{bad}},
@@ -108,7 +109,7 @@ func (s *Server) table() []route {
 		{method: http.MethodPost, path: a + "/tasks/batch", id: "createTasks", summary: "Create up to 1,000 tasks in one transaction; each item is checked on its own (schema, unique key) and answered in order with its own status and the task's id or its error", role: roleAdmin, handler: s.createTasks,
 			request: createTasksRequest{}, status: okay, response: CreatedBatch{}, errors: []int{bad}, idempotent: true, bodyLimit: MaxBatchBodyBytes},
 		{method: http.MethodPost, path: a + "/workflows", id: "createWorkflow", summary: "Create a workflow: its whole graph of tasks at once, or nothing (a cycle, an unknown ref or an invalid item is a 400 naming the item); tasks with dependencies start blocked", role: roleAdmin, handler: s.createWorkflow,
-			request: createWorkflowRequest{}, status: created, response: store.WorkflowView{}, errors: []int{bad}, bodyLimit: MaxBatchBodyBytes},
+			request: createWorkflowRequest{}, status: created, response: store.WorkflowView{}, errors: []int{bad, unknownRef}, bodyLimit: MaxBatchBodyBytes},
 		{method: http.MethodGet, path: a + "/workflows", id: "listWorkflows", summary: "List workflows, newest first, with their status, progress and duration", role: roleAdmin, handler: s.listWorkflows,
 			query:  []param{stringParam("after", "the next_cursor of the previous page"), intParam("limit", 1, 200, "page size (default 50)")},
 			status: okay, response: store.WorkflowPage{}, errors: []int{bad}},
@@ -142,7 +143,7 @@ func (s *Server) table() []route {
 		{method: http.MethodPost, path: a + "/tasks/:id/release", id: "releaseBlockedTask", summary: "Release a blocked task from its dependencies: it becomes pending (claimable) whatever they say", role: roleAdmin, handler: s.releaseTask,
 			request: reasonRequest{}, emptyBody: true, status: okay, response: events.Task{}, errors: []int{bad, notFound, conflict}},
 		{method: http.MethodPost, path: a + "/tasks/:id/assign", id: "assignTask", summary: "Assign a pending task to a worker, with a reason", role: roleAdmin, handler: s.assignTask,
-			request: assignRequest{}, status: okay, response: AssignAnswer{}, errors: []int{bad, notFound, conflict}},
+			request: assignRequest{}, status: okay, response: AssignAnswer{}, errors: []int{bad, notFound, conflict, unknownRef}},
 		{method: http.MethodGet, path: a + "/tasks/:id/assignments", id: "listTaskAssignments", summary: "A task's assignment history, oldest first: admin assignments, claims and releases, with who and why", role: roleAdmin, handler: s.taskAssignments,
 			status: okay, response: []store.Assignment{}, errors: []int{bad, notFound}},
 		{method: http.MethodPost, path: a + "/tasks/:id/retry", id: "retryTask", idempotent: true, summary: "Retry a failed task now, by hand (also after retries were skipped or exhausted)", role: roleAdmin, handler: s.retryTask,

@@ -145,7 +145,7 @@ func (s *Server) workerCommand(c echo.Context, decide func(t *events.Task, worke
 }
 
 type updateRequest struct {
-	Message *string `json:"message" openapi:"required"`
+	Message *string `json:"message" openapi:"required,nonblank,maxLength=20000"`
 }
 
 func (s *Server) postUpdate(c echo.Context) error {
@@ -163,7 +163,7 @@ func (s *Server) postUpdate(c echo.Context) error {
 }
 
 type resultRequest struct {
-	Result json.RawMessage `json:"result" openapi:"required,any" doc:"the result: any JSON value but null"`
+	Result json.RawMessage `json:"result" openapi:"required,anyNotNull" doc:"the result: any JSON value but null"`
 }
 
 func (s *Server) postResult(c echo.Context) error {

@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"strconv"
 
@@ -15,14 +14,14 @@ import (
 
 // createWorkflowRequest is POST /admin/workers/workflows.
 type createWorkflowRequest struct {
-	Name  string                `json:"name" openapi:"required,maxLength=200"`
-	Tasks []workflowTaskRequest `json:"tasks" openapi:"required" doc:"1 to 1000 tasks; each depends on others by ref"`
+	Name  string                `json:"name" openapi:"required,nonblank,maxLength=200"`
+	Tasks []workflowTaskRequest `json:"tasks" openapi:"required,minItems=1,maxItems=1000" doc:"1 to 1000 tasks; each depends on others by ref"`
 }
 
 // workflowTaskRequest is one task of a new workflow.
 type workflowTaskRequest struct {
 	Ref                 string          `json:"ref" openapi:"required,maxLength=100" doc:"the task's name in the workflow, unique there"`
-	Title               string          `json:"title" openapi:"required,maxLength=500"`
+	Title               string          `json:"title" openapi:"required,nonblank,maxLength=500"`
 	Description         string          `json:"description,omitempty" openapi:"maxLength=100000"`
 	TaskTypeID          string          `json:"task_type_id" openapi:"required,format=uuid"`
 	Params              json.RawMessage `json:"params,omitempty" doc:"a JSON object that satisfies the type's param_schema"`
@@ -63,18 +62,8 @@ func (s *Server) CreateWorkflow(ctx context.Context, req createWorkflowRequest, 
 	return s.db.CreateWorkflow(ctx, req.Name, tasks, meta)
 }
 
-// underItem puts an item's validation error under tasks[i].
-func underItem(i int, err error) error {
-	var v *events.ValidationError
-	if errors.As(err, &v) {
-		field := "tasks[" + strconv.Itoa(i) + "]"
-		if v.Field != "" {
-			field += "." + v.Field
-		}
-		return &events.ValidationError{Field: field, Message: v.Message}
-	}
-	return err
-}
+// underItem puts an item's error under tasks[i].
+func underItem(i int, err error) error { return events.Under("tasks["+strconv.Itoa(i)+"]", err) }
 
 func (s *Server) listWorkflows(c echo.Context) error {
 	limit, err := intQueryParam(c, "limit", 1, 200, 0)

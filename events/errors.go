@@ -67,6 +67,50 @@ func (e *NotFoundError) Unwrap() error { return ErrNotFound }
 // NotFound returns a *NotFoundError.
 func NotFound(kind, id string) error { return &NotFoundError{Kind: kind, ID: id} }
 
+// ErrUnknownReference: a well-formed request names a thing that is not
+// there (a worker, a task type): 422, not a 400 about its shape.
+var ErrUnknownReference = errors.New("unknown reference")
+
+// UnknownReferenceError names the field and what it named.
+type UnknownReferenceError struct {
+	Field string
+	Kind  string
+	ID    string
+}
+
+func (e *UnknownReferenceError) Error() string {
+	return fmt.Sprintf("%s: no %s %s", e.Field, e.Kind, e.ID)
+}
+
+func (e *UnknownReferenceError) Unwrap() error { return ErrUnknownReference }
+
+// Under puts err's field under prefix, an item of a list (tasks[3] and
+// task_type_id make tasks[3].task_type_id); any other error gets the
+// prefix in its message.
+func Under(prefix string, err error) error {
+	var v *ValidationError
+	if errors.As(err, &v) {
+		return &ValidationError{Field: underField(prefix, v.Field), Message: v.Message}
+	}
+	var u *UnknownReferenceError
+	if errors.As(err, &u) {
+		return &UnknownReferenceError{Field: underField(prefix, u.Field), Kind: u.Kind, ID: u.ID}
+	}
+	return fmt.Errorf("%s: %w", prefix, err)
+}
+
+func underField(prefix, field string) string {
+	if field == "" {
+		return prefix
+	}
+	return prefix + "." + field
+}
+
+// UnknownReference returns an *UnknownReferenceError.
+func UnknownReference(field, kind, id string) error {
+	return &UnknownReferenceError{Field: field, Kind: kind, ID: id}
+}
+
 // DuplicateError says a unique value (an email, a type name) is taken.
 type DuplicateError struct {
 	Field string

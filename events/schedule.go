@@ -79,7 +79,7 @@ func (i Interval) Nominal() time.Duration {
 // ScheduleTemplate is the task every firing creates.
 type ScheduleTemplate struct {
 	TaskTypeID  string          `json:"task_type_id"`
-	Title       string          `json:"title"`
+	Title       string          `json:"title" openapi:"required,nonblank,maxLength=500"`
 	Description string          `json:"description"`
 	Params      json.RawMessage `json:"params"`
 	Priority    Priority        `json:"priority"`

@@ -147,10 +147,10 @@ func (db *DB) createTasks(ctx context.Context, q Querier, reqs []createRequest) 
 		}
 		switch {
 		case tt == nil:
-			outs[i].err = events.Invalid("task_type_id", "no task type %s", p.TaskTypeID)
+			outs[i].err = events.UnknownReference("task_type_id", "task type", p.TaskTypeID)
 			continue
 		case p.AssignedTo != "" && !read.workers[canonicalUUID(p.AssignedTo)]:
-			outs[i].err = events.Invalid("assigned_to", "no worker %s", p.AssignedTo)
+			outs[i].err = events.UnknownReference("assigned_to", "worker", p.AssignedTo)
 			continue
 		}
 		k := uniqueKey{typeID: tt.ID, key: p.UniqueKey}

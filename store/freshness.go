@@ -198,7 +198,7 @@ func (db *DB) checkFreshness(ctx context.Context, q Querier, spec *events.Freshn
 	spec.TaskTypeID = typeID.String()
 	tt, err := db.GetTaskType(ctx, q, spec.TaskTypeID)
 	if errors.Is(err, events.ErrNotFound) {
-		return events.Invalid("task_type_id", "no task type %s", spec.TaskTypeID)
+		return events.UnknownReference("task_type_id", "task type", spec.TaskTypeID)
 	}
 	if err != nil {
 		return err

@@ -142,7 +142,7 @@ func (db *DB) checkScheduleSpec(ctx context.Context, q Querier, spec *events.Sch
 	spec.Task.TaskTypeID = typeID.String()
 	tt, err := db.GetTaskType(ctx, q, spec.Task.TaskTypeID)
 	if errors.Is(err, events.ErrNotFound) {
-		return nil, time.Time{}, events.Invalid("task.task_type_id", "no task type %s", spec.Task.TaskTypeID)
+		return nil, time.Time{}, events.UnknownReference("task.task_type_id", "task type", spec.Task.TaskTypeID)
 	}
 	if err != nil {
 		return nil, time.Time{}, err

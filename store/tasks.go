@@ -114,7 +114,7 @@ func (db *DB) checkWorker(ctx context.Context, q Querier, id, field string) erro
 	var isWorker, active bool
 	err := q.QueryRow(ctx, `SELECT is_worker, active FROM users WHERE id = $1`, id).Scan(&isWorker, &active)
 	if errors.Is(err, pgx.ErrNoRows) || (err == nil && !isWorker) {
-		return events.Invalid(field, "no worker %s", id)
+		return events.UnknownReference(field, "worker", id)
 	}
 	if err == nil && !active {
 		return events.Invalid(field, "worker %s is deactivated", id)

@@ -78,17 +78,7 @@ func (db *DB) CreateWorkflow(ctx context.Context, name string, tasks []WorkflowT
 var errNothingToDo = errors.New("nothing to do")
 
 // itemError puts a task's refusal under its place in the workflow.
-func itemError(i int, err error) error {
-	var v *events.ValidationError
-	if errors.As(err, &v) {
-		field := fmt.Sprintf("tasks[%d]", i)
-		if v.Field != "" {
-			field += "." + v.Field
-		}
-		return &events.ValidationError{Field: field, Message: v.Message}
-	}
-	return fmt.Errorf("tasks[%d]: %w", i, err)
-}
+func itemError(i int, err error) error { return events.Under(fmt.Sprintf("tasks[%d]", i), err) }
 
 // Workflow statuses, read from its tasks: running while any task may still
 // run (blocked, pending, in progress, or failed with its retry undecided),

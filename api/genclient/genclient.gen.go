@@ -180,6 +180,7 @@ const (
 	ErrorCodeTooLarge             ErrorCode = "too_large"
 	ErrorCodeUnauthenticated      ErrorCode = "unauthenticated"
 	ErrorCodeUnavailable          ErrorCode = "unavailable"
+	ErrorCodeUnknownReference     ErrorCode = "unknown_reference"
 	ErrorCodeUnsupportedMediaType ErrorCode = "unsupported_media_type"
 	ErrorCodeValidationFailed     ErrorCode = "validation_failed"
 )
@@ -218,6 +219,8 @@ func (e ErrorCode) Valid() bool {
 	case ErrorCodeUnauthenticated:
 		return true
 	case ErrorCodeUnavailable:
+		return true
+	case ErrorCodeUnknownReference:
 		return true
 	case ErrorCodeUnsupportedMediaType:
 		return true
