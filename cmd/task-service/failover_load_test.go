@@ -158,46 +158,14 @@ echo '{}'
 	pre, err := pgxpool.New(ctx, primary.url)
 	require.NoError(t, err)
 	defer pre.Close()
-	count := func(pool *pgxpool.Pool, sql string, args ...any) int {
-		t.Helper()
-		var n int
-		require.NoError(t, pool.QueryRow(ctx, sql, args...).Scan(&n))
-		return n
-	}
 	waitFor(t, 3*time.Minute, "the fleet to complete tasks and retry failures", func() bool {
-		return count(pre, `SELECT count(*) FROM worker_tasks WHERE status = 'completed' AND parent_task_id IS NOT NULL`) > 0
+		return countIn(t, pre, `SELECT count(*) FROM worker_tasks WHERE status = 'completed' AND parent_task_id IS NOT NULL`) > 0
 	})
-
-	// Hold the reactors back: an open transaction with an id keeps every
-	// consumer below it, so failures committed after it are decided only
-	// after the failover, from the checkpoints on the new primary.
-	holdConn, err := pgx.Connect(ctx, primary.url)
-	require.NoError(t, err)
-	holdTx, err := holdConn.Begin(ctx)
-	require.NoError(t, err)
-	var held string
-	require.NoError(t, holdTx.QueryRow(ctx, `SELECT pg_current_xact_id()::text`).Scan(&held))
-	undecided := `SELECT coalesce(array_agg(w.id::text), '{}') FROM worker_tasks w WHERE w.status = 'failed' AND w.retry_outcome IS NULL
-		AND EXISTS (SELECT 1 FROM task_events e WHERE e.stream_id = w.id AND e.type = 'task.failed' AND e.tx_id > $1::text::xid8)`
-	sc, err := pgx.Connect(ctx, standby.url)
-	require.NoError(t, err)
-	var behind []string // failures behind the held transaction, on the standby too
-	waitFor(t, 2*time.Minute, "a failure after the held transaction to reach the standby", func() bool {
-		var ids []string
-		require.NoError(t, sc.QueryRow(ctx, undecided, held).Scan(&ids))
-		behind = ids
-		return len(ids) > 0
-	})
-	require.NoError(t, sc.Close(ctx))
+	holdConn, behind := holdReactorsBack(t, primary, standby)
 	pre.Close()
 
 	// The failover: every process of the primary is killed, the standby promoted.
-	pm := primary.postmaster(t)
-	kids := childProcesses(pm)
-	require.NoError(t, syscall.Kill(pm, syscall.SIGKILL))
-	for _, pid := range kids {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-	}
+	killAll(t, primary.postmaster(t))
 	killed := time.Now()
 	_ = holdConn.Close(context.Background())
 	require.NoError(t, standby.pgCtl("promote"))
@@ -205,68 +173,137 @@ echo '{}'
 	t.Logf("the standby was promoted %v after the kill", promoted.Sub(killed).Round(time.Millisecond))
 
 	// Every instance's pool and listener reconnect: /readyz says so.
-	readyAt := make([]time.Duration, len(ins))
-	waitFor(t, time.Minute, "every instance ready on the new primary", func() bool {
-		all := true
-		for i, in := range ins {
-			if readyAt[i] == 0 && readyz(in.base) == http.StatusOK {
-				readyAt[i] = time.Since(killed)
-			}
-			all = all && readyAt[i] != 0
-		}
-		return all
-	})
-	t.Logf("FIGURE %s kill to /readyz ready on each instance: %v", mode, readyAt)
+	t.Logf("FIGURE %s kill to /readyz ready on each instance: %v", mode, waitReady(t, ins, killed))
+	t.Logf("FIGURE %s kill to first claim: %v", mode, r.firstClaimAfter(killed).Sub(killed).Round(time.Millisecond))
 
+	// The load goes on past the failover, then the fleet drains the queue.
 	post, err := pgxpool.New(ctx, standby.url)
 	require.NoError(t, err)
 	defer post.Close()
-	// The first claim sent after the kill that got a task, as the
-	// claimer saw it answered.
-	var firstClaim time.Time
-	waitFor(t, time.Minute, "a claim answered with a task after the kill", func() bool {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		for _, c := range r.claims {
-			if c.sent.After(killed) && (firstClaim.IsZero() || c.answered.Before(firstClaim)) {
-				firstClaim = c.answered
-			}
-		}
-		return !firstClaim.IsZero()
-	})
-	t.Logf("FIGURE %s kill to first claim: %v", mode, firstClaim.Sub(killed).Round(time.Millisecond))
-
-	// The load goes on past the failover, then the fleet drains the queue.
-	ackedAfter := func() int {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		n := 0
-		for _, at := range r.acked {
-			if at.After(promoted) {
-				n++
-			}
-		}
-		return n
-	}
-	waitFor(t, 2*time.Minute, "creates answered on the new primary", func() bool { return ackedAfter() >= 3*len(ins) })
+	waitFor(t, 2*time.Minute, "creates answered on the new primary", func() bool { return r.ackedAfter(promoted) >= 3*len(ins) })
 	stopProducing()
 	producers.Wait()
 	waitFor(t, 4*time.Minute, "the fleet to drain the queue", func() bool {
-		return count(post, `SELECT count(*) FROM worker_tasks WHERE task_type_id = $1 AND (status IN ('pending', 'in_progress')
+		return countIn(t, post, `SELECT count(*) FROM worker_tasks WHERE task_type_id = $1 AND (status IN ('pending', 'in_progress')
 			OR status = 'failed' AND retry_outcome IS NULL)`, r.typ.ID) == 0
 	})
 	stopLoad()
 	claimers.Wait()
 
-	// Acknowledged creates: each exists, unless async lost it.
 	r.mu.Lock()
-	acked := maps.Clone(r.acked)
 	probs := slices.Clone(r.probs)
 	r.mu.Unlock()
 	require.Empty(t, probs, "the load saw what it must not")
+	r.checkCreates(post, mode, synchronous, promoted)
+	r.checkTasks(post)
+	r.checkRuns(post, mode, synchronous, promoted)
+
+	// The reactors caught up from their checkpoints: the failures held
+	// back before the kill were retried, once, on the new primary.
+	require.Equal(t, len(behind), countIn(t, post, `SELECT count(*) FROM worker_tasks WHERE parent_task_id = ANY($1::uuid[])`, behind))
+	require.Equal(t, len(behind), countIn(t, post, `SELECT count(*) FROM task_events WHERE type = 'task.retried' AND stream_id = ANY($1::uuid[])
+		AND occurred_at > $2`, behind, killed))
+	t.Logf("%d failures committed before the kill, held back from the reactors, were retried after it", len(behind))
+
+	out, err := taskctlReplayVerify(t, standby.url)
+	require.NoError(t, err, "taskctl replay --verify:\n%s", out)
+	t.Logf("taskctl replay --verify: %s", lastLine(out))
+}
+
+// holdReactorsBack opens a transaction with an id on the primary, which
+// keeps every consumer below it, and waits until failures committed after
+// it are on the standby too: those are decided only after the failover,
+// from the checkpoints on the new primary. It returns the transaction's
+// connection and those failures.
+func holdReactorsBack(t *testing.T, primary, standby *privatePG) (*pgx.Conn, []string) {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, primary.url)
+	require.NoError(t, err)
+	tx, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	var held string
+	require.NoError(t, tx.QueryRow(ctx, `SELECT pg_current_xact_id()::text`).Scan(&held))
+	sc, err := pgx.Connect(ctx, standby.url)
+	require.NoError(t, err)
+	defer sc.Close(ctx)
+	var behind []string
+	waitFor(t, 2*time.Minute, "a failure after the held transaction to reach the standby", func() bool {
+		require.NoError(t, sc.QueryRow(ctx, `SELECT coalesce(array_agg(w.id::text), '{}') FROM worker_tasks w
+			WHERE w.status = 'failed' AND w.retry_outcome IS NULL AND EXISTS (SELECT 1 FROM task_events e
+			WHERE e.stream_id = w.id AND e.type = 'task.failed' AND e.tx_id > $1::text::xid8)`, held).Scan(&behind))
+		return len(behind) > 0
+	})
+	return conn, behind
+}
+
+// killAll kills a server's main process and its children with SIGKILL.
+func killAll(t *testing.T, postmaster int) {
+	kids := childProcesses(postmaster)
+	require.NoError(t, syscall.Kill(postmaster, syscall.SIGKILL))
+	for _, pid := range kids {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
+// waitReady waits until every instance's /readyz is ready and returns how
+// long after since each was first seen ready.
+func waitReady(t *testing.T, ins []*instance, since time.Time) []time.Duration {
+	readyAt := make([]time.Duration, len(ins))
+	waitFor(t, time.Minute, "every instance ready on the new primary", func() bool {
+		all := true
+		for i, in := range ins {
+			if readyAt[i] == 0 && readyz(in.base) == http.StatusOK {
+				readyAt[i] = time.Since(since)
+			}
+			all = all && readyAt[i] != 0
+		}
+		return all
+	})
+	return readyAt
+}
+
+// firstClaimAfter waits for a claim sent after t0 that got a task, and
+// returns when the first such claim was answered.
+func (r *failoverRun) firstClaimAfter(t0 time.Time) time.Time {
+	var first time.Time
+	waitFor(r.t, time.Minute, "a claim answered with a task after the kill", func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for _, c := range r.claims {
+			if c.sent.After(t0) && (first.IsZero() || c.answered.Before(first)) {
+				first = c.answered
+			}
+		}
+		return !first.IsZero()
+	})
+	return first
+}
+
+// ackedAfter counts the creates answered after t0.
+func (r *failoverRun) ackedAfter(t0 time.Time) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, at := range r.acked {
+		if at.After(t0) {
+			n++
+		}
+	}
+	return n
+}
+
+// checkCreates: every acknowledged create exists (asynchronous replication
+// may lose only what was answered before the promotion), and no re-sent
+// create made a second task.
+func (r *failoverRun) checkCreates(post *pgxpool.Pool, mode string, synchronous bool, promoted time.Time) {
+	t := r.t
+	r.mu.Lock()
+	acked := maps.Clone(r.acked)
+	r.mu.Unlock()
 	ids := slices.Collect(maps.Keys(acked))
 	var exist []string
-	require.NoError(t, post.QueryRow(ctx, `SELECT coalesce(array_agg(id::text), '{}') FROM worker_tasks WHERE id = ANY($1::uuid[])`, ids).Scan(&exist))
+	require.NoError(t, post.QueryRow(context.Background(), `SELECT coalesce(array_agg(id::text), '{}') FROM worker_tasks
+		WHERE id = ANY($1::uuid[])`, ids).Scan(&exist))
 	var lost []string
 	for _, id := range ids {
 		if !slices.Contains(exist, id) {
@@ -274,40 +311,46 @@ echo '{}'
 		}
 	}
 	t.Logf("FIGURE %s creates acknowledged: %d (%d after the promotion), re-sent with their key: %d, requests answered 5xx or not at all: %d; acknowledged creates lost: %d",
-		mode, len(acked), ackedAfter(), r.sent.Load(), r.unav.Load(), len(lost))
+		mode, len(acked), r.ackedAfter(promoted), r.sent.Load(), r.unav.Load(), len(lost))
 	for _, id := range lost {
 		require.False(t, synchronous, "synchronous replication lost the acknowledged create of %s", id)
 		require.True(t, acked[id].Before(promoted), "a create acknowledged after the promotion was lost: %s", id)
 	}
-	require.Equal(t, len(exist), count(post, `SELECT count(*) FROM worker_tasks WHERE task_type_id = $1 AND parent_task_id IS NULL`, r.typ.ID),
+	require.Equal(t, len(exist), countIn(t, post, `SELECT count(*) FROM worker_tasks WHERE task_type_id = $1 AND parent_task_id IS NULL`, r.typ.ID),
 		"a first attempt that no create was answered for: a re-sent create made a duplicate")
+}
 
-	// Every task finished exactly as planned, none stuck.
-	typ := r.typ.ID
+// checkTasks counts in the database as the soak does: every first attempt
+// completed, or failed on purpose with one retry that completed; none
+// pending or in progress; one completion, failure or retry event each; a
+// task claimed again only after it was given back (a worker releases what
+// the service says it holds but it does not run).
+func (r *failoverRun) checkTasks(post *pgxpool.Pool) {
+	t, typ := r.t, r.typ.ID
 	roots := `SELECT id FROM worker_tasks WHERE task_type_id = $1 AND parent_task_id IS NULL`
-	failRoots := count(post, `SELECT count(*) FROM worker_tasks WHERE task_type_id = $1 AND parent_task_id IS NULL AND params->>'fail' = 'true'`, typ)
-	all := count(post, `SELECT count(*) FROM worker_tasks WHERE task_type_id = $1 AND parent_task_id IS NULL`, typ)
-	require.Zero(t, count(post, `SELECT count(*) FROM worker_tasks WHERE task_type_id = $1 AND status IN ('pending', 'in_progress')`, typ), "stuck")
-	require.Equal(t, all-failRoots, count(post, `SELECT count(*) FROM worker_tasks WHERE task_type_id = $1 AND parent_task_id IS NULL AND status = 'completed'`, typ))
-	require.Equal(t, failRoots, count(post, `SELECT count(*) FROM worker_tasks WHERE task_type_id = $1 AND parent_task_id IS NULL
+	failRoots := countIn(t, post, `SELECT count(*) FROM worker_tasks WHERE task_type_id = $1 AND parent_task_id IS NULL AND params->>'fail' = 'true'`, typ)
+	all := countIn(t, post, `SELECT count(*) FROM worker_tasks WHERE task_type_id = $1 AND parent_task_id IS NULL`, typ)
+	require.Zero(t, countIn(t, post, `SELECT count(*) FROM worker_tasks WHERE task_type_id = $1 AND status IN ('pending', 'in_progress')`, typ), "stuck")
+	require.Equal(t, all-failRoots, countIn(t, post, `SELECT count(*) FROM worker_tasks WHERE task_type_id = $1 AND parent_task_id IS NULL AND status = 'completed'`, typ))
+	require.Equal(t, failRoots, countIn(t, post, `SELECT count(*) FROM worker_tasks WHERE task_type_id = $1 AND parent_task_id IS NULL
 		AND status = 'failed' AND retry_outcome = 'retried'`, typ))
-	require.Equal(t, failRoots, count(post, `SELECT count(*) FROM worker_tasks WHERE parent_task_id IN (`+roots+`)`, typ), "one retry per failure")
-	require.Equal(t, failRoots, count(post, `SELECT count(*) FROM worker_tasks WHERE parent_task_id IN (`+roots+`) AND status = 'completed'`, typ))
-	require.Zero(t, count(post, `SELECT count(*) FROM (SELECT stream_id, type FROM task_events
+	require.Equal(t, failRoots, countIn(t, post, `SELECT count(*) FROM worker_tasks WHERE parent_task_id IN (`+roots+`)`, typ), "one retry per failure")
+	require.Equal(t, failRoots, countIn(t, post, `SELECT count(*) FROM worker_tasks WHERE parent_task_id IN (`+roots+`) AND status = 'completed'`, typ))
+	require.Zero(t, countIn(t, post, `SELECT count(*) FROM (SELECT stream_id, type FROM task_events
 		WHERE type IN ('task.completed', 'task.failed', 'task.retried')
 		AND stream_id IN (SELECT id FROM worker_tasks WHERE task_type_id = $1) GROUP BY 1, 2 HAVING count(*) > 1) d`, typ),
 		"a completion, failure or retry event twice")
-	// A task is claimed again only after it was given back (a worker
-	// releases what the service says it holds but it does not run).
-	require.Zero(t, count(post, `SELECT count(*) FROM (SELECT stream_id FROM task_events
+	require.Zero(t, countIn(t, post, `SELECT count(*) FROM (SELECT stream_id FROM task_events
 		WHERE stream_id IN (SELECT id FROM worker_tasks WHERE task_type_id = $1)
 		GROUP BY 1 HAVING count(*) FILTER (WHERE type = 'task.claimed') <> 1 + count(*) FILTER (WHERE type = 'task.released')) d`, typ),
 		"a task claimed twice without being given back in between")
-	released := count(post, `SELECT count(DISTINCT stream_id) FROM task_events WHERE type = 'task.released'
-		AND stream_id IN (SELECT id FROM worker_tasks WHERE task_type_id = $1)`, typ)
+}
 
-	// Runs: each task's work done once; async may run again what was
-	// handed out or finished before the promotion.
+// checkRuns: every task that exists ran, each once; with asynchronous
+// replication a task may run again only if it first ran before the
+// promotion (its claim or its finish was lost).
+func (r *failoverRun) checkRuns(post *pgxpool.Pool, mode string, synchronous bool, promoted time.Time) {
+	t, typ := r.t, r.typ.ID
 	runs := r.allRuns()
 	doubled := 0
 	for id, at := range runs {
@@ -319,21 +362,21 @@ echo '{}'
 		slices.SortFunc(at, func(a, b time.Time) int { return a.Compare(b) })
 		require.True(t, at[0].Before(promoted), "task %s ran twice, the first time after the promotion", id)
 	}
-	require.Equal(t, all+failRoots, count(post, `SELECT count(*) FROM worker_tasks WHERE id = ANY($1::uuid[]) AND task_type_id = $2`,
+	tasks := countIn(t, post, `SELECT count(*) FROM worker_tasks WHERE task_type_id = $1`, typ)
+	require.Equal(t, tasks, countIn(t, post, `SELECT count(*) FROM worker_tasks WHERE id = ANY($1::uuid[]) AND task_type_id = $2`,
 		slices.Collect(maps.Keys(runs)), typ), "every task that exists ran")
-	t.Logf("FIGURE %s tasks: %d first attempts (%d failed on purpose and retried), %d runs, %d tasks run twice, %d given back by their worker and claimed again",
-		mode, all, failRoots, countRuns(runs), doubled, released)
+	released := countIn(t, post, `SELECT count(DISTINCT stream_id) FROM task_events WHERE type = 'task.released'
+		AND stream_id IN (SELECT id FROM worker_tasks WHERE task_type_id = $1)`, typ)
+	t.Logf("FIGURE %s tasks: %d (first attempts and retries), %d runs, %d tasks run twice, %d given back by their worker and claimed again",
+		mode, tasks, countRuns(runs), doubled, released)
+}
 
-	// The reactors caught up from their checkpoints: the failures held
-	// back before the kill were retried, once, on the new primary.
-	require.Equal(t, len(behind), count(post, `SELECT count(*) FROM worker_tasks WHERE parent_task_id = ANY($1::uuid[])`, behind))
-	require.Equal(t, len(behind), count(post, `SELECT count(*) FROM task_events WHERE type = 'task.retried' AND stream_id = ANY($1::uuid[])
-		AND occurred_at > $2`, behind, killed))
-	t.Logf("%d failures committed before the kill, held back from the reactors, were retried after it", len(behind))
-
-	out, err := taskctlReplayVerify(t, standby.url)
-	require.NoError(t, err, "taskctl replay --verify:\n%s", out)
-	t.Logf("taskctl replay --verify: %s", lastLine(out))
+// countIn runs a count(*) query on pool.
+func countIn(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	require.NoError(t, pool.QueryRow(context.Background(), sql, args...).Scan(&n))
+	return n
 }
 
 // makeSynchronous makes the primary wait for the standby's flush at every
