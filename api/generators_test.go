@@ -119,3 +119,36 @@ func ambiguousPaths(a, b string) bool {
 	}
 	return aParams == bParams
 }
+
+// Every JSON request body and success answer carries an example (checked
+// against its schema by the document's validation in TestOpenAPIDocument).
+func TestEveryOperationHasExamples(t *testing.T) {
+	raw, err := api.Document()
+	require.NoError(t, err)
+	var doc struct {
+		Paths map[string]map[string]struct {
+			RequestBody struct {
+				Content map[string]map[string]any `json:"content"`
+			} `json:"requestBody"`
+			Responses map[string]struct {
+				Content map[string]map[string]any `json:"content"`
+			} `json:"responses"`
+		} `json:"paths"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &doc))
+	var missing []string
+	for path, ops := range doc.Paths {
+		for method, op := range ops {
+			if mt, has := op.RequestBody.Content["application/json"]; has && mt["example"] == nil {
+				missing = append(missing, method+" "+path+" request")
+			}
+			for status, resp := range op.Responses {
+				if mt, has := resp.Content["application/json"]; has && strings.HasPrefix(status, "2") && mt["example"] == nil {
+					missing = append(missing, method+" "+path+" "+status)
+				}
+			}
+		}
+	}
+	sort.Strings(missing)
+	require.Empty(t, missing)
+}

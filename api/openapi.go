@@ -227,6 +227,7 @@ func (s *Server) OpenAPI() map[string]any {
 				}},
 		},
 	}
+	addExamples(paths, g.schemas)
 	responses := map[string]any{}
 	for status, name := range errorResponses {
 		if !g.errorsUsed[status] {
