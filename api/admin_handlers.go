@@ -76,7 +76,7 @@ type taskTypeRequest struct {
 	RetryBackoffSeconds int               `json:"retry_backoff_seconds,omitempty" openapi:"min=0,max=3600" doc:"a retry becomes claimable this long after the failure"`
 	MaxInProgress       *int              `json:"max_in_progress,omitempty" openapi:"min=1,max=100000" doc:"the most tasks of the type in progress across the fleet at once (leave out: no limit)"`
 	RateLimit           *events.RateLimit `json:"rate_limit,omitempty" doc:"the most claims of the type in any sliding window: {count, per} with per a duration such as 1m"`
-	ConcurrencyKey      string            `json:"concurrency_key,omitempty" openapi:"maxLength=200" doc:"a JSON path into params, such as $.ticker: tasks with the same value there share max_in_progress_per_key"`
+	ConcurrencyKey      string            `json:"concurrency_key,omitempty" openapi:"maxLength=200,pattern=^(\\$.*)?$" doc:"a JSON path into params, such as $.ticker: tasks with the same value there share max_in_progress_per_key"`
 	MaxInProgressPerKey *int              `json:"max_in_progress_per_key,omitempty" openapi:"min=1,max=100000" doc:"with concurrency_key: the most tasks of one key in progress at once"`
 	Alias               string            `json:"alias,omitempty" openapi:"maxLength=32" doc:"a short unique name people type, as in the Telegram command /add reddit NVDA: lower case letters, digits, '_' and '-'"`
 	ParamsTemplate      json.RawMessage   `json:"params_template,omitempty" doc:"the params of a task made from a key (/add reddit NVDA): a JSON object with {{key}} (the bare word) and {{name}} (name=value) placeholders inside its strings, such as {\"ticker\": \"{{key}}\"}"`

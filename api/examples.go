@@ -13,32 +13,40 @@ import (
 
 // exampleValues are the values of fields by name, where the schema allows.
 var exampleValues = map[string]any{
-	"title":          "Crawl r/wallstreetbets for NVDA",
-	"description":    "Posts and comments of the last 24 hours",
-	"name":           "reddit_crawl",
-	"label":          "Reddit crawl",
-	"email":          "ada@example.com",
-	"full_name":      "Ada Lovelace",
-	"password":       "correct-horse-battery",
-	"new_password":   "correct-horse-battery-2",
-	"reason":         "the upstream API answered 429",
-	"message":        "fetched 120 of 500 posts",
-	"sop":            "1. Fetch the posts. 2. Save them as posts.jsonl. 3. Report the count.",
-	"ref":            "crawl",
-	"key":            "NVDA",
-	"cron":           "0 9 * * 1-5",
-	"time_zone":      "Europe/Berlin",
-	"unique_key":     "reddit:NVDA:2026-11-26",
-	"data_type":      "posts",
-	"filename":       "nvda.jsonl",
-	"max_age":        "6h",
-	"token":          "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ3b3JrZXIifQ.c2lnbmF0dXJl",
-	"model":          "claude-sonnet-4-5",
-	"title_template": "Crawl Reddit for {{key}}",
-	"failure_reason": "the upstream API answered 429",
-	"unique_for":     "24h",
-	"sha256":         "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+	"title":           "Crawl r/wallstreetbets for NVDA",
+	"description":     "Posts and comments of the last 24 hours",
+	"name":            "reddit_crawl",
+	"label":           "Reddit crawl",
+	"email":           "ada@example.com",
+	"full_name":       "Ada Lovelace",
+	"password":        "correct-horse-battery",
+	"new_password":    "correct-horse-battery-2",
+	"reason":          "the upstream API answered 429",
+	"message":         "fetched 120 of 500 posts",
+	"sop":             "1. Fetch the posts. 2. Save them as posts.jsonl. 3. Report the count.",
+	"ref":             "crawl",
+	"key":             "NVDA",
+	"cron":            "0 9 * * 1-5",
+	"time_zone":       "Europe/Berlin",
+	"unique_key":      "reddit:NVDA:2026-11-26",
+	"data_type":       "posts",
+	"filename":        "nvda.jsonl",
+	"max_age":         "6h",
+	"token":           "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ3b3JrZXIifQ.c2lnbmF0dXJl",
+	"model":           "claude-sonnet-4-5",
+	"title_template":  "Crawl Reddit for {{key}}",
+	"failure_reason":  "the upstream API answered 429",
+	"unique_for":      "24h",
+	"per":             "1m",
+	"concurrency_key": "$.ticker",
+	"status":          "failed", // where it may be: a finish's example carries a failure kind
+	"sha256":          "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
 }
+
+// exampleLeavesOut are optional fields an example leaves out: a cursor
+// only a list hands out, and an interval where a cron expression says the
+// same (a schedule takes one of them).
+var exampleLeavesOut = map[string]bool{"after": true, "interval": true}
 
 // isIDName says a field holds ids (a task's, a worker's), UUIDs all.
 func isIDName(name string) bool {
@@ -46,8 +54,9 @@ func isIDName(name string) bool {
 }
 
 const (
-	exampleUUID = "0190c6e2-9bd4-7c8a-b6a1-2f3e4d5c6b7a"
-	exampleTime = "2026-11-26T09:00:00Z"
+	exampleUUID  = "0190c6e2-9bd4-7c8a-b6a1-2f3e4d5c6b7a"
+	exampleTime  = "2026-11-26T09:00:00Z"
+	exampleLater = "2026-12-31T18:00:00Z" // an end after every start
 )
 
 // addExamples puts an example beside every JSON request body and every
@@ -100,9 +109,19 @@ func (e exampler) value(name string, raw any) (any, bool) {
 		}
 	}
 	if vals, isEnum := s["enum"].([]any); isEnum {
+		for _, v := range vals {
+			if v == exampleValues[name] {
+				return v, true
+			}
+		}
 		return vals[0], vals[0] != nil
 	}
 	if vals, isEnum := s["enum"].([]string); isEnum {
+		for _, v := range vals {
+			if v == exampleValues[name] {
+				return v, true
+			}
+		}
 		return vals[0], true
 	}
 	switch s["type"] {
@@ -130,6 +149,9 @@ func (e exampler) object(s map[string]any) (any, bool) {
 	props, _ := s["properties"].(map[string]any)
 	out := map[string]any{}
 	for name, p := range props {
+		if exampleLeavesOut[name] && !isRequired(s, name) {
+			continue
+		}
 		if v, found := e.value(name, p); found {
 			out[name] = v
 		} else if isRequired(s, name) {
@@ -144,6 +166,9 @@ func (e exampler) text(name string, s map[string]any) (any, bool) {
 	case "uuid":
 		return exampleUUID, true
 	case "date-time":
+		if name == "end_at" {
+			return exampleLater, true
+		}
 		return exampleTime, true
 	case "email":
 		return "ada@example.com", true

@@ -20,6 +20,14 @@ import (
 // FreshnessRuleRequest creates a rule, or edits one: in an edit every field
 // is optional and a field left out keeps its value.
 type FreshnessRuleRequest struct {
+	FreshnessRuleEdit
+	// Keys is the watchlist (create only; replace it with PUT .../keys).
+	Keys []events.FreshnessKey `json:"keys,omitempty"`
+}
+
+// FreshnessRuleEdit is what an edit (PUT) takes: a rule's fields but its
+// keys.
+type FreshnessRuleEdit struct {
 	Name       string `json:"name,omitempty"`
 	TaskTypeID string `json:"task_type_id,omitempty"`
 	// TitleTemplate is the title of each key's task, e.g. "Reddit crawl for {{key}}".
@@ -31,8 +39,6 @@ type FreshnessRuleRequest struct {
 	MaxAge      string                     `json:"max_age,omitempty"`
 	Thresholds  *events.PriorityThresholds `json:"thresholds,omitempty"`
 	RisingBoost float64                    `json:"rising_boost,omitempty"`
-	// Keys is the watchlist (create only; replace it with PUT .../keys).
-	Keys []events.FreshnessKey `json:"keys,omitempty"`
 }
 
 // FreshnessKeysRequest is the whole new watchlist.
@@ -258,7 +264,7 @@ func (s *Server) freshnessRoutes() []route {
 		{method: http.MethodGet, path: p + "/:id", id: "getFreshnessRule", summary: "Read a freshness rule", role: roleAdmin, handler: s.getFreshnessRule, tag: tag,
 			status: okay, response: events.FreshnessRule{}, errors: []int{bad, notFound}},
 		{method: http.MethodPut, path: p + "/:id", id: "updateFreshnessRule", summary: "Edit a freshness rule: the fields given replace the current ones (not its task type, not its keys)", role: roleAdmin, handler: s.updateFreshnessRule, tag: tag,
-			request: FreshnessRuleRequest{}, status: okay, response: events.FreshnessRule{}, errors: []int{bad, notFound, conflict}},
+			request: FreshnessRuleEdit{}, status: okay, response: events.FreshnessRule{}, errors: []int{bad, notFound, conflict}},
 		{method: http.MethodDelete, path: p + "/:id", id: "deleteFreshnessRule", summary: "Delete a freshness rule: its keys stop being watched (their open tasks stay); answers the rule as it was", role: roleAdmin, handler: s.deleteFreshnessRule, tag: tag,
 			status: okay, response: events.FreshnessRule{}, errors: []int{bad, notFound, conflict}},
 		{method: http.MethodPost, path: p + "/:id/pause", id: "pauseFreshnessRule", summary: "Pause a freshness rule: no tasks are created for its keys", role: roleAdmin, handler: s.pauseFreshnessRule, tag: tag,

@@ -20,7 +20,7 @@ import (
 // ScheduleRequest creates a schedule, or edits one: in an edit every field
 // is optional and a field left out keeps its value (null clears it).
 type ScheduleRequest struct {
-	Name string                   `json:"name,omitempty"`
+	Name string                   `json:"name,omitempty" openapi:"maxLength=200"`
 	Task *events.ScheduleTemplate `json:"task,omitempty"`
 	// Interval: every N minutes, hours or days; or Cron, a five-field
 	// expression (or @daily, @hourly...) in TimeZone (IANA, default UTC).
@@ -30,13 +30,13 @@ type ScheduleRequest struct {
 	TimeZone string           `json:"time_zone,omitempty"`
 	StartAt  *time.Time       `json:"start_at,omitempty"`
 	EndAt    *time.Time       `json:"end_at,omitempty"`
-	MaxRuns  int              `json:"max_runs,omitempty"`
+	MaxRuns  int              `json:"max_runs,omitempty" openapi:"min=0,max=1000000000"`
 	// Overlap: skip (default) or allow a firing while the previous
 	// execution's retry chain has not ended.
-	Overlap string `json:"overlap,omitempty"`
+	Overlap string `json:"overlap,omitempty" openapi:"enum=skip|allow"`
 	// MaxFailures consecutive failed executions pause the schedule
 	// (default 3; 0 never).
-	MaxFailures *int `json:"max_failures,omitempty"`
+	MaxFailures *int `json:"max_failures,omitempty" openapi:"min=0,max=100"`
 }
 
 // spec is the request as a new schedule's definition.

@@ -84,6 +84,19 @@ func (e *UnknownReferenceError) Error() string {
 
 func (e *UnknownReferenceError) Unwrap() error { return ErrUnknownReference }
 
+// FieldOf is the field a validation or unknown-reference error names.
+func FieldOf(err error) (string, bool) {
+	var v *ValidationError
+	if errors.As(err, &v) {
+		return v.Field, true
+	}
+	var u *UnknownReferenceError
+	if errors.As(err, &u) {
+		return u.Field, true
+	}
+	return "", false
+}
+
 // Under puts err's field under prefix, an item of a list (tasks[3] and
 // task_type_id make tasks[3].task_type_id); any other error gets the
 // prefix in its message.

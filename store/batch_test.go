@@ -310,9 +310,9 @@ func TestCreateBatch(t *testing.T) {
 		handedOver(req("archived type handed over", archived.ID, ""), archivedType),
 	})
 	fieldOf := func(err error) string {
-		var ve *events.ValidationError
-		require.ErrorAs(t, err, &ve)
-		return ve.Field
+		field, named := events.FieldOf(err)
+		require.True(t, named, "%v", err)
+		return field
 	}
 	require.NoError(t, outs[0].err)
 	require.Equal(t, "task_type_id", fieldOf(outs[1].err))

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -351,9 +350,9 @@ func TestCreateScheduleRefusesBadInput(t *testing.T) {
 			ScheduleTiming: events.ScheduleTiming{Interval: &events.Interval{Every: 5, Unit: events.UnitMinutes}}}
 		c.mutate(&spec)
 		_, err := e.db.CreateSchedule(e.ctx, spec, requireTicker, e.admin)
-		var ve *events.ValidationError
-		require.True(t, errors.As(err, &ve), "%s: %v", c.field, err)
-		assert.Equal(t, c.field, ve.Field, ve.Message)
+		field, named := events.FieldOf(err)
+		require.True(t, named, "%s: %v", c.field, err)
+		assert.Equal(t, c.field, field, err.Error())
 	}
 	var n int
 	require.NoError(t, e.db.pool.QueryRow(e.ctx, `SELECT count(*) FROM schedules`).Scan(&n))

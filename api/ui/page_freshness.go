@@ -84,8 +84,8 @@ func freshnessValues(r *events.FreshnessRule) url.Values {
 // creating).
 func freshnessRequest(f url.Values, withKeys bool) (api.FreshnessRuleRequest, error) {
 	get := func(k string) string { return strings.TrimSpace(f.Get(k)) }
-	req := api.FreshnessRuleRequest{Name: get("name"), TaskTypeID: get("task_type_id"), TitleTemplate: get("title_template"),
-		MaxAge: get("max_age")}
+	req := api.FreshnessRuleRequest{FreshnessRuleEdit: api.FreshnessRuleEdit{Name: get("name"), TaskTypeID: get("task_type_id"),
+		TitleTemplate: get("title_template"), MaxAge: get("max_age")}}
 	if p := get("params_template"); p != "" {
 		raw, _ := json.Marshal(p) // a string: the API parses its text and names what is wrong
 		req.ParamsTemplate = raw

@@ -127,7 +127,7 @@ func scheduleBody(f url.Values) ([]byte, error) {
 	}
 	task["params"] = params
 	body := map[string]any{"name": get("name"), "task": task, "cron": get("cron"), "time_zone": get("time_zone"),
-		"overlap": get("overlap"), "interval": nil, "start_at": nil, "end_at": nil, "max_runs": 0}
+		"overlap": get("overlap"), "max_runs": 0}
 	num := func(field string) (int, error) {
 		n, err := strconv.Atoi(get(field))
 		if err != nil {
