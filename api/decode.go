@@ -86,14 +86,14 @@ func refuseNulls(raw []byte, t reflect.Type, path string) error {
 	if !bytes.Contains(raw, []byte("null")) {
 		return nil
 	}
+	if takesNull(t) {
+		return nil
+	}
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	if t == rawType || t == timeType || reflect.PointerTo(t).Implements(reflect.TypeFor[json.Unmarshaler]()) {
-		return nil
-	}
 	check := func(val json.RawMessage, t reflect.Type, at string) error {
-		if string(val) == "null" {
+		if string(val) == "null" && !takesNull(t) {
 			return events.Invalid(at, "must not be null: leave it out instead")
 		}
 		return refuseNulls(val, t, at)
@@ -123,6 +123,15 @@ func refuseNulls(raw []byte, t reflect.Type, path string) error {
 		}
 	}
 	return nil
+}
+
+// takesNull says a type decides about null itself: raw JSON (params,
+// metadata) and types with their own UnmarshalJSON.
+func takesNull(t reflect.Type) bool {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return t == rawType || t == timeType || reflect.PointerTo(t).Implements(reflect.TypeFor[json.Unmarshaler]())
 }
 
 // jsonField is the field of struct t that encoding/json fills from name

@@ -323,11 +323,18 @@ func badWorkflowInput(t *testing.T, c *cluster, typeID string) {
 		{many, "tasks"},
 		{append(slices.Clone(many[:101]), item("x", hundredOne...)), "tasks[101].depends_on"},
 		{[]client.NewWorkflowTask{item("a"), {Ref: "b", TaskTypeID: typeID}}, "tasks[1].title"},
-		{[]client.NewWorkflowTask{item("a"), {Ref: "b", Title: "b", TaskTypeID: "01a21878-4971-70b3-a4a5-f77e9fcd1c26"}}, "tasks[1].task_type_id"},
 	} {
 		_, err := c.admin.CreateWorkflow(c.ctx, client.NewWorkflow{Name: "bad", Tasks: bad.tasks})
 		requireFieldError(t, err, bad.field)
 	}
+	// A type that is not there: well-formed, and refused as naming nothing.
+	_, err := c.admin.CreateWorkflow(c.ctx, client.NewWorkflow{Name: "bad", Tasks: []client.NewWorkflowTask{
+		item("a"), {Ref: "b", Title: "b", TaskTypeID: "01a21878-4971-70b3-a4a5-f77e9fcd1c26"}}})
+	var ae *client.Error
+	require.ErrorAs(t, err, &ae)
+	require.Equal(t, http.StatusUnprocessableEntity, ae.Status, ae.Error())
+	require.Equal(t, "unknown_reference", ae.Code, ae.Error())
+	require.Equal(t, "tasks[1].task_type_id", ae.Field, ae.Error())
 	for _, deps := range [][]string{{"01a21878-4971-70b3-a4a5-f77e9fcd1c26"}, {"x"}, append(hundredOne, "y")} {
 		_, err := c.admin.CreateTask(c.ctx, client.NewTask{Title: "t", TaskTypeID: typeID, DependsOn: deps})
 		var ae *client.Error
