@@ -222,3 +222,42 @@ func TestTokenOfMissingUser(t *testing.T) {
 	_, err = ghost.MyTasks(b.ctx, false)
 	requireStatus(t, err, http.StatusUnauthorized, "unauthenticated")
 }
+
+// The account list pages by name, then id: each page's next_cursor
+// continues after its last account, the pages hold every account once,
+// and the last page has no cursor. Two accounts with one name page apart
+// by id.
+func TestListWorkersPages(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, name := range []string{"Eve", "Bob", "Dan", "Cy", "Al"} {
+		b.newWorker(t, name, 1)
+	}
+	_, err := b.admin.CreateWorker(b.ctx, client.NewWorker{Email: "bob2@workers.example.com", Password: workerPass, FullName: "Bob"})
+	require.NoError(t, err)
+
+	var names []string
+	q := client.AccountQuery{Limit: 2}
+	for pages := 1; ; pages++ {
+		page, err := b.admin.AccountsPage(b.ctx, q)
+		require.NoError(t, err)
+		require.LessOrEqual(t, len(page.Workers), 2)
+		for _, w := range page.Workers {
+			names = append(names, w.FullName)
+		}
+		if page.NextCursor == "" {
+			require.Equal(t, 3, pages)
+			break
+		}
+		q.After = page.NextCursor
+	}
+	require.Equal(t, []string{"Al", "Bob", "Bob", "Cy", "Dan", "Eve"}, names, "workers only, by name")
+
+	page, err := b.admin.AccountsPage(b.ctx, client.AccountQuery{Role: "any", Limit: 200})
+	require.NoError(t, err)
+	require.Len(t, page.Workers, 7, "role=any adds the admin")
+	require.Empty(t, page.NextCursor)
+	all, err := b.admin.Accounts(b.ctx, "worker")
+	require.NoError(t, err)
+	require.Len(t, all, 6, "the client reads every page")
+}

@@ -42,11 +42,15 @@ func (s *Server) listWorkers(c echo.Context) error {
 	if !known {
 		return events.Invalid("role", "must be worker, admin or any")
 	}
-	ws, err := s.db.ListAccounts(c.Request().Context(), role)
+	limit, err := intQueryParam(c, "limit", 1, store.MaxAccountPage, 50)
 	if err != nil {
 		return err
 	}
-	return ok(c, http.StatusOK, ws)
+	page, err := s.db.ListAccountsPage(c.Request().Context(), store.AccountFilter{Role: role, After: c.QueryParam("after"), Limit: limit})
+	if err != nil {
+		return err
+	}
+	return ok(c, http.StatusOK, page)
 }
 
 func (s *Server) capacity(c echo.Context) error {

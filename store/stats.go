@@ -25,12 +25,8 @@ func (db *DB) Stats(ctx context.Context) (*Stats, error) {
 	}
 	s := &Stats{ByStatus: map[string]int{"blocked": c.Blocked, "pending": c.Pending, "in_progress": c.InProgress, "completed": c.Completed,
 		"failed": c.Failed, "cancelled": c.Cancelled}, QueueDepth: c.Queued, Scheduled: c.Scheduled}
-	err = db.pool.QueryRow(ctx, `SELECT
-		(SELECT count(*) FROM users WHERE is_worker AND online AND last_activity_at > $1),
-		(SELECT count(*) FROM users WHERE is_worker)`, db.Now().Add(-db.offlineAfter)).
-		Scan(&s.WorkersOnline, &s.WorkersTotal)
-	if err != nil {
-		return nil, mapErr(err)
+	if s.WorkersOnline, s.WorkersTotal, err = db.WorkerCounts(ctx); err != nil {
+		return nil, err
 	}
 	if s.ReactorStats, err = db.reactorStats(ctx); err != nil {
 		return nil, err

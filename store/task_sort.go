@@ -1,7 +1,6 @@
 package store
 
 import (
-	"encoding/base64"
 	"slices"
 	"strconv"
 	"strings"
@@ -113,7 +112,7 @@ func (s TaskSort) Cursor(t *events.Task) string {
 	if s != SortNewest {
 		key = string(s) + "|" + key
 	}
-	return base64.RawURLEncoding.EncodeToString([]byte(key + "|" + t.ID))
+	return encodeCursor(key, t.ID)
 }
 
 // CheckCursor checks that s is a cursor of the task list (field "after").
@@ -126,20 +125,15 @@ func CheckCursor(s string) error {
 // for SortLongest) and the task id.
 func (s TaskSort) parseCursor(c string) (any, string, error) {
 	bad := events.Invalid("after", "not a cursor from this list")
-	raw, err := base64.RawURLEncoding.DecodeString(c)
+	key, id, err := decodeCursor(c)
 	if err != nil {
-		return nil, "", bad
+		return nil, "", err
 	}
-	rest := string(raw)
 	if s != SortNewest {
 		var ok bool
-		if rest, ok = strings.CutPrefix(rest, string(s)+"|"); !ok {
+		if key, ok = strings.CutPrefix(key, string(s)+"|"); !ok {
 			return nil, "", bad
 		}
-	}
-	key, id, ok := strings.Cut(rest, "|")
-	if !ok || len(id) != 36 {
-		return nil, "", bad
 	}
 	if s == SortLongest {
 		us, err := strconv.ParseInt(key, 10, 64)

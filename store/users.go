@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -202,18 +203,84 @@ const (
 // ListAccounts lists the accounts that have role (any: every account) as
 // ListWorkers shows workers.
 func (db *DB) ListAccounts(ctx context.Context, role AccountRole) ([]WorkerView, error) {
+	return db.workerViews(ctx, role.where(), 0)
+}
+
+// where is the condition on users u that role selects.
+func (role AccountRole) where() string {
 	switch role {
 	case RoleAdmin:
-		return db.workerViews(ctx, `u.is_admin`)
+		return `u.is_admin`
 	case RoleAny:
-		return db.workerViews(ctx, `true`)
+		return `true`
 	}
-	return db.workerViews(ctx, `u.is_worker`)
+	return `u.is_worker`
+}
+
+// MaxAccountPage bounds a page of the account list.
+const MaxAccountPage = 200
+
+// AccountFilter picks a page of the account list.
+type AccountFilter struct {
+	Role  AccountRole
+	After string // the NextCursor of the previous page; "" for the first
+	Limit int    // 1 to MaxAccountPage; 0 means 50
+}
+
+// AccountPage is a page of the account list, by name then id.
+type AccountPage struct {
+	Workers    []WorkerView `json:"workers"`
+	NextCursor string       `json:"next_cursor,omitempty" doc:"pass as after for the next page"`
+}
+
+// ListAccountsPage pages through the accounts with f.Role by name, then
+// id, by keyset through users_by_name: a page costs the same however many
+// accounts there are.
+func (db *DB) ListAccountsPage(ctx context.Context, f AccountFilter) (*AccountPage, error) {
+	limit := f.Limit
+	if limit == 0 {
+		limit = 50
+	}
+	if limit < 1 || limit > MaxAccountPage {
+		return nil, events.Invalid("limit", "must be a whole number from 1 to %d", MaxAccountPage)
+	}
+	where, args := f.Role.where(), []any{}
+	if f.After != "" {
+		name, id, err := decodeCursor(f.After)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := uuid.Parse(id); err != nil {
+			return nil, events.Invalid("after", "not a cursor from this list")
+		}
+		where += ` AND (u.full_name, u.id) > ($2, $3::uuid)`
+		args = append(args, name, id)
+	}
+	ws, err := db.workerViews(ctx, where, limit+1, args...)
+	if err != nil {
+		return nil, err
+	}
+	page := &AccountPage{Workers: ws}
+	if len(ws) > limit {
+		page.Workers = ws[:limit]
+		last := ws[limit-1]
+		page.NextCursor = encodeCursor(last.FullName, last.ID)
+	}
+	return page, nil
+}
+
+// WorkerCounts counts the workers and those online, as Stats shows them:
+// one count over users, never the workers' activity.
+func (db *DB) WorkerCounts(ctx context.Context) (online, total int, err error) {
+	err = db.pool.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM users WHERE is_worker AND online AND last_activity_at > $1),
+		(SELECT count(*) FROM users WHERE is_worker)`, db.Now().Add(-db.offlineAfter)).Scan(&online, &total)
+	return online, total, mapErr(err)
 }
 
 // GetWorkerView reads one user (worker or admin) as admins see workers.
 func (db *DB) GetWorkerView(ctx context.Context, id string) (*WorkerView, error) {
-	ws, err := db.workerViews(ctx, `u.id = $2`, id)
+	ws, err := db.workerViews(ctx, `u.id = $2`, 0, id)
 	if err != nil {
 		return nil, err
 	}
@@ -223,10 +290,16 @@ func (db *DB) GetWorkerView(ctx context.Context, id string) (*WorkerView, error)
 	return &ws[0], nil
 }
 
-func (db *DB) workerViews(ctx context.Context, where string, args ...any) ([]WorkerView, error) {
+// workerViews reads the accounts where says, by name; limit > 0 reads that
+// many at most.
+func (db *DB) workerViews(ctx context.Context, where string, limit int, args ...any) ([]WorkerView, error) {
 	now := db.Now()
 	dayStart := now.Truncate(24 * time.Hour)
-	rows, err := db.pool.Query(ctx, workerViewsSQL(where), append([]any{dayStart}, args...)...)
+	query := workerViewsSQL(where)
+	if limit > 0 {
+		query += ` LIMIT ` + strconv.Itoa(limit)
+	}
+	rows, err := db.pool.Query(ctx, query, append([]any{dayStart}, args...)...)
 	if err != nil {
 		return nil, mapErr(fmt.Errorf("list workers: %w", err))
 	}

@@ -325,15 +325,55 @@ func (c *Client) CreateWorker(ctx context.Context, w NewWorker) (*events.User, e
 	return &out, err
 }
 
-// Workers lists workers with their activity.
+// Workers lists every worker with its activity, page after page.
 func (c *Client) Workers(ctx context.Context) ([]store.WorkerView, error) {
 	return c.Accounts(ctx, "worker")
 }
 
-// Accounts lists the accounts with role: worker, admin or any.
+// Accounts lists every account with role (worker, admin or any), page
+// after page.
 func (c *Client) Accounts(ctx context.Context, role string) ([]store.WorkerView, error) {
-	var out []store.WorkerView
-	return out, c.Do(ctx, http.MethodGet, adminBase+"?role="+url.QueryEscape(role), nil, &out)
+	out := []store.WorkerView{}
+	q := AccountQuery{Role: role, Limit: store.MaxAccountPage}
+	for {
+		page, err := c.AccountsPage(ctx, q)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, page.Workers...)
+		if page.NextCursor == "" {
+			return out, nil
+		}
+		q.After = page.NextCursor
+	}
+}
+
+// AccountQuery picks a page of the account list; zero values take the
+// server's defaults (workers, the first page, 50).
+type AccountQuery struct {
+	Role  string
+	After string
+	Limit int
+}
+
+// AccountsPage reads one page of the account list, by name.
+func (c *Client) AccountsPage(ctx context.Context, q AccountQuery) (*store.AccountPage, error) {
+	v := url.Values{}
+	if q.Role != "" {
+		v.Set("role", q.Role)
+	}
+	if q.After != "" {
+		v.Set("after", q.After)
+	}
+	if q.Limit > 0 {
+		v.Set("limit", fmt.Sprint(q.Limit))
+	}
+	path := adminBase
+	if len(v) > 0 {
+		path += "?" + v.Encode()
+	}
+	var out store.AccountPage
+	return &out, c.Do(ctx, http.MethodGet, path, nil, &out)
 }
 
 // Capacity reads the fleet's capacity.

@@ -25,6 +25,11 @@ type workersData struct {
 	Form    url.Values
 	Errors  formErrors
 	Created string
+	// Total and Online count every worker (one count over users, as the
+	// dashboard's); the table is one page of them, by name.
+	Total, Online int
+	First, Next   string // the first and the next page's URLs; "" when not needed
+	Self          string // this page's URL, for the live refresh
 }
 
 func (u *UI) workers(c echo.Context) error {
@@ -33,7 +38,8 @@ func (u *UI) workers(c echo.Context) error {
 
 func (u *UI) renderWorkers(c echo.Context, status int, form url.Values, errs formErrors, created string) error {
 	ctx := c.Request().Context()
-	ws, err := u.db.ListWorkers(ctx)
+	after := c.QueryParam("after")
+	page, err := u.db.ListAccountsPage(ctx, store.AccountFilter{Role: store.RoleWorker, After: after})
 	if err != nil {
 		return u.fail(c, err)
 	}
@@ -51,6 +57,17 @@ func (u *UI) renderWorkers(c echo.Context, status int, form url.Values, errs for
 		form = url.Values{"max_concurrent_tasks": {"1"}}
 	}
 	d := workersData{Form: form, Errors: errs, Created: created}
+	if d.Online, d.Total, err = u.db.WorkerCounts(ctx); err != nil {
+		return u.fail(c, err)
+	}
+	d.Self = "/workers"
+	if after != "" {
+		d.First = "/workers"
+		d.Self = "/workers?" + url.Values{"after": {after}}.Encode()
+	}
+	if page.NextCursor != "" {
+		d.Next = "/workers?" + url.Values{"after": {page.NextCursor}}.Encode()
+	}
 	admins, err := u.db.ListAccounts(ctx, store.RoleAdmin)
 	if err != nil {
 		return u.fail(c, err)
@@ -60,7 +77,7 @@ func (u *UI) renderWorkers(c echo.Context, status int, form url.Values, errs for
 			d.Admins = append(d.Admins, a)
 		}
 	}
-	for _, w := range ws {
+	for _, w := range page.Workers {
 		d.Workers = append(d.Workers, workerRow{WorkerView: w, Current: byWorker[w.ID],
 			Metadata: showJSON(w.Metadata, maxShownRowJSON, "/workers/"+w.ID+"/metadata.json")})
 	}

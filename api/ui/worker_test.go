@@ -1,8 +1,11 @@
 package ui_test
 
 import (
+	"fmt"
+	"html"
 	"net/http"
 	"net/url"
+	"regexp"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -75,4 +78,39 @@ func TestWorkerPageAndAccountActions(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, resp.StatusCode)
 	resp, _ = s.get("/workers/0190c6e2-9bd4-7c8a-b6a1-2f3e4d5c6b7a")
 	require.Equal(t, http.StatusNotFound, resp.StatusCode)
+}
+
+// The workers list is paged by name, 50 a page, with the totals of every
+// worker above it; the next page link continues after the last name.
+func TestWorkersPagePages(t *testing.T) {
+	s := newSite(t)
+	s.login()
+	for i := range 55 {
+		_, err := s.srv.CreateWorker(s.ctx, api.CreateWorkerRequest{Email: fmt.Sprintf("w%02d@page.example", i),
+			Password: "worker-password", FullName: fmt.Sprintf("Worker %02d", i)}, s.admin)
+		require.NoError(t, err)
+	}
+	listed := regexp.MustCompile(`w\d\d@page\.example`)
+	next := regexp.MustCompile(`<a href="([^"]+)" rel="next">Next page</a>`)
+
+	resp, body := s.get("/workers")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Contains(t, body, "55 workers, 0 online")
+	first := listed.FindAllString(body, -1)
+	require.Len(t, first, 50)
+	require.Equal(t, "w00@page.example", first[0], "by name")
+	m := next.FindStringSubmatch(body)
+	require.NotNil(t, m, "a full page links to the next")
+	require.NotContains(t, body, "First page")
+
+	resp, body = s.get(html.UnescapeString(m[1]))
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	second := listed.FindAllString(body, -1)
+	require.Equal(t, []string{"w50@page.example", "w51@page.example", "w52@page.example", "w53@page.example", "w54@page.example"}, second)
+	require.Contains(t, body, `<a href="/workers">First page</a>`)
+	require.NotRegexp(t, next, body, "the last page has no next")
+	require.Contains(t, body, "55 workers, 0 online", "the totals are every worker's on every page")
+
+	resp, _ = s.get("/workers?after=not-a-cursor")
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 
@@ -49,6 +50,32 @@ func TestWorkersAccounts(t *testing.T) {
 	out = e.ok("workers", "list", "--role", "admin")
 	require.Regexp(t, `Ops\s+ops@example.com\s+admin\s`, out)
 	require.Contains(t, e.ok("workers", "list", "--role", "any"), "exodus@bots.example.com")
+
+	// One page at a time: each page's hint continues after it, and the
+	// pages hold every account once.
+	more := regexp.MustCompile(`More: taskctl workers list --role any --limit 1 --after (\S+)`)
+	var pages []string
+	args := []string{"workers", "list", "--role", "any", "--limit", "1"}
+	for {
+		out := e.ok(args...)
+		pages = append(pages, out)
+		m := more.FindStringSubmatch(out)
+		if m == nil {
+			break
+		}
+		require.Less(t, len(pages), 10, "the pages end")
+		args = []string{"workers", "list", "--role", "any", "--limit", "1", "--after", m[1]}
+	}
+	all := strings.Join(pages, "\n")
+	for _, email := range []string{"exodus@bots.example.com", "ops@example.com"} {
+		require.Equal(t, 1, strings.Count(all, email), "%s on exactly one page", email)
+	}
+	code, _, errOut = e.taskctl("workers", "list", "--limit", "0")
+	require.NotEqual(t, exitOK, code)
+	require.Contains(t, errOut, "limit")
+	code, _, errOut = e.taskctl("workers", "list", "--after", "not-a-cursor")
+	require.NotEqual(t, exitOK, code)
+	require.Contains(t, errOut, "after")
 	require.Contains(t, e.ok("workers", "show", "ops@example.com"), "Ops")
 
 	code, _, errOut = e.taskctl("workers", "show", "nobody@example.com")

@@ -88,10 +88,10 @@ func (a *app) workersCreate(args []string) int {
 }
 
 var workersListSpec = cmdSpec{
-	name: "workers list", args: "[--role worker|admin|any] [--json]",
-	summary: "List workers (or, with --role, admins or every account): online or not, last heartbeat,\n" +
-		"tasks in progress and waiting, free slots.",
-	example: "taskctl workers list\ntaskctl workers list --role any",
+	name: "workers list", args: "[--role worker|admin|any] [--limit N] [--after CURSOR] [--json]",
+	summary: "List workers (or, with --role, admins or every account) by name, one page at a time (--after\n" +
+		"continues): online or not, last heartbeat, tasks in progress and waiting, free slots.",
+	example: "taskctl workers list\ntaskctl workers list --role any --limit 100",
 }
 
 func (a *app) workersList(args []string) int {
@@ -99,20 +99,26 @@ func (a *app) workersList(args []string) int {
 	fs := flagSet(spec)
 	api := apiFlag(fs)
 	role := fs.String("role", "worker", "which accounts: worker, admin or any")
-	asJSON := fs.Bool("json", false, "print the workers as JSON")
+	limit := fs.Int("limit", 50, "page size (1-200)")
+	after := fs.String("after", "", "continue after this cursor (printed under a full page)")
+	asJSON := fs.Bool("json", false, "print the page as JSON")
 	call, code := a.start(fs, spec, args, api, 0, "")
 	if call == nil {
 		return code
 	}
 	defer call.cancel()
 	c, ctx := call.c, call.ctx
-	ws, err := c.Accounts(ctx, *role)
+	if *limit < 1 {
+		return a.fail(spec.name, usagef("--limit must be from 1 to 200"))
+	}
+	page, err := c.AccountsPage(ctx, client.AccountQuery{Role: *role, After: *after, Limit: *limit})
 	if err != nil {
 		return a.fail(spec.name, err)
 	}
 	if *asJSON {
-		return a.printJSON(ws)
+		return a.printJSON(page)
 	}
+	ws := page.Workers
 	now := time.Now()
 	tw := a.table()
 	fmt.Fprintln(tw, "NAME\tEMAIL\tROLES\tONLINE\tLAST SEEN\tSTATUS\tRUNNING\tWAITING\tFREE\tDONE TODAY\tID")
@@ -129,8 +135,11 @@ func (a *app) workersList(args []string) int {
 			orDash(deref(w.HeartbeatStatus)), w.InProgressCount, w.MaxConcurrentTasks, w.PendingCount, w.AvailableSlots, w.CompletedToday, w.ID)
 	}
 	tw.Flush()
-	if len(ws) == 0 {
+	if len(ws) == 0 && *after == "" {
 		fmt.Fprintln(a.stdout, "(no workers yet: taskctl workers create --help)")
+	}
+	if page.NextCursor != "" {
+		fmt.Fprintf(a.stdout, "More: taskctl workers list %s--after %s\n", relist(args), page.NextCursor)
 	}
 	return exitOK
 }
