@@ -212,6 +212,7 @@ func TestLongPollWakesOnlyWhomATaskIsFor(t *testing.T) {
 	var polls []<-chan claimResult
 	firstCtx, stopFirst := context.WithCancel(b.ctx)
 	defer stopFirst()
+	var shortWaitsFrom time.Time
 	for i, w := range ws {
 		wait, ctx := 60*time.Second, b.ctx // the most a claim may wait: set-up alone took 30 s under a load of 20
 		if i == 0 {
@@ -219,6 +220,9 @@ func TestLongPollWakesOnlyWhomATaskIsFor(t *testing.T) {
 		}
 		if i > 0 && i < 4 {
 			wait = 5 * time.Second // nothing is for them
+		}
+		if i == 1 {
+			shortWaitsFrom = time.Now()
 		}
 		polls = append(polls, claimAsync(ctx, w, wait))
 		waiters(t, b, i+1)
@@ -267,10 +271,12 @@ func TestLongPollWakesOnlyWhomATaskIsFor(t *testing.T) {
 	// coalesced); now only the one a task is for.
 	claims := claimCount(t, b) - base - 5
 	t.Logf("%d claims after the first attempts", claims)
-	if time.Since(start) < 1200*time.Millisecond { // no safety re-check (every 1.5 s) has run yet
+	// Compared only while no safety re-check (every 1.5 s) has run and no
+	// 5-second wait has ended: each of those claims once more, by design.
+	if time.Since(start) < 1200*time.Millisecond && time.Since(shortWaitsFrom) < 4500*time.Millisecond {
 		require.LessOrEqual(t, claims, 3, "one claim a task (and rarely a turn that comes too late)")
 	} else {
-		t.Logf("slow machine: %d claims, not compared (safety re-checks ran)", claims)
+		t.Logf("slow machine: %d claims, not compared (safety re-checks or the end of a 5-second wait ran)", claims)
 	}
 
 	for len(ended) < 4 {
