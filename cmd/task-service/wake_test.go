@@ -64,7 +64,7 @@ func TestInstancesNotifyLeadingEdge(t *testing.T) {
 
 	// A burst: ten creates at once share the NOTIFY of their interval (the
 	// first may still find the creator quiet and go at once).
-	before := sent()
+	before, burstFrom := sent(), time.Now()
 	var wg sync.WaitGroup
 	for i := range 10 {
 		wg.Go(func() {
@@ -75,7 +75,10 @@ func TestInstancesNotifyLeadingEdge(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	require.LessOrEqual(t, sent()-before, 1.0, "a burst within the interval sends no NOTIFY but its first")
+	// On a loaded machine the ten creates may spread over more than one
+	// interval: one NOTIFY an interval is the bound, besides the first.
+	bound := 1 + float64(time.Since(burstFrom)/interval)
+	require.LessOrEqual(t, sent()-before, bound, "a burst sends its first NOTIFY and then at most one an interval")
 
 	// The next quiet commit is announced at once, and covers the burst.
 	createQuiet("after the burst")
