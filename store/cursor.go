@@ -13,10 +13,17 @@ func encodeCursor(key, id string) string {
 	return base64.RawURLEncoding.EncodeToString([]byte(key + "|" + id))
 }
 
+// maxCursor bounds a cursor before it is decoded: the longest key (a
+// 200-byte name), "|" and an id make 316 characters of base64.
+const maxCursor = 512
+
 // decodeCursor reads a cursor encodeCursor made; anything else is a 400
 // naming "after". The id is last and never holds a "|", so the key may.
 func decodeCursor(c string) (key, id string, err error) {
 	bad := events.Invalid("after", "not a cursor from this list")
+	if len(c) > maxCursor {
+		return "", "", bad
+	}
 	raw, err := base64.RawURLEncoding.DecodeString(c)
 	if err != nil {
 		return "", "", bad

@@ -138,4 +138,19 @@ func TestFlatReadPlans(t *testing.T) {
 	require.Contains(t, p, "worker_tasks_listing", p)
 	require.NotContains(t, p, "Sort", p)
 	require.NotContains(t, p, "Seq Scan", p)
+
+	// The account list, a page by name from a cursor: the top of
+	// users_by_name from the previous page's last row, with 10,000 accounts
+	// (last: more accounts would change the plans above).
+	_, err = e.db.pool.Exec(e.ctx, `INSERT INTO users (id, email, full_name, is_worker, created_at, version)
+		SELECT gen_random_uuid(), 'bulk' || g || '@example.com', 'Bulk ' || g, true, now(), 1
+		  FROM generate_series(1, 10000) g`)
+	require.NoError(t, err)
+	_, err = e.db.pool.Exec(e.ctx, `ANALYZE users`)
+	require.NoError(t, err)
+	p = plan(workerViewsSQL(`u.is_worker AND (u.full_name, u.id) > ($2, $3::uuid)`)+` LIMIT 51`,
+		time.Now().UTC().Truncate(24*time.Hour), "Bulk 5000", workers[0])
+	require.Regexp(t, `Limit [^\n]*\n *->  [^\n]*Index Scan using users_by_name`, p)
+	require.NotContains(t, p, "Sort", p)
+	require.NotContains(t, p, "Seq Scan on users", p)
 }

@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -109,6 +110,12 @@ func TestControlsRefuseBadInput(t *testing.T) {
 		{"the assignments of an unknown task", "GET", "/tasks/00000000-0000-4000-8000-000000000000/assignments", admin, "", nil, 404, "not_found", ""},
 		{"a workflows page of 0", "GET", "/workflows?limit=0", admin, "", nil, 400, "validation_failed", "limit"},
 		{"a workflows cursor that is none", "GET", "/workflows?after=nope", admin, "", nil, 400, "validation_failed", "after"},
+		// The account list's pages, and what the contract refuses now.
+		{"a workers page of 0", "GET", "?limit=0", admin, "", nil, 400, "validation_failed", "limit"},
+		{"a workers page with an empty limit", "GET", "?limit=", admin, "", nil, 400, "validation_failed", "limit"},
+		{"a workers cursor over 512 characters", "GET", "?after=" + base64.RawURLEncoding.EncodeToString([]byte(strings.Repeat("a", 400)+"|00000000-0000-4000-8000-000000000000")), admin, "", nil, 400, "validation_failed", "after"},
+		{"a heartbeat status of null", "POST", "/api/v1/worker/heartbeat", worker, `{"status": null}`, nil, 400, "validation_failed", "status"},
+		{"an assignment to a worker that is not there", "POST", "/tasks/" + blocked.ID + "/assign", admin, `{"assigned_to": "00000000-0000-4000-8000-000000000000", "reason": "r"}`, nil, 422, "unknown_reference", "assigned_to"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := "/api/v1/admin/workers" + tc.path
