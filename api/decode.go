@@ -106,7 +106,7 @@ func refuseNulls(raw []byte, t reflect.Type, path string) error {
 		}
 		for name, val := range obj {
 			if f, found := jsonField(t, name); found {
-				if err := check(val, f.Type, joinField(path, name)); err != nil {
+				if err := check(val, f.Type, events.FieldPath(path, name)); err != nil {
 					return err
 				}
 			}
@@ -131,7 +131,7 @@ func takesNull(t reflect.Type) bool {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	return t == rawType || t == timeType || reflect.PointerTo(t).Implements(reflect.TypeFor[json.Unmarshaler]())
+	return t == rawType || t == timeType || reflect.PointerTo(t).Implements(unmarshalerType)
 }
 
 // jsonField is the field of struct t that encoding/json fills from name
@@ -139,36 +139,41 @@ func takesNull(t reflect.Type) bool {
 func jsonField(t reflect.Type, name string) (reflect.StructField, bool) {
 	for i := range t.NumField() {
 		f := t.Field(i)
-		tag, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if ft := f.Type; f.Anonymous && tag == "" {
+		tag, embedded := jsonName(f)
+		if ft := f.Type; embedded {
 			if ft.Kind() == reflect.Pointer {
 				ft = ft.Elem()
 			}
-			if ft.Kind() == reflect.Struct {
-				if inner, found := jsonField(ft, name); found {
-					return inner, true
-				}
-				continue
+			if inner, found := jsonField(ft, name); found {
+				return inner, true
 			}
-		}
-		if tag == "-" || !f.IsExported() {
 			continue
 		}
-		if tag == "" {
-			tag = f.Name
-		}
-		if strings.EqualFold(tag, name) {
+		if tag != "" && strings.EqualFold(tag, name) {
 			return f, true
 		}
 	}
 	return reflect.StructField{}, false
 }
 
-func joinField(path, name string) string {
-	if path == "" {
-		return name
+// jsonName is the name encoding/json gives field f in an object, "" when
+// it writes none; embedded when f is a struct whose fields sit in the
+// object instead.
+func jsonName(f reflect.StructField) (name string, embedded bool) {
+	tag, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+	ft := f.Type
+	if ft.Kind() == reflect.Pointer {
+		ft = ft.Elem()
 	}
-	return path + "." + name
+	switch {
+	case f.Anonymous && tag == "" && ft.Kind() == reflect.Struct:
+		return "", true
+	case tag == "-" || !f.IsExported():
+		return "", false
+	case tag == "":
+		return f.Name, false
+	}
+	return tag, false
 }
 
 // readBody reads the request body (bounded by guardBody) without the white

@@ -57,6 +57,10 @@ func forbidden(msg string) error {
 	return &httpError{status: http.StatusForbidden, body: ErrorBody{Code: "forbidden", Message: msg}}
 }
 
+// statusUnknownRef answers a well-formed request naming a worker or task
+// type that is not there (unknown_reference).
+const statusUnknownRef = http.StatusUnprocessableEntity
+
 // UnavailableRetryAfter is the Retry-After (seconds) of a 503, the admin
 // UI's too.
 const UnavailableRetryAfter = 5
@@ -76,7 +80,7 @@ func classify(err error) (int, ErrorBody) {
 	}
 	var ur *events.UnknownReferenceError
 	if errors.As(err, &ur) {
-		return http.StatusUnprocessableEntity, ErrorBody{Code: "unknown_reference", Message: ur.Error(), Field: ur.Field}
+		return statusUnknownRef, ErrorBody{Code: "unknown_reference", Message: ur.Error(), Field: ur.Field}
 	}
 	var tl *events.TooLargeError
 	if errors.As(err, &tl) {

@@ -491,18 +491,15 @@ func (g *docGen) object(t reflect.Type, in bool) map[string]any {
 func (g *docGen) fields(t reflect.Type, in bool, props map[string]any, required *[]string) {
 	for i := range t.NumField() {
 		f := t.Field(i)
-		tag := f.Tag.Get("json")
-		name, opts, _ := strings.Cut(tag, ",")
-		if f.Anonymous && tag == "" {
+		name, embedded := jsonName(f)
+		if embedded {
 			g.fields(f.Type, in, props, required)
 			continue
 		}
-		if name == "-" || !f.IsExported() {
+		if name == "" {
 			continue
 		}
-		if name == "" {
-			name = f.Name
-		}
+		_, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
 		s := g.schema(f.Type, in)
 		rules := parseRules(f.Tag.Get("openapi"))
 		if len(rules) > 0 || f.Tag.Get("doc") != "" {

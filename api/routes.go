@@ -19,7 +19,6 @@ func (s *Server) table() []route {
 	const w, a = "/api/v1/worker", "/api/v1/admin/workers"
 	const (
 		bad, notFound, conflict = http.StatusBadRequest, http.StatusNotFound, http.StatusConflict
-		unknownRef              = http.StatusUnprocessableEntity // a worker or task type named in the body is not there
 		created                 = http.StatusCreated
 		okay                    = http.StatusOK
 	)
@@ -111,7 +110,7 @@ func (s *Server) table() []route {
 		{method: http.MethodPost, path: a + "/tasks/batch", id: "createTasks", summary: "Create up to 1,000 tasks in one transaction; each item is checked on its own (schema, unique key) and answered in order with its own status and the task's id or its error", role: roleAdmin, handler: s.createTasks,
 			request: createTasksRequest{}, status: okay, response: CreatedBatch{}, errors: []int{bad}, idempotent: true, bodyLimit: MaxBatchBodyBytes},
 		{method: http.MethodPost, path: a + "/workflows", id: "createWorkflow", summary: "Create a workflow: its whole graph of tasks at once, or nothing (a cycle, an unknown ref or an invalid item is a 400 naming the item); tasks with dependencies start blocked", role: roleAdmin, handler: s.createWorkflow,
-			request: createWorkflowRequest{}, status: created, response: store.WorkflowView{}, errors: []int{bad, unknownRef}, bodyLimit: MaxBatchBodyBytes},
+			request: createWorkflowRequest{}, status: created, response: store.WorkflowView{}, errors: []int{bad, statusUnknownRef}, bodyLimit: MaxBatchBodyBytes},
 		{method: http.MethodGet, path: a + "/workflows", id: "listWorkflows", summary: "List workflows, newest first, with their status, progress and duration", role: roleAdmin, handler: s.listWorkflows,
 			query:  []param{stringParam("after", "the next_cursor of the previous page"), intParam("limit", 1, 200, "page size (default 50)")},
 			status: okay, response: store.WorkflowPage{}, errors: []int{bad}},
@@ -145,7 +144,7 @@ func (s *Server) table() []route {
 		{method: http.MethodPost, path: a + "/tasks/:id/release", id: "releaseBlockedTask", summary: "Release a blocked task from its dependencies: it becomes pending (claimable) whatever they say", role: roleAdmin, handler: s.releaseTask,
 			request: reasonRequest{}, emptyBody: true, status: okay, response: events.Task{}, errors: []int{bad, notFound, conflict}},
 		{method: http.MethodPost, path: a + "/tasks/:id/assign", id: "assignTask", summary: "Assign a pending task to a worker, with a reason", role: roleAdmin, handler: s.assignTask,
-			request: assignRequest{}, status: okay, response: AssignAnswer{}, errors: []int{bad, notFound, conflict, unknownRef}},
+			request: assignRequest{}, status: okay, response: AssignAnswer{}, errors: []int{bad, notFound, conflict, statusUnknownRef}},
 		{method: http.MethodGet, path: a + "/tasks/:id/assignments", id: "listTaskAssignments", summary: "A task's assignment history, oldest first: admin assignments, claims and releases, with who and why", role: roleAdmin, handler: s.taskAssignments,
 			status: okay, response: []store.Assignment{}, errors: []int{bad, notFound}},
 		{method: http.MethodPost, path: a + "/tasks/:id/retry", id: "retryTask", idempotent: true, summary: "Retry a failed task now, by hand (also after retries were skipped or exhausted)", role: roleAdmin, handler: s.retryTask,

@@ -356,7 +356,7 @@ func (s *Server) scheduleRoutes() []route {
 		{method: http.MethodGet, path: p + "/:id", id: "getSchedule", summary: "Read a schedule", role: roleAdmin, handler: s.getSchedule, tag: tag,
 			status: okay, response: events.Schedule{}, errors: []int{bad, notFound}},
 		{method: http.MethodPut, path: p + "/:id", id: "updateSchedule", summary: "Edit a schedule: the fields given replace the current ones", role: roleAdmin, handler: s.updateSchedule, tag: tag,
-			request: ScheduleRequest{}, status: okay, response: events.Schedule{}, errors: []int{bad, notFound, conflict, http.StatusUnprocessableEntity}},
+			request: ScheduleRequest{}, status: okay, response: events.Schedule{}, errors: []int{bad, notFound, conflict, statusUnknownRef}},
 		{method: http.MethodPost, path: p + "/:id/pause", id: "pauseSchedule", summary: "Pause an active schedule", role: roleAdmin, handler: s.pauseSchedule, tag: tag,
 			request: scheduleReasonRequest{}, emptyBody: true, status: okay, response: events.Schedule{}, errors: []int{bad, notFound, conflict}},
 		{method: http.MethodPost, path: p + "/:id/resume", id: "resumeSchedule", summary: "Resume a paused schedule from its next slot", role: roleAdmin, handler: s.resumeSchedule, tag: tag,

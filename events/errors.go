@@ -103,17 +103,22 @@ func FieldOf(err error) (string, bool) {
 func Under(prefix string, err error) error {
 	var v *ValidationError
 	if errors.As(err, &v) {
-		return &ValidationError{Field: underField(prefix, v.Field), Message: v.Message}
+		return &ValidationError{Field: FieldPath(prefix, v.Field), Message: v.Message}
 	}
 	var u *UnknownReferenceError
 	if errors.As(err, &u) {
-		return &UnknownReferenceError{Field: underField(prefix, u.Field), Kind: u.Kind, ID: u.ID}
+		return &UnknownReferenceError{Field: FieldPath(prefix, u.Field), Kind: u.Kind, ID: u.ID}
 	}
 	return fmt.Errorf("%s: %w", prefix, err)
 }
 
-func underField(prefix, field string) string {
-	if field == "" {
+// FieldPath is field inside prefix: tasks[3] and task_type_id make
+// tasks[3].task_type_id; either may be empty.
+func FieldPath(prefix, field string) string {
+	switch {
+	case prefix == "":
+		return field
+	case field == "":
 		return prefix
 	}
 	return prefix + "." + field
