@@ -149,9 +149,11 @@
       e.detail.shouldSwap = true;
       e.detail.isError = false;
     }
+    // The answer may have been asked for before the user pressed, typed or
+    // checked a box in the region: drop it then, and ask again later.
     const id = regionOf.get(e.detail.xhr);
     const el = id === undefined ? null : document.getElementById(id);
-    if (el && pressed && el.contains(pressed)) {
+    if (el && busy(el)) {
       e.detail.shouldSwap = false;
       stale.add(id);
     }
