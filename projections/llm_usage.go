@@ -2,7 +2,6 @@ package projections
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -14,34 +13,34 @@ import (
 var UsageColumns = []string{"reports", "unpriced_reports", "input_tokens", "output_tokens",
 	"cache_read_tokens", "cache_write_tokens", "cost_micro_usd"}
 
-// UsageTable is one table of LLM usage totals and the key its rows are
-// counted under.
+// UsageTable is one table of LLM usage totals.
 type UsageTable struct {
-	Name string
-	Key  []string
+	SumTable
 	// KeyOf is the key's values for an event (nil: the event does not
-	// count in this table), and KeySQL the same as SQL expressions over a
-	// task_events row e, for replay.
-	KeyOf  func(e events.Envelope, p events.TaskUsageReported) []any
-	KeySQL []string
-	// Only, when set, is the SQL condition an event must meet to count.
-	Only string
+	// count in this table).
+	KeyOf func(e events.Envelope, p events.TaskUsageReported) []any
+}
+
+// usageSums is a usage table's SumTable.
+func usageSums(name string, key, keySQL []string, only string) SumTable {
+	return SumTable{Name: name, Event: events.TaskUsageReported{}.EventType(), Key: key, KeySQL: keySQL, Only: only,
+		Columns: UsageColumns, SumsSQL: UsageDeltaSQL}
 }
 
 // UsageTables are the totals a usage event adds to: per task, per retry
 // chain, per type and team day, per worker and team day.
 var UsageTables = []UsageTable{
-	{Name: "llm_usage_tasks", Key: []string{"task_id"}, KeySQL: []string{"e.stream_id"},
+	{SumTable: usageSums("llm_usage_tasks", []string{"task_id"}, []string{"e.stream_id"}, ""),
 		KeyOf: func(e events.Envelope, _ events.TaskUsageReported) []any { return []any{e.StreamID} }},
-	{Name: "llm_usage_chains", Key: []string{"root_task_id"}, KeySQL: []string{"(e.data->>'root_task_id')::uuid"},
+	{SumTable: usageSums("llm_usage_chains", []string{"root_task_id"}, []string{"(e.data->>'root_task_id')::uuid"}, ""),
 		KeyOf: func(_ events.Envelope, p events.TaskUsageReported) []any { return []any{p.RootTaskID} }},
-	{Name: "llm_usage_type_days", Key: []string{"task_type_id", "day"},
-		KeySQL: []string{"(e.data->>'task_type_id')::uuid", "(e.data->>'day')::date"},
+	{SumTable: usageSums("llm_usage_type_days", []string{"task_type_id", "day"},
+		[]string{"(e.data->>'task_type_id')::uuid", "(e.data->>'day')::date"}, ""),
 		KeyOf: func(_ events.Envelope, p events.TaskUsageReported) []any {
 			return []any{p.TaskTypeID, p.Day}
 		}},
-	{Name: "llm_usage_worker_days", Key: []string{"worker_id", "day"},
-		KeySQL: []string{"(e.data->>'worker_id')::uuid", "(e.data->>'day')::date"}, Only: "e.data ? 'worker_id'",
+	{SumTable: usageSums("llm_usage_worker_days", []string{"worker_id", "day"},
+		[]string{"(e.data->>'worker_id')::uuid", "(e.data->>'day')::date"}, "e.data ? 'worker_id'"),
 		KeyOf: func(_ events.Envelope, p events.TaskUsageReported) []any {
 			if p.WorkerID == "" {
 				return nil
@@ -71,32 +70,10 @@ var UsageDeltaSQL = []string{
 	"sum(round((e.data->>'cost_usd')::numeric * " + fmt.Sprint(events.UsageCostDecimal) + "))",
 }
 
-// AddUsageSQL is the upsert that adds a delta to the row with the key,
-// into the table named into (schema-qualified by replay); its parameters
-// are the key's values, then the counters'.
-func (t UsageTable) AddUsageSQL(into string) string {
-	cols := append(append([]string{}, t.Key...), UsageColumns...)
-	params := make([]string, len(cols))
-	for i := range cols {
-		params[i] = fmt.Sprintf("$%d", i+1)
-	}
-	return fmt.Sprintf("INSERT INTO %s AS u (%s) VALUES (%s) ON CONFLICT (%s) DO UPDATE SET %s",
-		into, strings.Join(cols, ", "), strings.Join(params, ", "), strings.Join(t.Key, ", "), AddCounters("u"))
-}
-
-// AddCounters is the SET list that adds excluded's counters to alias's.
-func AddCounters(alias string) string {
-	sets := make([]string, len(UsageColumns))
-	for i, c := range UsageColumns {
-		sets[i] = fmt.Sprintf("%s = %s.%s + excluded.%s", c, alias, c, c)
-	}
-	return strings.Join(sets, ", ")
-}
-
 var addUsage = func() []string {
 	out := make([]string, len(UsageTables))
 	for i, t := range UsageTables {
-		out[i] = t.AddUsageSQL(t.Name)
+		out[i] = t.AddSQL(t.Name)
 	}
 	return out
 }()

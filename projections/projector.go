@@ -18,6 +18,7 @@ func (Projector) Task(b *pgx.Batch, before, t *events.Task, evs []events.Envelop
 	queueTask(b, before, t)
 	queueCounts(b, before, t)
 	for _, e := range evs {
+		queueWorkerDay(b, e)
 		queueUsage(b, e)
 	}
 	queueTaskTitle(b, before, t)

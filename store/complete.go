@@ -36,7 +36,9 @@ import (
 //
 // cnt keeps task_counts (ADR 010): the guard admits tasks in progress only,
 // so the batch moves n from in progress to completed; nothing is written
-// when nothing was completed.
+// when nothing was completed. wd counts them in their workers' days
+// (projections.WorkerDayCompletions), in worker order so that two batches
+// lock those rows in the same order.
 var completeTasks = `WITH t AS (
     UPDATE worker_tasks w
        SET status = 'completed', completed_at = $3, updated_at = $3, version = w.version + 1
@@ -50,6 +52,10 @@ var completeTasks = `WITH t AS (
     INSERT INTO task_counts AS c (pid, in_progress, completed)
     SELECT pg_backend_pid(), -n, n FROM (SELECT count(*) AS n FROM t) x WHERE n > 0
     ON CONFLICT (pid) DO UPDATE SET in_progress = c.in_progress + excluded.in_progress, completed = c.completed + excluded.completed
+), wd AS (
+    INSERT INTO worker_day_completions AS u (worker_id, day, completed)
+    SELECT t.assigned_to, ($3::timestamptz AT TIME ZONE 'UTC')::date, count(*) FROM t GROUP BY 1 ORDER BY 1
+    ON CONFLICT (worker_id, day) DO UPDATE SET completed = u.completed + excluded.completed
 ), fresh AS (
     ` + freshKeyCompleted + `
 )

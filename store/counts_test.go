@@ -14,8 +14,8 @@ import (
 	"github.com/clawdbot/task-service/events"
 )
 
-// requireExactCounts checks the totals of task_counts against a count of
-// worker_tasks' rows, counter by counter, after step.
+// requireExactCounts checks the totals of task_counts, and each worker's
+// completions per day, against a count of worker_tasks' rows after step.
 func (e *batchEnv) requireExactCounts(t *testing.T, step string) TaskCounts {
 	t.Helper()
 	got, err := e.db.Counts(e.ctx, e.db.pool)
@@ -35,6 +35,14 @@ func (e *batchEnv) requireExactCounts(t *testing.T, step string) TaskCounts {
 		FROM worker_tasks`).Scan(&want.Pending, &want.Queued, &want.InProgress, &want.Completed, &want.Failed,
 		&want.Cancelled, &want.AwaitingRetry, &want.RetriesExhausted, &want.RetriesSkipped, &want.Scheduled))
 	require.Equal(t, want, got, "task_counts after %s", step)
+	var days, differ int
+	require.NoError(t, e.db.pool.QueryRow(e.ctx, `WITH want AS (
+		SELECT assigned_to AS worker_id, (completed_at AT TIME ZONE 'UTC')::date AS day, count(*) AS completed
+		  FROM worker_tasks WHERE status = 'completed' GROUP BY 1, 2)
+		SELECT (SELECT count(*) FROM want),
+		       (SELECT count(*) FROM want FULL JOIN worker_day_completions d USING (worker_id, day)
+		         WHERE want.completed IS DISTINCT FROM d.completed)`).Scan(&days, &differ))
+	require.Zero(t, differ, "worker_day_completions after %s: %d of %d worker days differ from worker_tasks", step, differ, days)
 	return got
 }
 

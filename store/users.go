@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/clawdbot/task-service/events"
+	"github.com/clawdbot/task-service/projections"
 )
 
 const userColumns = `u.id, u.email, u.full_name, u.is_admin, u.is_worker, u.max_concurrent_tasks, u.online, u.created_at, u.version,
@@ -172,15 +173,15 @@ type WorkerView struct {
 }
 
 // workerViewsSQL reads each worker's tasks in progress and waiting for it
-// through worker_tasks_holder and its completions since $1 through
-// worker_tasks_completed: both bounded by what the worker does now or did
-// today, never by its whole history (ADR 010).
+// through worker_tasks_holder, bounded by what the worker does now, and its
+// completions on day $1 from one worker_day_completions row, however busy
+// the day (ADR 010).
 func workerViewsSQL(where string) string {
 	return `SELECT ` + userColumns + `, u.last_activity_at, u.heartbeat_status,
     u.current_task_id, u.heartbeat_metadata,
     (SELECT count(*) FROM worker_tasks t WHERE t.assigned_to = u.id AND t.status = 'in_progress'),
     (SELECT count(*) FROM worker_tasks t WHERE t.assigned_to = u.id AND t.status = 'pending'),
-    (SELECT count(*) FROM worker_tasks t WHERE t.assigned_to = u.id AND t.status = 'completed' AND t.completed_at >= $1)
+    coalesce((SELECT d.completed FROM worker_day_completions d WHERE d.worker_id = u.id AND d.day = $1::date), 0)
   FROM users u WHERE ` + where + ` ORDER BY u.full_name, u.id`
 }
 
@@ -294,12 +295,12 @@ func (db *DB) GetWorkerView(ctx context.Context, id string) (*WorkerView, error)
 // many at most.
 func (db *DB) workerViews(ctx context.Context, where string, limit int, args ...any) ([]WorkerView, error) {
 	now := db.Now()
-	dayStart := now.Truncate(24 * time.Hour)
+	today := projections.UTCDay(now)
 	query := workerViewsSQL(where)
 	if limit > 0 {
 		query += ` LIMIT ` + strconv.Itoa(limit)
 	}
-	rows, err := db.pool.Query(ctx, query, append([]any{dayStart}, args...)...)
+	rows, err := db.pool.Query(ctx, query, append([]any{today}, args...)...)
 	if err != nil {
 		return nil, mapErr(fmt.Errorf("list workers: %w", err))
 	}

@@ -196,16 +196,16 @@ func (r *rebuilder) preflight(ctx context.Context) error {
 func (r *rebuilder) qualified(t table) string { return pgx.Identifier{r.live, t.name}.Sanitize() }
 func (r *rebuilder) fresh(t table) string     { return pgx.Identifier{rebuildSchema, t.name}.Sanitize() }
 
-// swapped names every table the swap replaces: the projections and
-// task_counts, in lock order (task_counts right after worker_tasks: every
-// writer writes its counts right after the task rows).
+// swapped names every table the swap replaces: the projections,
+// task_counts and the sum tables, in lock order (right after worker_tasks:
+// every writer writes its counts right after the task rows).
 func (r *rebuilder) swapped() []string {
 	var out []string
 	for _, t := range r.tables {
 		out = append(out, t.name)
 		if t.name == "worker_tasks" {
 			out = append(out, countsTable)
-			for _, u := range usageTables {
+			for _, u := range sumTables {
 				out = append(out, u.Name)
 			}
 		}
@@ -313,7 +313,7 @@ func (r *rebuilder) load(ctx context.Context) error {
 		return fmt.Errorf("write %s: %w", countsTable, err)
 	}
 	r.rep.Rows[countsTable] = 1
-	if err := r.loadUsage(ctx, r.seen); err != nil {
+	if err := r.loadSums(ctx, r.seen); err != nil {
 		return err
 	}
 	if err := deriveGates(ctx, r.conn, `tt.gated`); err != nil {
@@ -551,11 +551,11 @@ func (r *rebuilder) applyDelta(ctx context.Context, tx pgx.Tx, p *phase) (int64,
 	if err := r.addCounts(ctx, tx, delta); err != nil {
 		return 0, nil, err
 	}
-	usage, err := r.addUsageDelta(ctx, tx)
+	sums, err := r.addSumsDelta(ctx, tx)
 	if err != nil {
 		return 0, nil, err
 	}
-	for name, n := range usage {
+	for name, n := range sums {
 		changed[name] += n
 	}
 	if err := deriveDeltaGates(ctx, tx, f); err != nil {

@@ -153,7 +153,7 @@ func Verify(ctx context.Context, pool *pgxpool.Pool, cfg VerifyConfig) (*Report,
 	if err := verifyCounts(ctx, tx, want, rep); err != nil {
 		return nil, fmt.Errorf("verify: %w", err)
 	}
-	if err := verifyUsage(ctx, tx, rep, cfg.MaxDifferences); err != nil {
+	if err := verifySums(ctx, tx, rep, cfg.MaxDifferences); err != nil {
 		return nil, fmt.Errorf("verify: %w", err)
 	}
 	if err := verifyGates(ctx, tx, rep, cfg.MaxDifferences); err != nil {

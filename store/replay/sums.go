@@ -7,25 +7,21 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/clawdbot/task-service/events"
 	"github.com/clawdbot/task-service/projections"
 )
 
-// The LLM usage totals are counters over many streams (a chain, a type's
-// day), so they are not folded per range of streams like the other
-// projections: replay sums the usage events in SQL, where the event data
-// already says where each one counts (projections.UsageTables). A rebuild
+// The sum tables (LLM usage, a worker's completions per day) are counters
+// over many streams, so they are not folded per range of streams like the
+// other projections: replay sums their events in SQL, where the event data
+// already says where each one counts (projections.SumTables). A rebuild
 // sums the snapshot's events into the fresh tables after the load and adds
 // each catch-up's new events; Verify compares the sums with the live rows.
 
-var usageTables = projections.UsageTables
+var sumTables = projections.SumTables()
 
-// usageEvents is the type of the events the totals sum.
-var usageEvents = events.TaskUsageReported{}.EventType()
-
-// usageSums selects t's rows as the sums of the usage events meeting where.
-func usageSums(t projections.UsageTable, where string) string {
-	cond := "e.type = '" + usageEvents + "' AND " + where
+// eventSums selects t's rows as the sums of its events meeting where.
+func eventSums(t projections.SumTable, where string) string {
+	cond := "e.type = '" + t.Event + "' AND " + where
 	if t.Only != "" {
 		cond += " AND " + t.Only
 	}
@@ -34,20 +30,20 @@ func usageSums(t projections.UsageTable, where string) string {
 		group[i] = fmt.Sprint(i + 1)
 	}
 	return fmt.Sprintf(`SELECT %s, %s FROM task_events e WHERE %s GROUP BY %s`,
-		strings.Join(t.KeySQL, ", "), strings.Join(projections.UsageDeltaSQL, ", "), cond, strings.Join(group, ", "))
+		strings.Join(t.KeySQL, ", "), strings.Join(t.SumsSQL, ", "), cond, strings.Join(group, ", "))
 }
 
-func usageColumns(t projections.UsageTable) string {
-	return strings.Join(append(append([]string{}, t.Key...), projections.UsageColumns...), ", ")
+func sumColumns(t projections.SumTable) string {
+	return strings.Join(append(append([]string{}, t.Key...), t.Columns...), ", ")
 }
 
-// loadUsage writes the totals of the events visible in snapshot into the
+// loadSums writes the totals of the events visible in snapshot into the
 // fresh tables.
-func (r *rebuilder) loadUsage(ctx context.Context, snapshot string) error {
-	for _, t := range usageTables {
+func (r *rebuilder) loadSums(ctx context.Context, snapshot string) error {
+	for _, t := range sumTables {
 		tag, err := r.conn.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (%s) %s`,
-			pgx.Identifier{rebuildSchema, t.Name}.Sanitize(), usageColumns(t),
-			usageSums(t, `pg_visible_in_snapshot(e.tx_id, $1::text::pg_snapshot)`)), snapshot)
+			pgx.Identifier{rebuildSchema, t.Name}.Sanitize(), sumColumns(t),
+			eventSums(t, `pg_visible_in_snapshot(e.tx_id, $1::text::pg_snapshot)`)), snapshot)
 		if err != nil {
 			return fmt.Errorf("write %s: %w", t.Name, err)
 		}
@@ -56,17 +52,17 @@ func (r *rebuilder) loadUsage(ctx context.Context, snapshot string) error {
 	return nil
 }
 
-// addUsageDelta adds the usage events r.seen could not see to the fresh
-// totals, in tx; it returns the new rows per table.
-func (r *rebuilder) addUsageDelta(ctx context.Context, tx pgx.Tx) (map[string]int64, error) {
+// addSumsDelta adds the events r.seen could not see to the fresh totals,
+// in tx; it returns the new rows per table.
+func (r *rebuilder) addSumsDelta(ctx context.Context, tx pgx.Tx) (map[string]int64, error) {
 	added := map[string]int64{}
-	for _, t := range usageTables {
+	for _, t := range sumTables {
 		fresh := pgx.Identifier{rebuildSchema, t.Name}.Sanitize()
 		var n int64
 		err := tx.QueryRow(ctx, fmt.Sprintf(`WITH up AS (
     INSERT INTO %s AS u (%s) %s ON CONFLICT (%s) DO UPDATE SET %s RETURNING xmax = 0 AS inserted
 ) SELECT count(*) FILTER (WHERE inserted) FROM up`,
-			fresh, usageColumns(t), usageSums(t, afterSeen), strings.Join(t.Key, ", "), projections.AddCounters("u")), r.seen).Scan(&n)
+			fresh, sumColumns(t), eventSums(t, afterSeen), strings.Join(t.Key, ", "), t.AddCounters("u")), r.seen).Scan(&n)
 		if err != nil {
 			return nil, fmt.Errorf("catch up %s: %w", t.Name, err)
 		}
@@ -75,17 +71,17 @@ func (r *rebuilder) addUsageDelta(ctx context.Context, tx pgx.Tx) (map[string]in
 	return added, nil
 }
 
-// verifyUsage compares each live usage table with the sums of the events,
+// verifySums compares each live sum table with the sums of the events,
 // both ways, in tx's snapshot.
-func verifyUsage(ctx context.Context, tx pgx.Tx, rep *Report, max int) error {
-	for _, t := range usageTables {
+func verifySums(ctx context.Context, tx pgx.Tx, rep *Report, max int) error {
+	for _, t := range sumTables {
 		var on, lkeys, rkeys, lcols, rcols []string
 		for _, k := range t.Key {
 			q := pgx.Identifier{k}.Sanitize()
 			on = append(on, "l."+q+" = r."+q)
 			lkeys, rkeys = append(lkeys, "l."+q+"::text"), append(rkeys, "r."+q+"::text")
 		}
-		for _, c := range projections.UsageColumns {
+		for _, c := range t.Columns {
 			lcols, rcols = append(lcols, "l."+c), append(rcols, "r."+c)
 		}
 		rows, err := tx.Query(ctx, fmt.Sprintf(`SELECT concat_ws(' ', %s), concat_ws(' ', %s), l.%s IS NOT NULL, r.%s IS NOT NULL,
@@ -94,13 +90,13 @@ func verifyUsage(ctx context.Context, tx pgx.Tx, rep *Report, max int) error {
  WHERE (%s) IS DISTINCT FROM (%s)`,
 			strings.Join(lkeys, ", "), strings.Join(rkeys, ", "), t.Key[0], t.Key[0],
 			textCols(lcols), textCols(rcols),
-			pgx.Identifier{t.Name}.Sanitize(), usageSums(t, "true"), usageColumns(t), strings.Join(on, " AND "),
+			pgx.Identifier{t.Name}.Sanitize(), eventSums(t, "true"), sumColumns(t), strings.Join(on, " AND "),
 			strings.Join(lcols, ", "), strings.Join(rcols, ", ")))
 		if err != nil {
 			return fmt.Errorf("verify %s: %w", t.Name, err)
 		}
 		td := TableDiff{}
-		n := len(projections.UsageColumns)
+		n := len(t.Columns)
 		for rows.Next() {
 			var lkey, rkey string
 			var inLive, inFold bool
@@ -123,11 +119,11 @@ func verifyUsage(ctx context.Context, tx pgx.Tx, rep *Report, max int) error {
 				rep.Truncated = true
 				continue
 			}
-			d := Difference{Table: t.Name, Key: lkey, Columns: projections.UsageColumns}
+			d := Difference{Table: t.Name, Key: lkey, Columns: t.Columns}
 			switch {
 			case inLive && inFold:
 				d.Side, d.Live, d.Events = Changed, vals[:n], vals[n:]
-				for i, c := range projections.UsageColumns {
+				for i, c := range t.Columns {
 					if !sameValue(vals[i], vals[n+i]) {
 						d.Changed = append(d.Changed, c)
 					}

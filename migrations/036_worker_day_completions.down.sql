@@ -1,0 +1,1 @@
+DROP TABLE IF EXISTS worker_day_completions;
