@@ -40,7 +40,7 @@ func testDigest(t *testing.T, late bool) {
 	bot := newBotFake(t, func(int) (int, string) { return 0, "" })
 	// The digest will be due when the team's day turns, after the day's
 	// work below: its LLM usage is the last whole team day's.
-	due := time.Now().Add(45 * time.Second).Truncate(time.Second)
+	due := time.Now().Add(60 * time.Second).Truncate(time.Second)
 	c := newCluster(t, 3, "TELEGRAM_ENABLED=true", "TELEGRAM_BOT_TOKEN="+tgToken, "TELEGRAM_CHAT_ID=-100777",
 		"TELEGRAM_API_BASE="+bot.srv.URL, "TELEGRAM_WINDOW=200ms", "DIGEST_AT=off", "DIGEST_TZ="+zone,
 		"DAY_STARTS_AT="+due.In(loc).Format("15:04:05"))
