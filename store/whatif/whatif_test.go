@@ -1,0 +1,285 @@
+package whatif_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/clawdbot/task-service/events"
+	"github.com/clawdbot/task-service/projections"
+	"github.com/clawdbot/task-service/reactors"
+	"github.com/clawdbot/task-service/store"
+	"github.com/clawdbot/task-service/store/storetest"
+	"github.com/clawdbot/task-service/store/whatif"
+)
+
+// skipPermanent is the advisor: SKIP for reasons that say "permanent".
+type skipPermanent struct{}
+
+func (skipPermanent) Advise(_ context.Context, req reactors.AdviceRequest) (reactors.Advice, error) {
+	if strings.Contains(req.Reason, "permanent") {
+		return reactors.Advice{Skip: true, Reason: "the input is wrong"}, nil
+	}
+	return reactors.Advice{Hint: "look again"}, nil
+}
+
+// history is a known log made by the real write path and the real retry
+// reactor: each chain's fate is chosen, the reactor decides.
+type history struct {
+	t      *testing.T
+	ctx    context.Context
+	pool   *pgxpool.Pool
+	db     *store.DB
+	worker string
+}
+
+func newHistory(t *testing.T) *history {
+	t.Helper()
+	ctx := context.Background()
+	pool := storetest.NewPool(t)
+	hub := store.NewHub()
+	db, err := store.New(pool, store.Config{Projector: projections.Projector{}, AfterCommit: hub.Wake})
+	require.NoError(t, err)
+	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
+	retry, err := reactors.NewRetry(reactors.RetryConfig{DB: db, Advisor: skipPermanent{}, InstanceID: "test", Logger: log})
+	require.NoError(t, err)
+	runner, err := reactors.NewRunner(reactors.RunnerConfig{DB: db, Hub: hub, InstanceID: "test", Reactors: retry.Reactors(),
+		CatchUp: 200 * time.Millisecond, Logger: log})
+	require.NoError(t, err)
+	rctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = runner.Run(rctx) })
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	u, err := db.CreateUser(ctx, events.UserRegistered{Email: "w@workers.example.com", FullName: "W", IsWorker: true,
+		MaxConcurrentTasks: 1}, "worker-password", "x", events.Meta{Actor: events.System("test")})
+	require.NoError(t, err)
+	return &history{t: t, ctx: ctx, pool: pool, db: db, worker: u.ID}
+}
+
+var admin = events.Meta{Actor: events.System("test")}
+
+func (h *history) taskType(name string, maxRetries int) *events.TaskType {
+	tt, err := h.db.CreateTaskType(h.ctx, events.TaskTypeSpec{Name: name, SOP: "Do it.", MaxRetries: maxRetries}, admin)
+	require.NoError(h.t, err)
+	return tt
+}
+
+// chain creates a task and plays fates on it and its retries, one per
+// attempt: "ok", "cancel", or a failure "error:<reason>", "offline",
+// "timeout", each failure waiting for the reactor's decision.
+func (h *history) chain(tt *events.TaskType, fates ...string) string {
+	h.t.Helper()
+	t, err := h.db.CreateTask(h.ctx, h.pool, store.NewTaskParams{TaskTypeID: tt.ID, NewTaskParams: events.NewTaskParams{
+		Title: "t", Params: []byte(`{}`), Priority: events.PriorityHigh}}, admin)
+	require.NoError(h.t, err)
+	root, id := t.ID, t.ID
+	wm := events.Meta{Actor: events.Actor{Kind: events.ActorWorker, ID: h.worker}}
+	for _, fate := range fates {
+		if fate == "cancel" {
+			_, _, err := h.db.UpdateTask(h.ctx, h.pool, id, admin, func(t *events.Task) ([]events.Payload, error) { return t.Cancel("test", "") })
+			require.NoError(h.t, err)
+			return root
+		}
+		claimed, err := h.db.Claim(h.ctx, h.worker, wm)
+		require.NoError(h.t, err)
+		require.Equal(h.t, id, claimed.ID)
+		switch kind, reason, _ := strings.Cut(fate, ":"); kind {
+		case "ok":
+			_, _, err := h.db.CompleteTask(h.ctx, id, h.worker, wm)
+			require.NoError(h.t, err)
+			return root
+		case "error":
+			_, _, err := h.db.UpdateTask(h.ctx, h.pool, id, wm, func(t *events.Task) ([]events.Payload, error) {
+				return t.Fail(h.worker, events.FailureError, reason, nil)
+			})
+			require.NoError(h.t, err)
+		default:
+			evidence := `{"started_at": "` + claimed.StartedAt.Format(time.RFC3339Nano) + `", "offline_threshold_seconds": 600, "stuck_threshold_seconds": 900}`
+			did, err := h.db.FailInProgress(h.ctx, id, store.SystemFailure{StartedAt: *claimed.StartedAt, Kind: map[string]string{
+				"offline": events.FailureWorkerOffline, "timeout": events.FailureTimeout}[kind], Reason: "system", Evidence: json.RawMessage(evidence)}, admin)
+			require.NoError(h.t, err)
+			require.True(h.t, did)
+		}
+		next := h.decided(id)
+		if next == "" {
+			return root
+		}
+		id = next
+	}
+	return root
+}
+
+// decided waits for the reactor's decision on id: its retry's id, or "".
+func (h *history) decided(id string) string {
+	h.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var outcome, retry *string
+		err := h.pool.QueryRow(h.ctx, `SELECT retry_outcome, (SELECT id::text FROM worker_tasks r WHERE r.parent_task_id = t.id)
+			FROM worker_tasks t WHERE id = $1`, id).Scan(&outcome, &retry)
+		require.NoError(h.t, err)
+		if outcome != nil && (*outcome != "retried" || retry != nil) {
+			if retry == nil {
+				return ""
+			}
+			return *retry
+		}
+		require.False(h.t, time.Now().After(deadline), "the retry reactor did not decide on %s", id)
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (h *history) whatIf(policy string) *whatif.Report {
+	h.t.Helper()
+	p, err := whatif.ParsePolicy([]byte(policy))
+	require.NoError(h.t, err)
+	rep, err := whatif.Run(h.ctx, h.pool, whatif.Config{Policy: p, Since: 24 * time.Hour, SampleSize: 100})
+	require.NoError(h.t, err)
+	return rep
+}
+
+func sampleRoots(rep *whatif.Report) []string {
+	var ids []string
+	for _, c := range rep.Sample {
+		ids = append(ids, c.RootTaskID)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// exhaustedRoots reads from the projections, not the log, the roots of
+// the chains whose last task failed with a retriable kind and exhausted
+// its retries.
+func exhaustedRoots(t *testing.T, pool *pgxpool.Pool) []string {
+	rows, err := pool.Query(context.Background(), `WITH RECURSIVE up AS (
+		    SELECT id, parent_task_id FROM worker_tasks
+		     WHERE status = 'failed' AND retry_outcome = 'exhausted' AND failure_kind IN ('error', 'worker_offline', 'timeout')
+		    UNION ALL
+		    SELECT w.id, w.parent_task_id FROM worker_tasks w JOIN up ON w.id = up.parent_task_id)
+		SELECT id::text FROM up WHERE parent_task_id IS NULL ORDER BY 1`)
+	require.NoError(t, err)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return ids
+}
+
+func TestWhatIfKnownHistory(t *testing.T) {
+	t.Parallel()
+	h := newHistory(t)
+	crawl, build := h.taskType("crawl", 1), h.taskType("build", 2)
+	retriedThenDone := h.chain(crawl, "error:tests failed", "ok")
+	crawlExhausted := h.chain(crawl, "error:tests failed", "error:tests failed")
+	h.chain(crawl, "error:permanent: bad input")
+	offlineExhausted := h.chain(crawl, "offline", "timeout")
+	buildExhausted := h.chain(build, "error:flaky", "offline", "error:flaky")
+	h.chain(build, "ok")
+	h.chain(build, "cancel")
+	h.chain(build, "error:flaky", "ok")
+
+	want := []string{crawlExhausted, offlineExhausted, buildExhausted}
+	sort.Strings(want)
+	require.Equal(t, want, exhaustedRoots(t, h.pool), "the history has the chains it was built with")
+
+	t.Run("one more retry reports exactly the exhausted chains", func(t *testing.T) {
+		rep := h.whatIf(`{"types": {"crawl": {"max_retries": 2}, "build": {"max_retries": 3}}}`)
+		require.Equal(t, int64(8), rep.Totals.Chains)
+		require.Equal(t, want, sampleRoots(rep))
+		require.Equal(t, int64(3), rep.Totals.Changed)
+		require.Equal(t, int64(3), rep.Totals.Retried)
+		require.Equal(t, int64(3), rep.Totals.OutcomeUnknown)
+		require.Zero(t, rep.Totals.NotRetried+rep.Totals.Skipped+rep.Totals.NotSkipped+rep.Totals.FailedByDetector+rep.Totals.NotFailedByDetector)
+		require.Equal(t, map[string]int64{"exhausted": 3, "completed": 3, "skipped": 1, "cancelled": 1}, rep.Totals.Recorded)
+		require.Equal(t, map[string]int64{"unknown": 3, "completed": 3, "skipped": 1, "cancelled": 1}, rep.Totals.Simulated)
+		require.Len(t, rep.Types, 2)
+		require.Equal(t, "build", rep.Types[0].Type)
+		require.Equal(t, int64(1), rep.Types[0].Changed)
+		require.Equal(t, int64(2), rep.Types[1].Changed)
+	})
+
+	t.Run("the current policy changes nothing", func(t *testing.T) {
+		rep := h.whatIf(`{"worker_offline_after": "10m", "types": {"crawl": {"max_retries": 1, "retry_backoff_seconds": 0, "skip_advised": true},
+			"build": {"max_retries": 2, "skip_reasons": []}}}`)
+		require.Equal(t, int64(8), rep.Totals.Chains)
+		require.Zero(t, rep.Totals.Changed, "%+v", rep.Sample)
+		require.Empty(t, rep.Sample)
+		require.Equal(t, rep.Totals.Recorded, rep.Totals.Simulated)
+		require.Equal(t, int64(8), rep.Totals.TimeCompared)
+	})
+
+	t.Run("skip rules end chains at a permanent failure", func(t *testing.T) {
+		rep := h.whatIf(`{"types": {"crawl": {"skip_reasons": ["^tests failed$"], "skip_advised": false}}}`)
+		require.Equal(t, int64(2), rep.Totals.Skipped, "%+v", rep.Sample)
+		require.Equal(t, int64(1), rep.Totals.NotSkipped, "the advised skip is retried")
+		byRoot := map[string]whatif.Change{}
+		for _, c := range rep.Sample {
+			byRoot[c.RootTaskID] = c
+		}
+		require.Equal(t, "skipped", byRoot[retriedThenDone].Simulated)
+		require.Contains(t, byRoot[retriedThenDone].Changes, "not_retried")
+		require.Equal(t, "skipped", byRoot[crawlExhausted].Simulated)
+	})
+
+	t.Run("nothing is written", func(t *testing.T) {
+		var before, after int64
+		require.NoError(t, h.pool.QueryRow(h.ctx, `SELECT count(*) FROM task_events`).Scan(&before))
+		h.whatIf(`{"types": {"crawl": {"max_retries": 5}}}`)
+		require.NoError(t, h.pool.QueryRow(h.ctx, `SELECT count(*) FROM task_events`).Scan(&after))
+		require.Equal(t, before, after)
+	})
+
+	t.Run("a type the database does not have is refused by name", func(t *testing.T) {
+		p, err := whatif.ParsePolicy([]byte(`{"types": {"crawler": {"max_retries": 2}}}`))
+		require.NoError(t, err)
+		_, err = whatif.Run(h.ctx, h.pool, whatif.Config{Policy: p, Since: time.Hour})
+		var v *events.ValidationError
+		require.True(t, errors.As(err, &v), "%v", err)
+		require.Equal(t, "types.crawler", v.Field)
+	})
+}
+
+func TestParsePolicyRefusesBadFiles(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ raw, field string }{
+		{`{"types": {"crawl": {"max_retries": 2}}`, "policy"},
+		{`not json`, "policy"},
+		{`[]`, "policy"},
+		{`null`, "policy"},
+		{`{"max_retries": 2}`, "max_retries"},
+		{`{"types": {"crawl": {"max_retries": -1}}}`, "types.crawl.max_retries"},
+		{`{"types": {"crawl": {"max_retries": "3"}}}`, "types.crawl.max_retries"},
+		{`{"types": {"crawl": {"max_retry": 3}}}`, "types.crawl.max_retry"},
+		{`{"types": {"crawl": {"retry_backoff_seconds": -5}}}`, "types.crawl.retry_backoff_seconds"},
+		{`{"types": {"crawl": {"skip_reasons": ["("]}}}`, "types.crawl.skip_reasons[0]"},
+		{`{"types": {"crawl": null}}`, "types.crawl"},
+		{`{"worker_offline_after": "0s"}`, "worker_offline_after"},
+		{`{"worker_offline_after": "-1m"}`, "worker_offline_after"},
+		{`{"worker_offline_after": "soon"}`, "worker_offline_after"},
+		{`{"worker_offline_after": 600}`, "worker_offline_after"},
+		{`{"types": {"crawl": {}}} {}`, "policy"},
+		{`{"x": "` + strings.Repeat("a", whatif.MaxPolicyBytes) + `"}`, "policy"},
+	} {
+		_, err := whatif.ParsePolicy([]byte(tc.raw))
+		var v *events.ValidationError
+		require.True(t, errors.As(err, &v), "%.60s: %v", tc.raw, err)
+		require.Equal(t, tc.field, v.Field, "%.60s: %v", tc.raw, err)
+	}
+	for _, s := range []string{"0d", "367d", "-1h", "", "1y", "30"} {
+		_, err := whatif.ParseSince(s)
+		require.Error(t, err, s)
+	}
+	d, err := whatif.ParseSince("30d")
+	require.NoError(t, err)
+	require.Equal(t, 30*24*time.Hour, d)
+	_ = fmt.Sprint
+}
