@@ -278,6 +278,7 @@ var tagDocs = map[string]string{
 	"usage":      "LLM usage: what workers report, its totals, and the budgets that pause a type",
 	"freshness":  "Freshness rules: a watchlist of keys whose stale data gets a task on its own",
 	"workflows":  "Workflows: a graph of tasks created at once, each waiting for its dependencies",
+	"replay":     "What-if replay: a changed retry and offline policy re-run over the recorded events",
 }
 
 // tagName is the route's tag, or the first fixed path segment after the

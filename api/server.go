@@ -86,6 +86,7 @@ type Server struct {
 	uploads    map[string]bool  // "METHOD /path" of the routes that stream uploads (rawBody)
 	keyLocks   keyLocks         // requests with one Idempotency-Key on this instance, one at a time
 	bodyLimits map[string]int64 // "METHOD /path" of the routes whose bodies may exceed MaxBodyBytes
+	whatIfSlot chan struct{}    // one what-if replay at a time on this instance
 }
 
 // route is one endpoint: the table registers handlers and documents them
@@ -142,7 +143,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, db: cfg.DB, log: cfg.Logger, schemas: newSchemas(), dummyHash: dummy}
+	s := &Server{cfg: cfg, db: cfg.DB, log: cfg.Logger, schemas: newSchemas(), dummyHash: dummy, whatIfSlot: make(chan struct{}, 1)}
 	s.metrics = newMetrics(cfg.Registry)
 	s.drain = newDrainer()
 	s.names = newNameCache(cfg.DB, cfg.Now)

@@ -14,7 +14,7 @@ import (
 )
 
 var replaySpec = cmdSpec{
-	name: "replay", args: "[--verify] [--database-url URL] [flags]",
+	name: "replay", args: "[--verify | --what-if POLICY.json --since 30d] [--database-url URL] [flags]",
 	summary: "Rebuild every projection (users, task_types, worker_tasks, task_titles, worker_task_updates,\n" +
 		"task_assignments, task_data, task_checkpoints, schedules, schedule_firings, task_counts) from\n" +
 		"the event log, talking to the database directly.\n" +
@@ -22,9 +22,17 @@ var replaySpec = cmdSpec{
 		"  --verify  fold the log inside one REPEATABLE READ READ ONLY transaction and diff the rows\n" +
 		"            both ways against the live tables; print each difference; exit 1 if any.\n" +
 		"  (none)    rebuild into fresh tables and swap them in. Writers keep going meanwhile: the events\n" +
-		"            they append are folded in before the swap, which locks them out for a moment only.\n\n" +
+		"            they append are folded in before the swap, which locks them out for a moment only.\n" +
+		"  --what-if POLICY.json  re-run a changed retry and offline policy over the events of the last\n" +
+		"            --since (30d, 12h; at most 366d), in memory, writing nothing, and report what would have\n" +
+		"            differed: chains retried or not, skipped or not, failed by the stuck detector or not, and\n" +
+		"            the time to their final outcome; totals, per type and a sample of changed chains.\n" +
+		"            POLICY.json: {\"worker_offline_after\": \"20m\", \"types\": {\"crawl\": {\"max_retries\": 4,\n" +
+		"            \"retry_backoff_seconds\": 30, \"skip_advised\": true, \"skip_reasons\": [\"^invalid input\"]}}};\n" +
+		"            a field left out keeps what the log recorded.\n\n" +
 		"Progress goes to standard error: a bar with events/s on a terminal, plain lines otherwise.",
 	example: "DATABASE_URL=postgres://localhost/taskservice taskctl replay --verify\n" +
+		"taskctl replay --what-if policy.json --since 30d\n" +
 		"taskctl replay --database-url postgres://localhost/taskservice",
 }
 
@@ -35,6 +43,9 @@ func (a *app) replay(args []string) int {
 	dbURL := fs.String("database-url", a.getenv("DATABASE_URL"), "PostgreSQL URL (default $DATABASE_URL)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	maxDiffs := fs.Int("max-differences", 100, "differences printed per table (all are counted)")
+	whatIf := fs.String("what-if", "", "simulate the policy in this JSON file instead (read only)")
+	since := fs.String("since", "30d", "with --what-if: the window, in days (30d) or a duration (12h), at most 366d")
+	sample := fs.Int("sample", 20, "with --what-if: changed chains listed (at most 1000)")
 	seed := fs.Int("seed-synthetic", 0, "benchmarks only: write this many synthetic events into an empty database, then stop")
 	_, code, ok := a.parseArgs(fs, spec, args, 0, "")
 	if !ok {
@@ -42,6 +53,9 @@ func (a *app) replay(args []string) int {
 	}
 	if *dbURL == "" {
 		return a.fail(spec.name, usagef("no database: give --database-url or set DATABASE_URL"))
+	}
+	if *whatIf != "" {
+		return a.whatIf(spec.name, *dbURL, *whatIf, *since, *sample, *asJSON)
 	}
 	// The fold of one range of streams is a heap that lives for a while:
 	// collecting it less often is faster, and the soft limit keeps the

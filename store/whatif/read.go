@@ -2,6 +2,7 @@ package whatif
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"time"
@@ -47,7 +48,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Report, error) {
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 
 	r := &run{cfg: cfg, sim: &sim{silences: map[string][]silence{}, maxRetries: map[string]int{}},
-		open: map[string]taskRef{}, byType: map[string]*Counts{}, typeName: map[string]string{}, names: map[string]string{}}
+		open: map[string]taskRef{}, byType: map[string]*ChainCounts{}, typeName: map[string]string{}, names: map[string]string{}}
 	if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&r.sim.until); err != nil {
 		return nil, fmt.Errorf("what-if: %w", err)
 	}
@@ -74,13 +75,17 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Report, error) {
 		}
 	}
 	el := time.Since(start)
-	rep := &Report{Since: cutoff, Until: r.sim.until, Policy: cfg.Policy, Events: r.events, Partial: r.partial,
+	policy, err := json.Marshal(cfg.Policy)
+	if err != nil {
+		return nil, err
+	}
+	rep := &Report{Since: cutoff, Until: r.sim.until, Policy: policy, Events: r.events, Partial: r.partial,
 		ElapsedSeconds: el.Seconds(), Totals: r.totals, Types: sortedTypes(r.byType), Sample: r.sample}
 	if el > 0 {
 		rep.EventsPerSec = float64(r.events) / el.Seconds()
 	}
 	if rep.Sample == nil {
-		rep.Sample = []Change{}
+		rep.Sample = []ChangedChain{}
 	}
 	if rep.Totals.Recorded == nil {
 		rep.Totals.Recorded, rep.Totals.Simulated = map[string]int64{}, map[string]int64{}
@@ -94,9 +99,9 @@ type run struct {
 	open     map[string]taskRef // every task of the chains not ended yet
 	typeName map[string]string  // type id -> name
 	names    map[string]string  // type name -> id
-	totals   Counts
-	byType   map[string]*Counts
-	sample   []Change
+	totals   ChainCounts
+	byType   map[string]*ChainCounts
+	sample   []ChangedChain
 	events   int64
 	partial  int64
 }
@@ -331,7 +336,7 @@ func (r *run) finish(c *chain) {
 	changes := r.totals.tally(rec, sim)
 	tc := r.byType[name]
 	if tc == nil {
-		tc = &Counts{}
+		tc = &ChainCounts{}
 		r.byType[name] = tc
 	}
 	tc.tally(rec, sim)

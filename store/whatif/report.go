@@ -1,15 +1,17 @@
 package whatif
 
 import (
+	"encoding/json"
 	"sort"
 	"time"
 )
 
 // Report says what the policy would have changed over the window.
 type Report struct {
-	Since  time.Time `json:"since"`
-	Until  time.Time `json:"until"`
-	Policy *Policy   `json:"policy"`
+	Since time.Time `json:"since"`
+	Until time.Time `json:"until"`
+	// Policy is the policy simulated, as ParsePolicy reads it.
+	Policy json.RawMessage `json:"policy"`
 	// Events is how many task events the run read; Elapsed how long it took.
 	Events         int64   `json:"events"`
 	ElapsedSeconds float64 `json:"elapsed_seconds"`
@@ -17,16 +19,16 @@ type Report struct {
 	// Partial counts task events of chains that began before the window,
 	// which are not simulated.
 	Partial int64        `json:"partial_events"`
-	Totals  Counts       `json:"totals"`
+	Totals  ChainCounts  `json:"totals"`
 	Types   []TypeCounts `json:"types"`
 	// Sample lists changed chains, the first SampleSize in the order their
 	// chains ended.
-	Sample []Change `json:"sample"`
+	Sample []ChangedChain `json:"sample"`
 }
 
-// Counts tally chains (a task and its retries, by the first task created
+// ChainCounts tally chains (a task and its retries, by the first task created
 // within the window).
-type Counts struct {
+type ChainCounts struct {
 	Chains  int64 `json:"chains"`
 	Changed int64 `json:"changed"`
 	// Retried: chains with more retries under the policy; NotRetried, fewer.
@@ -59,11 +61,11 @@ type Counts struct {
 // TypeCounts are one task type's counts.
 type TypeCounts struct {
 	Type string `json:"type"`
-	Counts
+	ChainCounts
 }
 
-// Change is one chain that the policy changes.
-type Change struct {
+// ChangedChain is one chain that the policy changes.
+type ChangedChain struct {
 	RootTaskID string `json:"root_task_id"`
 	Type       string `json:"type"`
 	Recorded   string `json:"recorded_outcome"`
@@ -78,7 +80,7 @@ type Change struct {
 
 // tally compares a chain's recorded and simulated paths into c and says
 // what changed.
-func (c *Counts) tally(rec, sim path) []string {
+func (c *ChainCounts) tally(rec, sim path) []string {
 	c.Chains++
 	if c.Recorded == nil {
 		c.Recorded, c.Simulated = map[string]int64{}, map[string]int64{}
@@ -133,8 +135,8 @@ func (c *Counts) tally(rec, sim path) []string {
 	return changes
 }
 
-func newChange(c *chain, typeName string, rec, sim path, changes []string) Change {
-	ch := Change{RootTaskID: c.root, Type: typeName, Recorded: rec.outcome, Simulated: sim.outcome, Changes: changes}
+func newChange(c *chain, typeName string, rec, sim path, changes []string) ChangedChain {
+	ch := ChangedChain{RootTaskID: c.root, Type: typeName, Recorded: rec.outcome, Simulated: sim.outcome, Changes: changes}
 	if d, ok := rec.duration(); ok {
 		s := d.Seconds()
 		ch.RecordedSeconds = &s
@@ -146,10 +148,10 @@ func newChange(c *chain, typeName string, rec, sim path, changes []string) Chang
 	return ch
 }
 
-func sortedTypes(m map[string]*Counts) []TypeCounts {
+func sortedTypes(m map[string]*ChainCounts) []TypeCounts {
 	out := make([]TypeCounts, 0, len(m))
 	for name, c := range m {
-		out = append(out, TypeCounts{Type: name, Counts: *c})
+		out = append(out, TypeCounts{Type: name, ChainCounts: *c})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Type < out[j].Type })
 	return out

@@ -221,7 +221,7 @@ func TestWhatIfKnownHistory(t *testing.T) {
 		rep := h.whatIf(`{"types": {"crawl": {"skip_reasons": ["^tests failed$"], "skip_advised": false}}}`)
 		require.Equal(t, int64(2), rep.Totals.Skipped, "%+v", rep.Sample)
 		require.Equal(t, int64(1), rep.Totals.NotSkipped, "the advised skip is retried")
-		byRoot := map[string]whatif.Change{}
+		byRoot := map[string]whatif.ChangedChain{}
 		for _, c := range rep.Sample {
 			byRoot[c.RootTaskID] = c
 		}

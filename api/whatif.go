@@ -1,0 +1,92 @@
+package api
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/clawdbot/task-service/store/whatif"
+)
+
+// whatIfQuery are the what-if replay's parameters; the UI page and the
+// API share them.
+func whatIfQuery() []param {
+	return []param{
+		{name: "since", doc: "the window: days (30d) or a duration (12h), at most 366d (default 30d)",
+			schema: map[string]any{"type": "string", "pattern": `^[0-9]+(d|h|m)$`, "maxLength": 8, "default": "30d", "example": "30d"}},
+		{name: "policy", doc: "the policy as one JSON object (at most 16 KiB): worker_offline_after (a duration) and types by name, each with " +
+			"max_retries, retry_backoff_seconds, skip_advised and skip_reasons (regular expressions matched against a failure's reason); a field left out keeps what the log recorded",
+			schema: map[string]any{"type": "string", "maxLength": whatif.MaxPolicyBytes,
+				"example": `{"worker_offline_after": "20m", "types": {"reddit_crawl": {"max_retries": 4, "skip_reasons": ["^HTTP 404"]}}}`}},
+		intParam("sample", 1, 1000, "changed chains listed (default 20)"),
+	}
+}
+
+// whatIfRequest is a what-if replay's parsed parameters.
+type whatIfRequest struct {
+	policy *whatif.Policy
+	since  time.Duration
+	sample int
+}
+
+// parseWhatIf reads the parameters; errors name the parameter (and the
+// policy's field) at fault.
+func parseWhatIf(c echo.Context) (whatIfRequest, error) {
+	var r whatIfRequest
+	since := c.QueryParam("since")
+	if since == "" {
+		since = "30d"
+	}
+	d, err := whatif.ParseSince(since)
+	if err != nil {
+		return r, err
+	}
+	raw := c.QueryParam("policy")
+	if raw == "" {
+		raw = "{}"
+	}
+	p, err := whatif.ParsePolicy([]byte(raw))
+	if err != nil {
+		return r, err
+	}
+	n, err := intQueryParam(c, "sample", 1, 1000, 20)
+	if err != nil {
+		return r, err
+	}
+	return whatIfRequest{policy: p, since: d, sample: n}, nil
+}
+
+// whatIf re-runs a changed policy over the recorded events, reading only.
+// One runs at a time per instance: each holds its window's open chains.
+func (s *Server) whatIf(c echo.Context) error {
+	req, err := parseWhatIf(c)
+	if err != nil {
+		return err
+	}
+	rep, err := s.runWhatIf(c, req)
+	if err != nil {
+		return err
+	}
+	return ok(c, http.StatusOK, rep)
+}
+
+func (s *Server) runWhatIf(c echo.Context, req whatIfRequest) (*whatif.Report, error) {
+	select {
+	case s.whatIfSlot <- struct{}{}:
+		defer func() { <-s.whatIfSlot }()
+	default:
+		return nil, rateLimited(5*time.Second, "a what-if replay is running on this instance")
+	}
+	return whatif.Run(c.Request().Context(), s.db.Pool().Pool, whatif.Config{Policy: req.policy, Since: req.since, SampleSize: req.sample})
+}
+
+// WhatIfReplay runs a what-if replay for the admin UI with the API's
+// parameters and bounds.
+func (s *Server) WhatIfReplay(c echo.Context) (*whatif.Report, error) {
+	req, err := parseWhatIf(c)
+	if err != nil {
+		return nil, err
+	}
+	return s.runWhatIf(c, req)
+}
