@@ -17,6 +17,7 @@ type Projector struct{}
 func (Projector) Task(b *pgx.Batch, before, t *events.Task, evs []events.Envelope) {
 	queueTask(b, before, t)
 	queueCounts(b, before, t)
+	queueScheduleCounts(b, before, t)
 	for _, e := range evs {
 		queueWorkerDay(b, e)
 		queueUsage(b, e)

@@ -58,6 +58,8 @@ var completeTasks = `WITH t AS (
     ON CONFLICT (worker_id, day) DO UPDATE SET completed = u.completed + excluded.completed
 ), fresh AS (
     ` + freshKeyCompleted + `
+), sched AS (
+    ` + scheduleCompleted + `
 )
 SELECT ` + taskColumns + ` FROM t`
 
@@ -67,6 +69,17 @@ SELECT ` + taskColumns + ` FROM t`
 // wrote): a probe of the keys' unique index for those tasks only.
 var freshKeyCompleted = projections.KeyTaskEnded("t.unique_key", "t.task_type_id", "$3", "true", "t.id", ", t") +
 	" AND t.unique_key LIKE 'fresh:%'"
+
+// scheduleCompleted counts the completed executions of schedules in this
+// process's rows of schedule_counts, as the projector does for every other
+// end of a task (projections.ExecutionOutcome: a completed task is the last
+// of its chain). The original task is read from the statement's snapshot,
+// where its start is already what it will stay.
+var scheduleCompleted = `INSERT INTO schedule_counts AS c (schedule_id, pid, completed, timed, seconds)
+    SELECT t.schedule_id, pg_backend_pid(), count(*), count(d.s), coalesce(sum(d.s), 0)
+      FROM t, LATERAL (SELECT extract(epoch FROM t.completed_at - ` + projections.ExecutionStart + `)::float8 AS s) d
+     WHERE t.schedule_id IS NOT NULL AND t.schedule_run IS NOT NULL
+     GROUP BY t.schedule_id` + projections.AddScheduleCounts
 
 // completeRequest is one completion, its event data and meta marshalled.
 type completeRequest struct {

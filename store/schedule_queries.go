@@ -78,19 +78,24 @@ func scanExecution(row pgx.Row) (Execution, error) {
 	return e, nil
 }
 
-// ScheduleExecutions pages through a schedule's executions, newest first;
-// before is the run number the previous page ended at (0: the start).
+// ScheduleExecutions pages through a schedule's kept executions (see
+// PruneScheduleHistory), newest first; before is the run number the
+// previous page ended at (0: the start).
 func (db *DB) ScheduleExecutions(ctx context.Context, id string, before, limit int) ([]Execution, error) {
 	if _, err := db.GetSchedule(ctx, db.pool, id); err != nil {
+		return nil, err
+	}
+	from, err := db.historyFromRun(ctx, db.pool, id)
+	if err != nil {
 		return nil, err
 	}
 	if limit <= 0 || limit > 500 {
 		limit = 50
 	}
-	args := []any{id, limit}
-	where := ""
+	args := []any{id, limit, from}
+	where := "AND w.schedule_run >= $3"
 	if before > 0 {
-		where, args = "AND w.schedule_run < $3", append(args, before)
+		where, args = where+" AND w.schedule_run < $4", append(args, before)
 	}
 	sql := fmt.Sprintf(executionsSQL, where, "LIMIT $2") + ` SELECT ` + executionColumns + ` FROM executions ORDER BY run DESC`
 	rows, err := db.pool.Query(ctx, sql, args...)
@@ -107,6 +112,17 @@ func (db *DB) ScheduleExecutions(ctx context.Context, id string, before, limit i
 	return out, nil
 }
 
+// historyFromRun is the first run of schedule id's kept history (0 before
+// any pruning).
+func (db *DB) historyFromRun(ctx context.Context, q Querier, id string) (int, error) {
+	var from int
+	err := q.QueryRow(ctx, `SELECT coalesce((SELECT from_run FROM schedule_history WHERE schedule_id = $1), 0)`, id).Scan(&from)
+	if err != nil {
+		return 0, mapErr(fmt.Errorf("schedule history: %w", err))
+	}
+	return from, nil
+}
+
 // LastFailure is the most recent execution that ended failed.
 type LastFailure struct {
 	Run    int       `json:"run"`
@@ -115,7 +131,9 @@ type LastFailure struct {
 	At     time.Time `json:"at"`
 }
 
-// ScheduleStats sums up a schedule's executions.
+// ScheduleStats sums up a schedule's executions. Every figure but the p95
+// comes from counters kept as executions end (schedule_counts), so pruning
+// the history changes none of them.
 type ScheduleStats struct {
 	Runs         int `json:"runs"`
 	Completed    int `json:"completed"`
@@ -126,42 +144,47 @@ type ScheduleStats struct {
 	FireFailures int `json:"fire_failures"`
 	// SuccessRate is completed / finished executions; nil before any ended.
 	SuccessRate *float64 `json:"success_rate"`
-	// Durations of finished executions (first start to last finish).
+	// Durations of finished executions (first start to last finish): the
+	// average over all of them, the p95 over the kept history.
 	AvgDurationSeconds *float64     `json:"avg_duration_seconds"`
 	P95DurationSeconds *float64     `json:"p95_duration_seconds"`
 	LastFailure        *LastFailure `json:"last_failure"`
 }
 
-// GetScheduleStats computes runs, success rate, average and p95 duration
-// and the last failure of a schedule.
+// GetScheduleStats reads runs, success rate, average duration and the last
+// failure of a schedule from its counters (a few rows, whatever its
+// history), and the p95 duration from its kept executions.
 func (db *DB) GetScheduleStats(ctx context.Context, id string) (*ScheduleStats, error) {
 	s, err := db.GetSchedule(ctx, db.pool, id)
 	if err != nil {
 		return nil, err
 	}
-	st := &ScheduleStats{Skipped: s.Skips, FireFailures: s.FireFailures}
-	sql := fmt.Sprintf(executionsSQL, "", "") + `, durations AS (
-	    SELECT extract(epoch FROM completed_at - started_at)::float8 AS d FROM executions
-	     WHERE outcome IN ('completed', 'failed', 'cancelled') AND started_at IS NOT NULL AND completed_at IS NOT NULL)
-	SELECT count(*)::int,
-	       count(*) FILTER (WHERE outcome = 'completed')::int,
-	       count(*) FILTER (WHERE outcome = 'failed')::int,
-	       count(*) FILTER (WHERE outcome = 'cancelled')::int,
-	       (SELECT avg(d) FROM durations),
-	       (SELECT percentile_cont(0.95) WITHIN GROUP (ORDER BY d) FROM durations),
-	       (SELECT jsonb_build_object('run', run, 'task_id', last_task_id, 'reason', coalesce(failure_reason, ''), 'at', completed_at)
-	          FROM executions WHERE outcome = 'failed' ORDER BY run DESC LIMIT 1)
-	  FROM executions`
+	from, err := db.historyFromRun(ctx, db.pool, id)
+	if err != nil {
+		return nil, err
+	}
+	st := &ScheduleStats{Runs: s.Runs, Skipped: s.Skips, FireFailures: s.FireFailures}
+	var timed int64
+	var seconds float64
 	var last []byte
-	err = db.pool.QueryRow(ctx, sql, id).Scan(&st.Runs, &st.Completed, &st.Failed, &st.Cancelled,
-		&st.AvgDurationSeconds, &st.P95DurationSeconds, &last)
+	err = db.pool.QueryRow(ctx, `SELECT coalesce(sum(completed), 0)::int, coalesce(sum(failed), 0)::int,
+	       coalesce(sum(cancelled), 0)::int, coalesce(sum(timed), 0)::bigint, coalesce(sum(seconds), 0)::float8,
+	       (array_agg(jsonb_build_object('run', last_failure_run, 'task_id', last_failure_task_id,
+	                  'reason', coalesce(last_failure_reason, ''), 'at', last_failure_at))
+	          FILTER (WHERE last_failure_run IS NOT NULL))[1]
+	  FROM (SELECT * FROM schedule_counts WHERE schedule_id = $1 ORDER BY last_failure_run DESC NULLS LAST) c`, id).
+		Scan(&st.Completed, &st.Failed, &st.Cancelled, &timed, &seconds, &last)
 	if err != nil {
 		return nil, mapErr(fmt.Errorf("schedule stats: %w", err))
 	}
-	st.Unfinished = st.Runs - st.Completed - st.Failed - st.Cancelled
+	st.Unfinished = max(st.Runs-st.Completed-st.Failed-st.Cancelled, 0)
 	if finished := st.Completed + st.Failed + st.Cancelled; finished > 0 {
 		r := float64(st.Completed) / float64(finished)
 		st.SuccessRate = &r
+	}
+	if timed > 0 {
+		avg := seconds / float64(timed)
+		st.AvgDurationSeconds = &avg
 	}
 	if last != nil {
 		st.LastFailure = &LastFailure{}
@@ -169,6 +192,12 @@ func (db *DB) GetScheduleStats(ctx context.Context, id string) (*ScheduleStats, 
 			return nil, fmt.Errorf("schedule stats: last failure: %w", err)
 		}
 		st.LastFailure.At = st.LastFailure.At.UTC()
+	}
+	sql := fmt.Sprintf(executionsSQL, "AND w.schedule_run >= $2", "") + `
+	SELECT percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM completed_at - started_at)::float8)
+	  FROM executions WHERE outcome IN ('completed', 'failed', 'cancelled') AND started_at IS NOT NULL AND completed_at IS NOT NULL`
+	if err := db.pool.QueryRow(ctx, sql, id, from).Scan(&st.P95DurationSeconds); err != nil {
+		return nil, mapErr(fmt.Errorf("schedule stats: p95: %w", err))
 	}
 	return st, nil
 }

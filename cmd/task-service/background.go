@@ -47,6 +47,10 @@ type backgroundConfig struct {
 	// scheduleMinInterval lowers the one-minute floor of schedule
 	// intervals; only tests set it (TASK_SERVICE_TEST_MIN_SCHEDULE_INTERVAL).
 	scheduleMinInterval time.Duration
+	// What each schedule's history keeps, and how often it is pruned.
+	scheduleHistoryDays  int
+	scheduleHistoryRuns  int
+	scheduleHistoryEvery time.Duration
 
 	// Freshness rules: tasks for stale keys.
 	freshness        bool
@@ -73,9 +77,27 @@ func (c *backgroundConfig) register(fs *flag.FlagSet) {
 	c.digest.register(fs)
 	fs.BoolVar(&c.scheduler, "scheduler", true, "fire due schedules on this instance (env SCHEDULER)")
 	fs.DurationVar(&c.schedulerCatchUp, "scheduler-catch-up", 30*time.Second, "the scheduler looks for due schedules this often even without a wake (env SCHEDULER_CATCH_UP)")
+	fs.IntVar(&c.scheduleHistoryDays, "schedule-history-days", 30, "a schedule's executions fired more than this many days ago are pruned from its history; its stats keep counting them (env SCHEDULE_HISTORY_DAYS)")
+	fs.IntVar(&c.scheduleHistoryRuns, "schedule-history-runs", 100, "a schedule's history keeps its last this many executions at most; its stats keep counting the others (env SCHEDULE_HISTORY_RUNS)")
+	fs.DurationVar(&c.scheduleHistoryEvery, "schedule-history-prune-interval", 10*time.Minute, "how often an instance that runs the scheduler prunes schedule histories (env SCHEDULE_HISTORY_PRUNE_INTERVAL)")
 	fs.BoolVar(&c.freshness, "freshness", true, "create the tasks of freshness rules for stale keys on this instance (env FRESHNESS)")
 	fs.DurationVar(&c.freshnessCatchUp, "freshness-catch-up", 30*time.Second, "freshness rules are looked at this often even without a wake (env FRESHNESS_CATCH_UP)")
 	c.monitor.register(fs)
+}
+
+// checkScheduleHistory refuses limits that would keep nothing.
+func (c *backgroundConfig) checkScheduleHistory() error {
+	var errs []error
+	if c.scheduleHistoryDays < 1 {
+		errs = append(errs, fmt.Errorf("SCHEDULE_HISTORY_DAYS=%d: want a whole number of days, at least 1", c.scheduleHistoryDays))
+	}
+	if c.scheduleHistoryRuns < 1 {
+		errs = append(errs, fmt.Errorf("SCHEDULE_HISTORY_RUNS=%d: want a whole number of executions, at least 1", c.scheduleHistoryRuns))
+	}
+	if c.scheduleHistoryEvery < time.Second {
+		errs = append(errs, fmt.Errorf("SCHEDULE_HISTORY_PRUNE_INTERVAL=%s: want a duration of at least 1s, such as 10m", c.scheduleHistoryEvery))
+	}
+	return errors.Join(errs...)
 }
 
 // readTestKnobs reads the two settings only tests use (no flag twins, so
@@ -181,6 +203,12 @@ func (b *background) addWorkers(cfg config, db *store.DB, reg prometheus.Registe
 			return err
 		}
 		b.workers = append(b.workers, sched.Run)
+		history, err := reactors.NewScheduleHistory(reactors.ScheduleHistoryConfig{DB: db, Every: bg.scheduleHistoryEvery,
+			Limits: store.HistoryLimits{Days: bg.scheduleHistoryDays, Runs: bg.scheduleHistoryRuns}, Logger: log})
+		if err != nil {
+			return err
+		}
+		b.workers = append(b.workers, history.Run)
 	}
 	if bg.freshness {
 		fresh, err := reactors.NewFreshness(reactors.FreshnessConfig{DB: db, Hub: b.hub, Check: api.NewParamsCheck(),

@@ -165,6 +165,9 @@ func loadSettings(fs *flag.FlagSet, cfg *config, args []string, lookup func(stri
 	if cfg.tokenTTL < time.Second {
 		return fmt.Errorf("TOKEN_TTL=%s: want a duration of at least 1s, such as 24h", cfg.tokenTTL)
 	}
+	if err := cfg.bg.checkScheduleHistory(); err != nil {
+		return err
+	}
 	return cfg.bg.readTestKnobs(lookup)
 }
 

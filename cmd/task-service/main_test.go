@@ -495,14 +495,19 @@ func TestHelpAndConfigErrors(t *testing.T) {
 	// the start, naming the variable, the value and what is accepted, and
 	// nothing is touched (no log line, no migration).
 	for env, want := range map[string]string{
-		"TOKEN_TTL=7d":          `TOKEN_TTL="7d": want a duration with a unit, such as 90s, 30m or 24h`,
-		"BCRYPT_COST=abc":       `BCRYPT_COST="abc": want a whole number`,
-		"BCRYPT_COST=40":        `BCRYPT_COST=40: want a whole number from 4 to 31`,
-		"REACTORS=maybe":        `REACTORS="maybe": want true or false (also 1/0, yes/no, on/off)`,
-		"LOG_LEVEL=verbose":     `LOG_LEVEL="verbose": want one of debug, info, warn, error`,
-		"TELEGRAM_UPDATES=push": `TELEGRAM_UPDATES="push": want one of webhook, poll`,
-		"STUCK_TICK=-5s":        `--stuck-tick (STUCK_TICK): is -5s; it must not be negative`,
-		"DB_MAX_CONNS=0":        `DB_MAX_CONNS=0: want at least 1`,
+		"TOKEN_TTL=7d":                       `TOKEN_TTL="7d": want a duration with a unit, such as 90s, 30m or 24h`,
+		"BCRYPT_COST=abc":                    `BCRYPT_COST="abc": want a whole number`,
+		"BCRYPT_COST=40":                     `BCRYPT_COST=40: want a whole number from 4 to 31`,
+		"REACTORS=maybe":                     `REACTORS="maybe": want true or false (also 1/0, yes/no, on/off)`,
+		"LOG_LEVEL=verbose":                  `LOG_LEVEL="verbose": want one of debug, info, warn, error`,
+		"TELEGRAM_UPDATES=push":              `TELEGRAM_UPDATES="push": want one of webhook, poll`,
+		"STUCK_TICK=-5s":                     `--stuck-tick (STUCK_TICK): is -5s; it must not be negative`,
+		"DB_MAX_CONNS=0":                     `DB_MAX_CONNS=0: want at least 1`,
+		"SCHEDULE_HISTORY_DAYS=0":            `SCHEDULE_HISTORY_DAYS=0: want a whole number of days, at least 1`,
+		"SCHEDULE_HISTORY_RUNS=ten":          `SCHEDULE_HISTORY_RUNS="ten": want a whole number`,
+		"SCHEDULE_HISTORY_RUNS=0":            `SCHEDULE_HISTORY_RUNS=0: want a whole number of executions, at least 1`,
+		"SCHEDULE_HISTORY_DAYS=1.5":          `SCHEDULE_HISTORY_DAYS="1.5": want a whole number`,
+		"SCHEDULE_HISTORY_PRUNE_INTERVAL=0s": `SCHEDULE_HISTORY_PRUNE_INTERVAL=0s: want a duration of at least 1s`,
 	} {
 		code, out = runCmd(t, baseEnv("DATABASE_URL="+dbURL, "LISTEN_ADDR="+freeAddr(t), "JWT_SECRET=e2e-secret-0123456789abcdef", env))
 		require.Equal(t, 2, code, out)

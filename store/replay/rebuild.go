@@ -644,6 +644,9 @@ func (r *rebuilder) trySwap(ctx context.Context, wait time.Duration) (time.Durat
 	if err := r.carryOver(ctx, tx); err != nil {
 		return 0, err
 	}
+	if err := r.dropPruned(ctx, tx); err != nil {
+		return 0, err
+	}
 	if _, err := tx.Exec(ctx, `DROP TABLE `+strings.Join(live, ", ")); err != nil {
 		return 0, fmt.Errorf("drop the live tables: %w", err)
 	}
@@ -697,6 +700,21 @@ func (r *rebuilder) carryOver(ctx context.Context, tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, fmt.Sprintf(`UPDATE %s f SET %s FROM %s l WHERE %s`,
 			r.fresh(t), strings.Join(sets, ", "), r.qualified(t), strings.Join(on, " AND "))); err != nil {
 			return fmt.Errorf("carry over %s: %w", t.name, err)
+		}
+	}
+	return nil
+}
+
+// dropPruned deletes from the fresh tables the rows the live ones pruned
+// on purpose (table.pruned), as recorded when the swap locks them.
+func (r *rebuilder) dropPruned(ctx context.Context, tx pgx.Tx) error {
+	for _, t := range r.tables {
+		if t.pruned == nil {
+			continue
+		}
+		history := pgx.Identifier{r.live, "schedule_history"}.Sanitize()
+		if _, err := tx.Exec(ctx, `DELETE FROM `+r.fresh(t)+` r WHERE `+t.pruned(history)); err != nil {
+			return fmt.Errorf("drop the pruned rows of %s: %w", t.name, err)
 		}
 	}
 	return nil

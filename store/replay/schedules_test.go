@@ -84,3 +84,79 @@ func TestVerifyAndRebuildWithSchedules(t *testing.T) {
 	require.Equal(t, 1, indexes)
 	requireClean(t, verify(t, pool))
 }
+
+// The firing rows a schedule's history no longer keeps were deleted on
+// purpose: verify does not report them, a rebuild does not bring them
+// back, and a row deleted by anything else is still a difference.
+func TestPrunedFiringsStayOutOfReplay(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := storetest.NewPool(t)
+	var offset atomic.Int64
+	db, err := store.New(pool, store.Config{Projector: projections.Projector{},
+		Now: func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }})
+	require.NoError(t, err)
+	admin := events.Meta{Actor: events.System("test")}
+	tt, err := db.CreateTaskType(ctx, events.TaskTypeSpec{Name: "crawl"}, admin)
+	require.NoError(t, err)
+	start := time.Now().Add(time.Hour).Truncate(time.Minute)
+	s, err := db.CreateSchedule(ctx, events.ScheduleSpec{Name: "s", Overlap: events.OverlapAllow,
+		Task:           events.ScheduleTemplate{TaskTypeID: tt.ID, Title: "crawl", Params: json.RawMessage(`{"n":1}`)},
+		ScheduleTiming: events.ScheduleTiming{Interval: &events.Interval{Every: 1, Unit: events.UnitMinutes}, StartAt: &start}},
+		nil, admin)
+	require.NoError(t, err)
+	for m := range 6 {
+		offset.Store(int64(time.Until(start.Add(time.Duration(m)*time.Minute + time.Second))))
+		_, err := db.FireDue(ctx, 100, nil)
+		require.NoError(t, err)
+	}
+	rep, err := db.PruneScheduleHistory(ctx, store.HistoryLimits{Days: 30, Runs: 2})
+	require.NoError(t, err)
+	require.EqualValues(t, 4, rep.Firings)
+	require.EqualValues(t, 2, count(t, pool, `SELECT count(*) FROM schedule_firings`))
+	requireClean(t, verify(t, pool))
+
+	_, err = replay.Rebuild(ctx, pool, replay.RebuildConfig{})
+	require.NoError(t, err)
+	require.EqualValues(t, 2, count(t, pool, `SELECT count(*) FROM schedule_firings`), "the rebuild keeps them out")
+	requireClean(t, verify(t, pool))
+
+	_, err = pool.Exec(ctx, `DELETE FROM schedule_firings WHERE schedule_id = $1 AND run = 6`, s.ID)
+	require.NoError(t, err)
+	v := verify(t, pool)
+	require.False(t, v.Clean(), "a kept row that is missing is still a difference")
+	require.Equal(t, "schedule_firings", v.Differences[0].Table)
+}
+
+// Verify recounts each schedule's ended executions from the tasks and
+// reports a schedule whose counters disagree.
+func TestVerifyChecksScheduleCounters(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := storetest.NewPool(t)
+	db, err := store.New(pool, store.Config{Projector: projections.Projector{}})
+	require.NoError(t, err)
+	admin := events.Meta{Actor: events.System("test")}
+	tt, err := db.CreateTaskType(ctx, events.TaskTypeSpec{Name: "crawl"}, admin)
+	require.NoError(t, err)
+	start := time.Now().Add(time.Hour)
+	s, err := db.CreateSchedule(ctx, events.ScheduleSpec{Name: "s",
+		Task:           events.ScheduleTemplate{TaskTypeID: tt.ID, Title: "crawl", Params: json.RawMessage(`{"n":1}`)},
+		ScheduleTiming: events.ScheduleTiming{Interval: &events.Interval{Every: 1, Unit: events.UnitHours}, StartAt: &start}},
+		nil, admin)
+	require.NoError(t, err)
+	_, task, err := db.RunScheduleNow(ctx, s.ID, nil, admin)
+	require.NoError(t, err)
+	_, _, err = db.UpdateTask(ctx, pool, task.ID, admin, func(x *events.Task) ([]events.Payload, error) {
+		return x.Cancel(admin.Actor.ID, "not needed")
+	})
+	require.NoError(t, err)
+	requireClean(t, verify(t, pool))
+
+	_, err = pool.Exec(ctx, `UPDATE schedule_counts SET cancelled = cancelled + 2 WHERE schedule_id = $1`, s.ID)
+	require.NoError(t, err)
+	v := verify(t, pool)
+	require.False(t, v.Clean())
+	require.Equal(t, "schedule_counts", v.Differences[0].Table)
+	require.Equal(t, []string{"cancelled"}, v.Differences[0].Changed)
+}

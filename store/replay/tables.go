@@ -36,6 +36,17 @@ type table struct {
 	// are written (gates.go): neither compared with the fold nor carried
 	// over from the live table.
 	derived []string
+	// pruned, when set, is the condition on a row r that the live table
+	// deleted it on purpose (the history a schedule no longer keeps), given
+	// the qualified name of the table that records what was pruned: replay
+	// leaves such rows out, so the fold equals the live table.
+	pruned func(history string) string
+}
+
+// prunedFirings: the schedule_firings rows before the first one a
+// schedule's kept history starts at (store.PruneScheduleHistory).
+func prunedFirings(history string) string {
+	return `EXISTS (SELECT 1 FROM ` + history + ` h WHERE h.schedule_id = r.schedule_id AND r.version < h.from_version)`
 }
 
 // tables lists every projection rebuilt from events, in the order they are
@@ -112,7 +123,8 @@ func tables() []table {
 		},
 		{
 			name: "schedule_firings", columns: projections.FiringColumns, key: []string{"schedule_id", "version"}, stream: "schedule_id",
-			rows: func(f *fold) (int, pgx.CopyFromSource) { return len(f.firings), pgx.CopyFromRows(f.firings) },
+			rows:   func(f *fold) (int, pgx.CopyFromSource) { return len(f.firings), pgx.CopyFromRows(f.firings) },
+			pruned: prunedFirings,
 		},
 		{
 			name: "freshness_rules", columns: projections.FreshnessRuleColumns, key: []string{"id"}, stream: "id",

@@ -165,6 +165,9 @@ func Verify(ctx context.Context, pool *pgxpool.Pool, cfg VerifyConfig) (*Report,
 	if err := verifyDepsLeft(ctx, tx, rep, cfg.MaxDifferences); err != nil {
 		return nil, fmt.Errorf("verify: %w", err)
 	}
+	if err := verifyScheduleCounts(ctx, tx, rep, cfg.MaxDifferences); err != nil {
+		return nil, fmt.Errorf("verify: %w", err)
+	}
 	rep.Elapsed = time.Since(start)
 	return rep, nil
 }
@@ -285,14 +288,18 @@ func (d *differ) diff(ctx context.Context, tx pgx.Tx, r streamRange, f *fold, ma
 		order = append(order, "coalesce(l."+q+", r."+q+")")
 	}
 	k0 := pgx.Identifier{t.key[0]}.Sanitize()
+	kept := "true"
+	if t.pruned != nil {
+		kept = "NOT " + t.pruned("schedule_history")
+	}
 	rows, err := tx.Query(ctx, fmt.Sprintf(`SELECT l.%s IS NOT NULL, r.%s IS NOT NULL, %s
 		FROM (SELECT %s FROM %s WHERE %s) l
-		FULL JOIN (SELECT %s FROM unnest(%s) AS u(%s)) r ON %s
+		FULL JOIN (SELECT * FROM (SELECT %s FROM unnest(%s) AS u(%s)) r WHERE %s) r ON %s
 		WHERE (%s) IS DISTINCT FROM (%s)
 		ORDER BY %s`,
 		k0, k0, strings.Join(sel, ", "),
 		quoteIdents(t.columns), pgx.Identifier{t.name}.Sanitize(), where,
-		strings.Join(casts, ", "), strings.Join(unnest, ", "), strings.Join(names, ", "), strings.Join(on, " AND "),
+		strings.Join(casts, ", "), strings.Join(unnest, ", "), strings.Join(names, ", "), kept, strings.Join(on, " AND "),
 		strings.Join(left, ", "), strings.Join(right, ", "), strings.Join(order, ", ")), args...)
 	if err != nil {
 		return td, nil, false, err

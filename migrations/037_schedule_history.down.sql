@@ -1,0 +1,2 @@
+DROP TABLE IF EXISTS schedule_history;
+DROP TABLE IF EXISTS schedule_counts;
