@@ -341,8 +341,14 @@ func (a *app) schedulesShow(args []string) int {
 	if st.SuccessRate != nil {
 		row("Success rate", fmt.Sprintf("%.0f %%", *st.SuccessRate*100))
 	}
-	if st.AvgDurationSeconds != nil && st.P95DurationSeconds != nil {
-		row("Duration", fmt.Sprintf("avg %s, p95 %s", secondsF(*st.AvgDurationSeconds), secondsF(*st.P95DurationSeconds)))
+	// The average counts every execution; the p95 only the kept history,
+	// which may hold none.
+	if st.AvgDurationSeconds != nil {
+		d := "avg " + secondsF(*st.AvgDurationSeconds)
+		if st.P95DurationSeconds != nil {
+			d += ", p95 " + secondsF(*st.P95DurationSeconds)
+		}
+		row("Duration", d)
 	}
 	if lf := st.LastFailure; lf != nil {
 		row("Last failure", fmt.Sprintf("run #%d %s: %s (task %s)", lf.Run, fmtTime(lf.At), clip(lf.Reason, 80), lf.TaskID))
