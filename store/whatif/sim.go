@@ -179,7 +179,10 @@ func (s *sim) walk(c *chain, tp *TypePolicy, offline *time.Duration) path {
 		default:
 			r.retries++
 			recorded := a.decision == decRetried || a.decision == decManual
-			if fresh || !recorded || i+1 == len(c.attempts) {
+			if recorded && !fresh && i+1 == len(c.attempts) {
+				return r // the retry exists but the window ends before its first event
+			}
+			if fresh || !recorded {
 				// A retry the log never ran has no recorded outcome.
 				r.outcome = OutcomeUnknown
 				return r

@@ -149,6 +149,11 @@ func (h *history) whatIf(policy string) *whatif.Report {
 	return rep
 }
 
+func sorted(ids []string) []string {
+	sort.Strings(ids)
+	return ids
+}
+
 func sampleRoots(rep *whatif.Report) []string {
 	var ids []string
 	for _, c := range rep.Sample {
@@ -228,6 +233,18 @@ func TestWhatIfKnownHistory(t *testing.T) {
 		require.Equal(t, "skipped", byRoot[retriedThenDone].Simulated)
 		require.Contains(t, byRoot[retriedThenDone].Changes, "not_retried")
 		require.Equal(t, "skipped", byRoot[crawlExhausted].Simulated)
+	})
+
+	t.Run("a longer offline threshold fails the detector's attempts later", func(t *testing.T) {
+		// The evidence has no heartbeat (silent since the claim) and a 15 min
+		// stuck threshold: the rule's time moves from claim+15m to claim+30m.
+		rep := h.whatIf(`{"worker_offline_after": "30m"}`)
+		require.Equal(t, int64(2), rep.Totals.Changed, "%+v", rep.Sample)
+		require.Equal(t, int64(2), rep.Totals.Later)
+		require.Equal(t, int64(2), rep.Totals.TimeCompared-6)
+		require.InDelta(t, 2*15*60/8.0, rep.Totals.MeanTimeChangeSeconds, 0.001)
+		require.Equal(t, sorted([]string{buildExhausted, offlineExhausted}), sampleRoots(rep))
+		require.Zero(t, rep.Totals.NotFailedByDetector+rep.Totals.OutcomeUnknown)
 	})
 
 	t.Run("nothing is written", func(t *testing.T) {
