@@ -289,3 +289,32 @@ func backfillSQL(t *testing.T) string {
 	require.Positive(t, i)
 	return string(b[i:])
 }
+
+// The stats sum a schedule's rows of every server process, and the last
+// failure is the one with the highest run, whichever row holds it.
+func TestScheduleStatsSumTheProcessRows(t *testing.T) {
+	t.Parallel()
+	start := time.Now().Add(time.Hour).Truncate(time.Minute)
+	h := newHistoryEnv(t, start.Add(-time.Hour))
+	s := h.create(t, func(sp *events.ScheduleSpec) { sp.StartAt = &start; sp.MaxFailures = 0 })
+	h.end(t, h.fireAt(t, start), "failed")
+	for _, row := range []struct{ pid, completed, lastRun int }{{pid: 1, completed: 2, lastRun: 7}, {pid: 2, completed: 3, lastRun: 5}} {
+		_, err := h.db.pool.Exec(h.ctx, `INSERT INTO schedule_counts (schedule_id, pid, completed, last_failure_run,
+			last_failure_task_id, last_failure_reason, last_failure_at) VALUES ($1, $2, $3, $4, gen_random_uuid(), 'row', now())`,
+			s.ID, row.pid, row.completed, row.lastRun)
+		require.NoError(t, err)
+	}
+	st, err := h.db.GetScheduleStats(h.ctx, s.ID)
+	require.NoError(t, err)
+	require.Equal(t, 5, st.Completed)
+	require.Equal(t, 1, st.Failed)
+	require.Equal(t, 7, st.LastFailure.Run)
+
+	h.prune(t, 30, 100)
+	var rows int
+	require.NoError(t, h.db.pool.QueryRow(h.ctx, `SELECT count(*) FROM schedule_counts WHERE schedule_id = $1`, s.ID).Scan(&rows))
+	require.Equal(t, 1, rows)
+	folded, err := h.db.GetScheduleStats(h.ctx, s.ID)
+	require.NoError(t, err)
+	require.Equal(t, st, folded, "folding the rows changes no stat")
+}

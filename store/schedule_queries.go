@@ -170,9 +170,9 @@ func (db *DB) GetScheduleStats(ctx context.Context, id string) (*ScheduleStats, 
 	err = db.pool.QueryRow(ctx, `SELECT coalesce(sum(completed), 0)::int, coalesce(sum(failed), 0)::int,
 	       coalesce(sum(cancelled), 0)::int, coalesce(sum(timed), 0)::bigint, coalesce(sum(seconds), 0)::float8,
 	       (array_agg(jsonb_build_object('run', last_failure_run, 'task_id', last_failure_task_id,
-	                  'reason', coalesce(last_failure_reason, ''), 'at', last_failure_at))
+	                  'reason', coalesce(last_failure_reason, ''), 'at', last_failure_at) ORDER BY last_failure_run DESC)
 	          FILTER (WHERE last_failure_run IS NOT NULL))[1]
-	  FROM (SELECT * FROM schedule_counts WHERE schedule_id = $1 ORDER BY last_failure_run DESC NULLS LAST) c`, id).
+	  FROM schedule_counts WHERE schedule_id = $1`, id).
 		Scan(&st.Completed, &st.Failed, &st.Cancelled, &timed, &seconds, &last)
 	if err != nil {
 		return nil, mapErr(fmt.Errorf("schedule stats: %w", err))
