@@ -63,6 +63,10 @@ type Config struct {
 	// Telegram configures the bot's commands (the webhook is off without
 	// its secret).
 	Telegram TelegramConfig
+	// WhatIfBudget bounds one what-if replay's run through the API, under
+	// the HTTP write timeout (default 60 s); a window that needs longer
+	// is refused as too large, for taskctl to run.
+	WhatIfBudget time.Duration
 }
 
 // Server is the HTTP API.
@@ -142,6 +146,9 @@ func New(cfg Config) (*Server, error) {
 	dummy, err := bcrypt.GenerateFromPassword([]byte("timing-equalizer"), cfg.BcryptCost)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.WhatIfBudget <= 0 {
+		cfg.WhatIfBudget = 60 * time.Second
 	}
 	s := &Server{cfg: cfg, db: cfg.DB, log: cfg.Logger, schemas: newSchemas(), dummyHash: dummy, whatIfSlot: make(chan struct{}, 1)}
 	s.metrics = newMetrics(cfg.Registry)

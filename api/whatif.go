@@ -1,11 +1,13 @@
 package api
 
 import (
+	"context"
 	"net/http"
 	"time"
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/clawdbot/task-service/events"
 	"github.com/clawdbot/task-service/store/whatif"
 )
 
@@ -58,7 +60,8 @@ func parseWhatIf(c echo.Context) (whatIfRequest, error) {
 }
 
 // whatIf re-runs a changed policy over the recorded events, reading only.
-// One runs at a time per instance: each holds its window's open chains.
+// One runs at a time per instance: each holds its window's open chains;
+// each is bounded by Config.WhatIfBudget.
 func (s *Server) whatIf(c echo.Context) error {
 	req, err := parseWhatIf(c)
 	if err != nil {
@@ -78,7 +81,14 @@ func (s *Server) runWhatIf(c echo.Context, req whatIfRequest) (*whatif.Report, e
 	default:
 		return nil, rateLimited(5*time.Second, "a what-if replay is running on this instance")
 	}
-	return whatif.Run(c.Request().Context(), s.db.Pool().Pool, whatif.Config{Policy: req.policy, Since: req.since, SampleSize: req.sample})
+	ctx, cancel := context.WithTimeout(c.Request().Context(), s.cfg.WhatIfBudget)
+	defer cancel()
+	rep, err := whatif.Run(ctx, s.db.Pool().Pool, whatif.Config{Policy: req.policy, Since: req.since, SampleSize: req.sample})
+	if err != nil && ctx.Err() == context.DeadlineExceeded && c.Request().Context().Err() == nil {
+		return nil, events.TooLarge("since", "the window holds more events than one request reads in %s: narrow since, or run taskctl replay --what-if next to the database",
+			s.cfg.WhatIfBudget)
+	}
+	return rep, err
 }
 
 // WhatIfReplay runs a what-if replay for the admin UI with the API's

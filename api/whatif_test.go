@@ -5,9 +5,11 @@ import (
 	"net/http"
 	"net/url"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/clawdbot/task-service/api"
 	"github.com/clawdbot/task-service/api/client"
 	"github.com/clawdbot/task-service/events"
 	"github.com/clawdbot/task-service/store/whatif"
@@ -72,4 +74,17 @@ func TestWhatIfReplay(t *testing.T) {
 	require.True(t, errors.As(err, &apiErr))
 	require.Equal(t, http.StatusForbidden, apiErr.Status)
 	require.Equal(t, before, b.count(t, `SELECT count(*) FROM task_events`), "a what-if writes nothing")
+}
+
+// A window that needs longer than the API's budget is refused as too
+// large, naming since, rather than cut off by the write timeout.
+func TestWhatIfReplayBudget(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, nil, func(c *api.Config) { c.WhatIfBudget = time.Nanosecond })
+	err := b.admin.Do(b.ctx, http.MethodGet, "/api/v1/admin/replay/what-if?since=30d", nil, nil)
+	var apiErr *client.Error
+	require.True(t, errors.As(err, &apiErr), "%v", err)
+	require.Equal(t, http.StatusRequestEntityTooLarge, apiErr.Status)
+	require.Equal(t, "too_large", apiErr.Code)
+	require.Equal(t, "since", apiErr.Field)
 }
