@@ -209,14 +209,15 @@ func (k *keyLocks) lock(key string) (unlock func()) {
 	}
 }
 
-// idempotencyPruneEvery is how often each instance deletes the answers
-// older than a day (a few batches of rows; instances skip each other's).
-const idempotencyPruneEvery = 10 * time.Minute
+// housekeepingEvery is how often each instance deletes the idempotency
+// answers older than a day and folds the finished minutes' counters (a few
+// batches of rows each; instances skip each other's).
+const housekeepingEvery = 10 * time.Minute
 
-// pruneIdempotencyKeys deletes expired answers at start and then every
-// idempotencyPruneEvery until ctx ends.
-func (s *Server) pruneIdempotencyKeys(ctx context.Context) {
-	t := time.NewTicker(idempotencyPruneEvery)
+// housekeep does both at start and then every housekeepingEvery until ctx
+// ends.
+func (s *Server) housekeep(ctx context.Context) {
+	t := time.NewTicker(housekeepingEvery)
 	defer t.Stop()
 	for {
 		n, err := s.db.PruneIdempotencyKeys(ctx)
@@ -225,6 +226,11 @@ func (s *Server) pruneIdempotencyKeys(ctx context.Context) {
 			s.log.Warn().Err(err).Msg("cannot prune idempotency keys; will try again")
 		case n > 0:
 			s.log.Debug().Int64("deleted", n).Msg("pruned idempotency keys older than a day")
+		}
+		if n, err := s.db.FoldTaskMinutes(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn().Err(err).Msg("cannot fold the task minute counters; will try again")
+		} else if n > 0 {
+			s.log.Debug().Int64("rows", n).Msg("folded the finished minutes' counters")
 		}
 		select {
 		case <-ctx.Done():

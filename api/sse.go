@@ -225,7 +225,7 @@ func newBroadcaster(s *Server, hub *store.Hub, cfg TailConfig) *broadcaster {
 func (s *Server) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { s.auth.run(ctx) })
-	wg.Go(func() { s.pruneIdempotencyKeys(ctx) })
+	wg.Go(func() { s.housekeep(ctx) })
 	err := s.tail.run(ctx)
 	wg.Wait()
 	return err

@@ -23,7 +23,7 @@ type UsageTable struct {
 
 // usageSums is a usage table's SumTable.
 func usageSums(name string, key, keySQL []string, only string) SumTable {
-	return SumTable{Name: name, Event: events.TaskUsageReported{}.EventType(), Key: key, KeySQL: keySQL, Only: only,
+	return SumTable{Name: name, Events: []string{events.TaskUsageReported{}.EventType()}, Key: key, KeySQL: keySQL, Only: only,
 		Columns: UsageColumns, SumsSQL: UsageDeltaSQL}
 }
 

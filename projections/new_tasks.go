@@ -45,6 +45,7 @@ func (Projector) NewTasks(b *pgx.Batch, tasks []*events.Task, evs []events.Envel
 	b.Queue(addCounts, args...)
 	for _, e := range evs {
 		queueTaskAssignment(b, e)
+		queueMinute(b, e)
 	}
 	var dependent []string
 	for _, t := range tasks {

@@ -20,6 +20,7 @@ func (Projector) Task(b *pgx.Batch, before, t *events.Task, evs []events.Envelop
 	queueScheduleCounts(b, before, t)
 	for _, e := range evs {
 		queueWorkerDay(b, e)
+		queueMinute(b, e)
 		queueUsage(b, e)
 	}
 	queueTaskTitle(b, before, t)

@@ -38,7 +38,8 @@ import (
 // so the batch moves n from in progress to completed; nothing is written
 // when nothing was completed. wd counts them in their workers' days
 // (projections.WorkerDayCompletions), in worker order so that two batches
-// lock those rows in the same order.
+// lock those rows in the same order; mn in their minute, in this server
+// process's row (projections.TaskMinutes).
 var completeTasks = `WITH t AS (
     UPDATE worker_tasks w
        SET status = 'completed', completed_at = $3, updated_at = $3, version = w.version + 1
@@ -56,6 +57,10 @@ var completeTasks = `WITH t AS (
     INSERT INTO worker_day_completions AS u (worker_id, day, completed)
     SELECT t.assigned_to, ($3::timestamptz AT TIME ZONE 'UTC')::date, count(*) FROM t GROUP BY 1 ORDER BY 1
     ON CONFLICT (worker_id, day) DO UPDATE SET completed = u.completed + excluded.completed
+), mn AS (
+    INSERT INTO task_minutes AS u (minute, pid, completed)
+    SELECT date_trunc('minute', $3::timestamptz), pg_backend_pid(), n FROM (SELECT count(*) AS n FROM t) x WHERE n > 0
+    ON CONFLICT (minute, pid) DO UPDATE SET completed = u.completed + excluded.completed
 ), fresh AS (
     ` + freshKeyCompleted + `
 ), sched AS (

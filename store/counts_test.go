@@ -43,6 +43,21 @@ func (e *batchEnv) requireExactCounts(t *testing.T, step string) TaskCounts {
 		       (SELECT count(*) FROM want FULL JOIN worker_day_completions d USING (worker_id, day)
 		         WHERE want.completed IS DISTINCT FROM d.completed)`).Scan(&days, &differ))
 	require.Zero(t, differ, "worker_day_completions after %s: %d of %d worker days differ from worker_tasks", step, differ, days)
+	var minutes int
+	require.NoError(t, e.db.pool.QueryRow(e.ctx, `WITH want AS (
+		SELECT minute, sum(completed) AS completed, sum(failed) AS failed, sum(retries) AS retries FROM (
+		    SELECT date_trunc('minute', completed_at) AS minute, count(*) FILTER (WHERE status = 'completed') AS completed,
+		           count(*) FILTER (WHERE status = 'failed') AS failed, 0 AS retries
+		      FROM worker_tasks WHERE status IN ('completed', 'failed') GROUP BY 1
+		    UNION ALL
+		    SELECT date_trunc('minute', created_at), 0, 0, count(*) FROM worker_tasks WHERE retry_count > 0 GROUP BY 1) x
+		 GROUP BY minute
+	), live AS (
+		SELECT minute, sum(completed) AS completed, sum(failed) AS failed, sum(retries) AS retries FROM task_minutes GROUP BY minute
+	)
+	SELECT (SELECT count(*) FROM want), (SELECT count(*) FROM want FULL JOIN live USING (minute)
+	 WHERE (want.completed, want.failed, want.retries) IS DISTINCT FROM (live.completed, live.failed, live.retries))`).Scan(&minutes, &differ))
+	require.Zero(t, differ, "task_minutes after %s: %d of %d minutes differ from worker_tasks", step, differ, minutes)
 	return got
 }
 
@@ -260,7 +275,14 @@ func TestEveryWriterKeepsTheCountsExact(t *testing.T) {
 	require.Len(t, e.fire(t), 1)
 	e.requireExactCounts(t, "schedule firings")
 
-	c := e.requireExactCounts(t, "the end")
+	e.at(e.db.Now().Add(2 * time.Minute))
+	folded, err := e.db.FoldTaskMinutes(ctx)
+	require.NoError(t, err)
+	require.Positive(t, folded, "the finished minutes had rows of server processes")
+	var unfolded int
+	require.NoError(t, e.db.pool.QueryRow(ctx, `SELECT count(*) FROM task_minutes WHERE pid <> 0`).Scan(&unfolded))
+	require.Zero(t, unfolded)
+	c := e.requireExactCounts(t, "the end, the minutes folded")
 	for name, n := range map[string]int{"pending": c.Pending, "queued": c.Queued, "in_progress": c.InProgress,
 		"completed": c.Completed, "failed": c.Failed, "cancelled": c.Cancelled, "awaiting_retry": c.AwaitingRetry,
 		"retries_exhausted": c.RetriesExhausted, "retries_skipped": c.RetriesSkipped} {

@@ -31,21 +31,25 @@ type MinuteCount struct {
 type Activity struct {
 	// Queue is the queue (pending, unassigned) by priority and type.
 	Queue []QueueCount `json:"queue"`
-	// FailedLastHour counts tasks that failed in the last hour, and
-	// RetriesLastHour the retries created in it.
+	// FailedLastHour counts tasks that failed in the last hour (the sixty
+	// minutes of PerMinute), and RetriesLastHour the retries created in it.
 	FailedLastHour  int `json:"failed_last_hour"`
 	RetriesLastHour int `json:"retries_last_hour"`
 	// PerMinute has one entry per minute of the last hour, oldest first.
 	PerMinute []MinuteCount `json:"per_minute"`
 }
 
+// lastHour is the sixty minutes that "the last hour" counts: the current
+// one and the fifty-nine before it.
+func (db *DB) lastHour() (start, end time.Time) {
+	end = db.Now().UTC().Truncate(time.Minute).Add(time.Minute)
+	return end.Add(-time.Hour), end
+}
+
 // RecentActivity reads the queue's breakdown (the claim index's rows) and
-// the last hour's finished tasks (worker_tasks_finished) and retries (the
-// created_at index).
+// the last hour's counters (task_minutes: sixty minutes, a few rows each).
 func (db *DB) RecentActivity(ctx context.Context) (*Activity, error) {
-	now := db.Now().UTC()
-	end := now.Truncate(time.Minute).Add(time.Minute)
-	start := end.Add(-time.Hour)
+	start, end := db.lastHour()
 	a := &Activity{Queue: []QueueCount{}}
 	b := &pgx.Batch{}
 	b.Queue(`SELECT priority, task_type_id, count(*) FROM worker_tasks
@@ -62,27 +66,23 @@ func (db *DB) RecentActivity(ctx context.Context) (*Activity, error) {
 	for i := range a.PerMinute {
 		perMinute[a.PerMinute[i].Minute] = &a.PerMinute[i]
 	}
-	b.Queue(`SELECT date_trunc('minute', completed_at), count(*) FILTER (WHERE status = 'completed'),
-		    count(*) FILTER (WHERE status = 'failed')
-		  FROM worker_tasks WHERE completed_at >= $1 AND completed_at IS NOT NULL GROUP BY 1`, start).
+	b.Queue(`SELECT minute, sum(completed), sum(failed), sum(retries) FROM task_minutes
+		  WHERE minute >= $1 AND minute < $2 GROUP BY minute`, start, end).
 		Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var m time.Time
-				var done, failed int
-				if err := rows.Scan(&m, &done, &failed); err != nil {
+				var done, failed, retries int
+				if err := rows.Scan(&m, &done, &failed, &retries); err != nil {
 					return err
 				}
 				if mc := perMinute[m.UTC()]; mc != nil {
 					mc.Completed, mc.Failed = done, failed
+					a.FailedLastHour += failed
+					a.RetriesLastHour += retries
 				}
 			}
 			return rows.Err()
 		})
-	hourAgo := now.Add(-time.Hour)
-	b.Queue(`SELECT
-		(SELECT count(*) FROM worker_tasks WHERE completed_at >= $1 AND completed_at IS NOT NULL AND status = 'failed'),
-		(SELECT count(*) FROM worker_tasks WHERE created_at >= $1 AND retry_count > 0)`, hourAgo).
-		QueryRow(func(row pgx.Row) error { return row.Scan(&a.FailedLastHour, &a.RetriesLastHour) })
 	if err := db.pool.SendBatch(ctx, b).Close(); err != nil {
 		return nil, mapErr(fmt.Errorf("recent activity: %w", err))
 	}

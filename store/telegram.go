@@ -165,10 +165,11 @@ func (db *DB) TelegramStatus(ctx context.Context) (*TelegramStatus, error) {
 		return nil, err
 	}
 	out := &TelegramStatus{Stats: st}
+	start, end := db.lastHour()
 	err = db.pool.QueryRow(ctx, `SELECT
-		(SELECT count(*) FROM worker_tasks WHERE completed_at >= $1 AND completed_at IS NOT NULL AND status = 'failed'),
+		(SELECT coalesce(sum(failed), 0) FROM task_minutes WHERE minute >= $1 AND minute < $2),
 		(SELECT coalesce(array_agg(name ORDER BY name), '{}') FROM task_types WHERE paused AND NOT archived)`,
-		db.Now().Add(-time.Hour)).Scan(&out.FailedLastHour, &out.PausedTypes)
+		start, end).Scan(&out.FailedLastHour, &out.PausedTypes)
 	if err != nil {
 		return nil, mapErr(fmt.Errorf("telegram status: %w", err))
 	}
