@@ -19,6 +19,8 @@
 #   make lint       gofmt check + go vet
 #   make lint-openapi  Redocly lint of the OpenAPI document (installs Redocly CLI into ~/.cache)
 #   make fuzz       fuzz the API's request decoding for FUZZTIME (default 30s)
+#   make fuzz-contract  requests drawn from the OpenAPI document for every operation, as admin and
+#                   worker, against a real server: CONTRACT_FUZZ_CHECKS (default 200) per operation and role
 #   make screenshots  regenerate docs/ui/*.png: every admin UI page in a headless Chromium
 #   make bench-ui   server time of every admin UI page, p50/p99, against DATABASE_URL
 #   make soak       SOAK_DURATION (default 30m) of claim-and-complete load on three instances and a
@@ -55,7 +57,7 @@ PROMTOOL_ENV = PROMTOOL="$$(scripts/promtool.sh)"; export PROMTOOL; export REQUI
 .PHONY: bench-schedules
 .PHONY: bench-login
 .PHONY: image test-image test-kube test-failover test-pg-move test-slow
-.PHONY: build run test test-race bench bench-go bench-worker bench-scale lint lint-openapi fuzz devdb devdb-stop screenshots bench-ui
+.PHONY: build run test test-race bench bench-go bench-worker bench-scale lint lint-openapi fuzz fuzz-contract devdb devdb-stop screenshots bench-ui
 
 build:
 	$(GO) build -buildvcs=auto -o bin/ ./cmd/... # stamps the git revision `version` prints, even where GOFLAGS turns it off
@@ -218,6 +220,16 @@ lint-openapi:
 FUZZTIME ?= 30s
 fuzz:
 	$(GO) test ./api -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME)
+
+# TestContractFuzz runs 4 requests per operation and role in `make test`; this
+# runs many more (rapid's seed: CONTRACT_FUZZ_SEED, default 1) and prints the
+# failure classes and known mismatches (ADR 029).
+CONTRACT_FUZZ_CHECKS ?= 200
+CONTRACT_FUZZ_SEED ?= 1
+fuzz-contract:
+	@set -e; $(TEST_DB_ENV); \
+	CONTRACT_FUZZ_CHECKS=$(CONTRACT_FUZZ_CHECKS) CONTRACT_FUZZ_SEED=$(CONTRACT_FUZZ_SEED) \
+	$(GO) test -count=1 -timeout 60m -v -run '^TestContractFuzz$$' ./api | grep -E 'contract fuzz|failure class|known mismatch|e\.g\.|^(ok|FAIL|---)'
 
 devdb:
 	@scripts/devdb.sh start

@@ -82,10 +82,10 @@ type taskTypeRequest struct {
 	RateLimit           *events.RateLimit `json:"rate_limit,omitempty" doc:"the most claims of the type in any sliding window: {count, per} with per a duration such as 1m"`
 	ConcurrencyKey      string            `json:"concurrency_key,omitempty" openapi:"maxLength=200,pattern=^(\\$.*)?$" doc:"a JSON path into params, such as $.ticker: tasks with the same value there share max_in_progress_per_key"`
 	MaxInProgressPerKey *int              `json:"max_in_progress_per_key,omitempty" openapi:"min=1,max=100000" doc:"with concurrency_key: the most tasks of one key in progress at once"`
-	Alias               string            `json:"alias,omitempty" openapi:"maxLength=32" doc:"a short unique name people type, as in the Telegram command /add reddit NVDA: lower case letters, digits, '_' and '-'"`
+	Alias               string            `json:"alias,omitempty" openapi:"maxLength=32,pattern=^([A-Za-z][A-Za-z0-9_-]*)?$" doc:"a short unique name people type, as in the Telegram command /add reddit NVDA: lower case letters, digits, '_' and '-'"`
 	ParamsTemplate      json.RawMessage   `json:"params_template,omitempty" doc:"the params of a task made from a key (/add reddit NVDA): a JSON object with {{key}} (the bare word) and {{name}} (name=value) placeholders inside its strings, such as {\"ticker\": \"{{key}}\"}"`
 	DailyTokenBudget    *int64            `json:"daily_token_budget,omitempty" openapi:"min=1,max=1000000000000" doc:"LLM tokens (all four kinds) the type may use per team day (DIGEST_TZ); reaching it pauses the type until the day turns (leave out: no budget)"`
-	DailyCostBudgetUSD  *float64          `json:"daily_cost_budget_usd,omitempty" openapi:"max=1000000" doc:"LLM cost in US dollars (at least 0.01) the type may use per team day; reaching it pauses the type until the day turns (leave out: no budget)"`
+	DailyCostBudgetUSD  *float64          `json:"daily_cost_budget_usd,omitempty" openapi:"min=0.01,max=1000000" doc:"LLM cost in US dollars (at least 0.01) the type may use per team day; reaching it pauses the type until the day turns (leave out: no budget)"`
 }
 
 // spec validates the request into a spec whose schema compiles.
@@ -237,7 +237,7 @@ type createTaskRequest struct {
 	UniqueFor   string          `json:"unique_for,omitempty" doc:"with unique_key: also refuse the key for this long after the last completed task with it, as a duration such as 6h or 90m"`
 	OnDuplicate string          `json:"on_duplicate,omitempty" openapi:"enum=error|existing" doc:"what a duplicate gets: error (409 duplicate_task, the default) or existing (200 and the task that holds the key)"`
 	RunAt       *string         `json:"run_at,omitempty" openapi:"format=date-time" doc:"RFC 3339, years 1970-9999: the task stays pending and is not claimable before then (scheduled)"`
-	DependsOn   []string        `json:"depends_on,omitempty" openapi:"maxItems=100" doc:"task ids this task waits for: it stays blocked (not claimable) until each one's retry chain completed"`
+	DependsOn   []string        `json:"depends_on,omitempty" openapi:"maxItems=100,uniqueItems,itemFormat=uuid" doc:"task ids this task waits for: it stays blocked (not claimable) until each one's retry chain completed"`
 	// OnDependencyFailure says what the end of a dependency's chain
 	// without completing does to the task.
 	OnDependencyFailure string `json:"on_dependency_failure,omitempty" openapi:"enum=cancel|wait" doc:"cancel (the default): the task is cancelled with reason dependency_failed; wait: it stays blocked for an admin to retry the dependency or release the task"`

@@ -179,8 +179,8 @@ func actor(c echo.Context, kind events.ActorKind) events.Meta {
 }
 
 type loginRequest struct {
-	Email    string `json:"email" openapi:"required"`
-	Password string `json:"password" openapi:"required"`
+	Email    string `json:"email" openapi:"required,minLength=1"`
+	Password string `json:"password" openapi:"required,minLength=1"`
 }
 
 // LoginResponse is data of POST /auth/login.

@@ -233,8 +233,8 @@ func TestBadInput(t *testing.T) {
 		{"worker list limit over the most", "GET", A + "?limit=201", admin, "", 400, "validation_failed", "limit"},
 		{"worker list cursor not base64", "GET", A + "?after=%25%25", admin, "", 400, "validation_failed", "after"},
 		{"worker list cursor without an id", "GET", A + "?after=" + base64.RawURLEncoding.EncodeToString([]byte("Ada|42")), admin, "", 400, "validation_failed", "after"},
-		// Well formed but longer than any cursor the list hands out (a name is at most 200 bytes).
-		{"worker list cursor over 512 characters", "GET", A + "?after=" + base64.RawURLEncoding.EncodeToString([]byte(strings.Repeat("a", 400)+"|"+unknown)), admin, "", 400, "validation_failed", "after"},
+		// Well formed but longer than any cursor the list hands out (a name is at most 200 characters, 800 bytes).
+		{"worker list cursor over 1,200 characters", "GET", A + "?after=" + base64.RawURLEncoding.EncodeToString([]byte(strings.Repeat("a", 1000)+"|"+unknown)), admin, "", 400, "validation_failed", "after"},
 		{"worker list cursor of a task", "GET", A + "?after=" + base64.RawURLEncoding.EncodeToString([]byte("Ada|"+strings.Repeat("x", 36))), admin, "", 400, "validation_failed", "after"},
 		{"bad list status", "GET", A + "/tasks?status=sleeping", admin, "", 400, "validation_failed", "status"},
 		{"bad list cursor", "GET", A + "/tasks?after=garbage", admin, "", 400, "validation_failed", "after"},

@@ -208,8 +208,8 @@ func finishFromJSON(raw json.RawMessage) (store.Finish, error) {
 		default:
 			return store.Finish{}, events.Invalid("kind", "must be error or timeout")
 		}
-		if len(it.Reason) > events.MaxReasonLen {
-			return store.Finish{}, events.Invalid("reason", "is longer than %d bytes", events.MaxReasonLen)
+		if events.TooLong(it.Reason, events.MaxReasonLen) {
+			return store.Finish{}, events.Invalid("reason", "is longer than %d characters", events.MaxReasonLen)
 		}
 	default:
 		return store.Finish{}, events.Invalid("status", "must be completed or failed")

@@ -70,7 +70,7 @@ func (p TaskFilterParams) filter(prefix string) (store.TaskFilter, error) {
 			return f, err
 		}
 	}
-	if len(f.Search) > maxSearch {
+	if events.TooLong(f.Search, maxSearch) {
 		return f, events.Invalid(prefix+"q", "is longer than %d characters", maxSearch)
 	}
 	return f, nil
@@ -148,8 +148,8 @@ func (s *Server) planBulk(req BulkTasksRequest, meta events.Meta) (*bulkPlan, er
 		if reason == "" && !req.DryRun {
 			return nil, events.Invalid("reason", "is required: say why these tasks are cancelled")
 		}
-		if len(reason) > events.MaxReasonLen {
-			return nil, events.Invalid("reason", "is longer than %d bytes", events.MaxReasonLen)
+		if events.TooLong(reason, events.MaxReasonLen) {
+			return nil, events.Invalid("reason", "is longer than %d characters", events.MaxReasonLen)
 		}
 		p.filter.Cancellable = true
 		p.act = func(ctx context.Context, id string) error {
@@ -157,8 +157,8 @@ func (s *Server) planBulk(req BulkTasksRequest, meta events.Meta) (*bulkPlan, er
 			return err
 		}
 	case "retry":
-		if len(reason) > maxRetryHint {
-			return nil, events.Invalid("reason", "is longer than %d bytes (a retry's hint)", maxRetryHint)
+		if events.TooLong(reason, maxRetryHint) {
+			return nil, events.Invalid("reason", "is longer than %d characters (a retry's hint)", maxRetryHint)
 		}
 		p.filter.Retryable = true
 		p.act = func(ctx context.Context, id string) error {

@@ -250,8 +250,8 @@ func (s *Server) AssignTask(ctx context.Context, id string, req AssignRequest, m
 // exhausted, too). The retry reactor may record its decision on the failed
 // task at the same moment: that race is run again, not answered with a 409.
 func (s *Server) RetryTask(ctx context.Context, id, hint string, meta events.Meta) (*events.Task, error) {
-	if len(hint) > maxRetryHint {
-		return nil, events.Invalid("hint", "is longer than %d bytes", maxRetryHint)
+	if events.TooLong(hint, maxRetryHint) {
+		return nil, events.Invalid("hint", "is longer than %d characters", maxRetryHint)
 	}
 	var retry *events.Task
 	err := s.db.WithTxRetrying(ctx, func(tx pgx.Tx) error {

@@ -21,7 +21,7 @@ const MaxBatchBodyBytes = 16 << 20
 
 // createTasksRequest is POST /admin/workers/tasks/batch.
 type createTasksRequest struct {
-	Tasks []createTaskRequest `json:"tasks" openapi:"required" doc:"1 to 1000 tasks, each as POST /tasks takes it; each is checked on its own"`
+	Tasks []createTaskRequest `json:"tasks" openapi:"required,minItems=1,maxItems=1000" doc:"1 to 1000 tasks, each as POST /tasks takes it; each is checked on its own"`
 }
 
 // CreatedItem is one item's answer, in request order: the HTTP status the

@@ -43,7 +43,7 @@ type FreshnessRuleEdit struct {
 
 // FreshnessKeysRequest is the whole new watchlist.
 type FreshnessKeysRequest struct {
-	Keys []events.FreshnessKey `json:"keys"`
+	Keys []events.FreshnessKey `json:"keys" openapi:"required"`
 }
 
 // apply writes the fields given onto spec; errors name the field.

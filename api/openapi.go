@@ -55,6 +55,10 @@ func stringParam(name, doc string) param {
 	return param{name, doc, map[string]any{"type": "string"}}
 }
 
+func patternParam(name, pattern string, maxLength int, doc string) param {
+	return param{name, doc, map[string]any{"type": "string", "pattern": pattern, "maxLength": maxLength}}
+}
+
 func enumParam[T ~string](name, doc string, values ...T) param {
 	return param{name, doc, map[string]any{"type": "string", "enum": values}}
 }
@@ -513,7 +517,7 @@ func (g *docGen) fields(t reflect.Type, in bool, props map[string]any, required 
 	}
 }
 
-// parseRules reads an openapi tag: required,enum=a|b,min=1,max=9,maxLength=99,format=uuid.
+// parseRules reads an openapi tag: required,enum=a|b,min=1,max=9,maxLength=99,format=uuid,itemFormat=uuid.
 func parseRules(tag string) map[string]string {
 	out := map[string]string{}
 	for _, part := range strings.Split(tag, ",") {
@@ -552,7 +556,7 @@ func withRules(s map[string]any, rules map[string]string, doc string) map[string
 				out["description"] = doc
 			}
 		case "nonblank": // the server trims spaces before it checks
-			out["pattern"] = `\S`
+			out["pattern"] = nonBlankPattern
 			if out["minLength"] == nil {
 				out["minLength"] = 1
 			}
@@ -565,22 +569,39 @@ func withRules(s map[string]any, rules map[string]string, doc string) map[string
 			}
 		case "format":
 			out["format"] = v
-		case "min", "max", "maxLength", "minLength", "maxItems", "minItems":
-			n, err := strconv.Atoi(v)
-			if err != nil {
-				panic(fmt.Sprintf("api: openapi tag %s=%s is not a number", k, v))
+		case "uniqueItems":
+			out["uniqueItems"] = true
+		case "itemFormat": // a list of UUIDs, say
+			items := map[string]any{}
+			for k, v := range out["items"].(map[string]any) {
+				items[k] = v
 			}
+			items["format"] = v
+			out["items"] = items
+		case "min", "max", "maxLength", "minLength", "maxItems", "minItems":
 			key := map[string]string{"min": "minimum", "max": "maximum"}[k]
 			if key == "" {
 				key = k
 			}
-			out[key] = n
+			if n, err := strconv.Atoi(v); err == nil {
+				out[key] = n
+			} else if f, err := strconv.ParseFloat(v, 64); err == nil && key != k {
+				out[key] = f // a bound of a number, such as 0.01 dollars
+			} else {
+				panic(fmt.Sprintf("api: openapi tag %s=%s is not a number", k, v))
+			}
 		default:
 			panic("api: unknown openapi tag rule " + k)
 		}
 	}
 	return out
 }
+
+// nonBlankPattern matches text with a character that is not white space
+// as strings.TrimSpace sees it. RE2's \s (and so \S) knows only ASCII
+// spaces, so the others are listed, as themselves: the pattern reads the
+// same in Go, ECMAScript and Python.
+const nonBlankPattern = "[^\\s\v\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
 
 // nullableRef is s or null. OpenAPI 3.0 cannot put nullable beside $ref;
 // anyOf with nullable is what client generators read as "this or null"

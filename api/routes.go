@@ -57,7 +57,8 @@ func (s *Server) table() []route {
 			request: reasonRequest{}, emptyBody: true, status: okay, response: events.Task{}, errors: []int{bad, notFound, conflict}},
 
 		{method: http.MethodPost, path: w + "/tasks/:id/data", id: "uploadTaskData", summary: "Upload files the task produced: the raw body (with data_type and filename), or multipart/form-data with several files (data_type as a query parameter or a field before them); answers the stored files", role: roleWorker, handler: s.uploadData, tag: "data", rawBody: true,
-			query:  []param{stringParam("data_type", "the kind of data, e.g. posts: letters, digits, '_' and '-'"), stringParam("filename", "the file's name, e.g. nvda.jsonl: letters, digits, '.', '_' and '-' (raw bodies only)")},
+			query: []param{patternParam("data_type", `^[A-Za-z0-9][A-Za-z0-9_-]*$`, events.MaxDataTypeLen, "the kind of data, e.g. posts: letters, digits, '_' and '-'"),
+				patternParam("filename", `^[A-Za-z0-9_][A-Za-z0-9._-]*$`, events.MaxFilenameLen, "the file's name, e.g. nvda.jsonl: letters, digits, '.', '_' and '-' (raw bodies only)")},
 			status: created, response: []events.TaskData{}, errors: []int{bad, notFound, conflict, http.StatusRequestEntityTooLarge, http.StatusServiceUnavailable}},
 		{method: http.MethodGet, path: w + "/tasks/:id/data", id: "listMyTaskData", summary: "List the data of this worker's task and of its earlier attempts", role: roleWorker, handler: s.listMyTaskData, tag: "data",
 			status: okay, response: []events.TaskData{}, errors: []int{bad, notFound}},

@@ -82,8 +82,8 @@ func (u *User) Update(e UserEdit, actorID string) ([]Payload, error) {
 		if p.FullName == "" {
 			return nil, Invalid("full_name", "must not be empty")
 		}
-		if len(p.FullName) > 200 {
-			return nil, Invalid("full_name", "is longer than 200 bytes")
+		if TooLong(p.FullName, 200) {
+			return nil, Invalid("full_name", "is longer than 200 characters")
 		}
 	}
 	if e.MaxConcurrentTasks != nil {

@@ -138,8 +138,8 @@ func ValidateKeys(keys []FreshnessKey) error {
 		switch {
 		case k.Key == "":
 			return Invalid(field+".key", "is required")
-		case len(k.Key) > MaxFreshnessKeyLen:
-			return Invalid(field+".key", "is longer than %d bytes", MaxFreshnessKeyLen)
+		case TooLong(k.Key, MaxFreshnessKeyLen):
+			return Invalid(field+".key", "is longer than %d characters", MaxFreshnessKeyLen)
 		case !utf8.ValidString(k.Key) || strings.IndexFunc(k.Key, unicode.IsControl) >= 0:
 			return Invalid(field+".key", "must be printable UTF-8 text")
 		case seen[k.Key]:
@@ -352,8 +352,8 @@ func (r *FreshnessRule) Pause(by, reason string) ([]Payload, error) {
 	if r.State != FreshnessActive {
 		return nil, &FreshnessTransitionError{Command: "pause", State: r.State}
 	}
-	if len(reason) > MaxReasonLen {
-		return nil, Invalid("reason", "is longer than %d bytes", MaxReasonLen)
+	if TooLong(reason, MaxReasonLen) {
+		return nil, Invalid("reason", "is longer than %d characters", MaxReasonLen)
 	}
 	return []Payload{FreshnessRulePaused{By: by, Reason: reason}}, nil
 }

@@ -32,12 +32,12 @@ const (
 // UsageReport is one attempt's LLM usage as a worker reports it. CostUSD,
 // when given, wins over the price table.
 type UsageReport struct {
-	Model            string   `json:"model" openapi:"required,maxLength=100"`
-	InputTokens      int64    `json:"input_tokens"`
-	OutputTokens     int64    `json:"output_tokens"`
-	CacheReadTokens  int64    `json:"cache_read_tokens"`
-	CacheWriteTokens int64    `json:"cache_write_tokens"`
-	CostUSD          *float64 `json:"cost_usd,omitempty" doc:"what the attempt cost in US dollars; the service's price table prices it when left out"`
+	Model            string   `json:"model" openapi:"required,nonblank,maxLength=100"`
+	InputTokens      int64    `json:"input_tokens" openapi:"min=0,max=1000000000"`
+	OutputTokens     int64    `json:"output_tokens" openapi:"min=0,max=1000000000"`
+	CacheReadTokens  int64    `json:"cache_read_tokens" openapi:"min=0,max=1000000000"`
+	CacheWriteTokens int64    `json:"cache_write_tokens" openapi:"min=0,max=1000000000"`
+	CostUSD          *float64 `json:"cost_usd,omitempty" openapi:"min=0,max=10000" doc:"what the attempt cost in US dollars; the service's price table prices it when left out"`
 }
 
 // UnmarshalJSON reads a report strictly: a field it does not know is an
@@ -63,8 +63,8 @@ func (u *UsageReport) Validate(prefix string) error {
 	switch {
 	case u.Model == "":
 		return Invalid(prefix+"model", "is required: the model that used the tokens, like claude-sonnet-4-5")
-	case len(u.Model) > MaxModelNameLen:
-		return Invalid(prefix+"model", "is longer than %d bytes", MaxModelNameLen)
+	case TooLong(u.Model, MaxModelNameLen):
+		return Invalid(prefix+"model", "is longer than %d characters", MaxModelNameLen)
 	case strings.IndexFunc(u.Model, func(r rune) bool { return !unicode.IsPrint(r) || r == unicode.ReplacementChar }) >= 0:
 		return Invalid(prefix+"model", "must be printable text")
 	}

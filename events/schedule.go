@@ -48,8 +48,8 @@ const (
 // Interval repeats every Every units. Days are calendar days in the
 // schedule's time zone: the wall-clock time stays across DST changes.
 type Interval struct {
-	Every int    `json:"every"`
-	Unit  string `json:"unit"`
+	Every int    `json:"every" openapi:"required,min=1,max=1000000"`
+	Unit  string `json:"unit" openapi:"required,enum=minutes|hours|days"`
 }
 
 // Nominal is the interval's length, a day counted as 24 hours. It stops at
@@ -78,7 +78,7 @@ func (i Interval) Nominal() time.Duration {
 
 // ScheduleTemplate is the task every firing creates.
 type ScheduleTemplate struct {
-	TaskTypeID  string          `json:"task_type_id"`
+	TaskTypeID  string          `json:"task_type_id" openapi:"required,format=uuid"`
 	Title       string          `json:"title" openapi:"required,nonblank,maxLength=500"`
 	Description string          `json:"description"`
 	Params      json.RawMessage `json:"params"`
@@ -135,8 +135,8 @@ func (s *ScheduleSpec) Validate(minInterval time.Duration) error {
 	if utf8.RuneCountInString(t.Title) > MaxTitleLen {
 		return Invalid("task.title", "is longer than %d characters", MaxTitleLen)
 	}
-	if len(t.Description) > MaxDescriptionLen {
-		return Invalid("task.description", "is longer than %d bytes", MaxDescriptionLen)
+	if TooLong(t.Description, MaxDescriptionLen) {
+		return Invalid("task.description", "is longer than %d characters", MaxDescriptionLen)
 	}
 	if t.TaskTypeID == "" {
 		return Invalid("task.task_type_id", "is required")
@@ -154,7 +154,7 @@ func (s *ScheduleSpec) Validate(minInterval time.Duration) error {
 	t.Params = params
 	s.Name = strings.TrimSpace(s.Name)
 	if s.Name == "" {
-		s.Name = t.Title
+		s.Name = cut(t.Title, maxScheduleNameLen) // a title may be longer than a name
 	}
 	if utf8.RuneCountInString(s.Name) > maxScheduleNameLen {
 		return Invalid("name", "is longer than %d characters", maxScheduleNameLen)

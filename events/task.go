@@ -265,8 +265,8 @@ func NewTask(p NewTaskParams, tt *TaskType) ([]Payload, error) {
 	if utf8.RuneCountInString(title) > MaxTitleLen {
 		return nil, Invalid("title", "is longer than %d characters", MaxTitleLen)
 	}
-	if len(p.Description) > MaxDescriptionLen {
-		return nil, Invalid("description", "is longer than %d bytes", MaxDescriptionLen)
+	if TooLong(p.Description, MaxDescriptionLen) {
+		return nil, Invalid("description", "is longer than %d characters", MaxDescriptionLen)
 	}
 	if p.Priority == "" {
 		p.Priority = PriorityMedium
@@ -418,11 +418,19 @@ func (t *Task) ReleaseHeld(workerID, reason string) ([]Payload, error) {
 	return []Payload{TaskReleased{WorkerID: workerID, Reason: cut(reason, MaxReasonLen)}}, nil
 }
 
+// TooLong says s has more than n characters. Text limits count characters,
+// as the OpenAPI document's maxLength does (JSON Schema counts code
+// points), not bytes; a password's bcrypt limit is the one in bytes.
+func TooLong(s string, n int) bool {
+	return len(s) > n && utf8.RuneCountInString(s) > n
+}
+
+// cut keeps the first n characters of s.
 func cut(s string, n int) string {
-	if len(s) > n {
-		return s[:n]
+	if !TooLong(s, n) {
+		return s
 	}
-	return s
+	return string([]rune(s)[:n])
 }
 
 // PostUpdate adds a message to the task's thread. A worker must hold the
@@ -541,7 +549,7 @@ func (t *Task) Edit(e TaskEdit) ([]Payload, error) {
 	}
 	if e.Description != nil {
 		if len(*e.Description) > MaxDescriptionLen {
-			return nil, Invalid("description", "is longer than %d bytes", MaxDescriptionLen)
+			return nil, Invalid("description", "is longer than %d characters", MaxDescriptionLen)
 		}
 		out.Description = *e.Description
 	}
@@ -614,8 +622,8 @@ func (t *Task) RetriesExhausted(maxRetries int) ([]Payload, error) {
 }
 
 func maxLen(field, s string, n int) error {
-	if len(s) > n {
-		return Invalid(field, "is longer than %d bytes", n)
+	if TooLong(s, n) {
+		return Invalid(field, "is longer than %d characters", n)
 	}
 	return nil
 }

@@ -79,14 +79,14 @@ func (s *TaskTypeSpec) Validate() error {
 	if s.Label == "" {
 		s.Label = s.Name
 	}
-	if len(s.Label) > maxTypeLabelLen {
-		return Invalid("label", "is longer than %d bytes", maxTypeLabelLen)
+	if TooLong(s.Label, maxTypeLabelLen) {
+		return Invalid("label", "is longer than %d characters", maxTypeLabelLen)
 	}
-	if len(s.Description) > maxTypeDescLen {
-		return Invalid("description", "is longer than %d bytes", maxTypeDescLen)
+	if TooLong(s.Description, maxTypeDescLen) {
+		return Invalid("description", "is longer than %d characters", maxTypeDescLen)
 	}
-	if len(s.SOP) > MaxSOPLen {
-		return Invalid("sop", "is longer than %d bytes", MaxSOPLen)
+	if TooLong(s.SOP, MaxSOPLen) {
+		return Invalid("sop", "is longer than %d characters", MaxSOPLen)
 	}
 	schema := bytes.TrimSpace(s.ParamSchema)
 	if len(schema) == 0 || bytes.Equal(schema, []byte("null")) {
@@ -170,8 +170,8 @@ func (tt *TaskType) Pause(by, reason string) ([]Payload, error) {
 	if reason == "" {
 		return nil, Invalid("reason", "is required: say why the type is paused")
 	}
-	if len(reason) > MaxReasonLen {
-		return nil, Invalid("reason", "is longer than %d bytes", MaxReasonLen)
+	if TooLong(reason, MaxReasonLen) {
+		return nil, Invalid("reason", "is longer than %d characters", MaxReasonLen)
 	}
 	return []Payload{TaskTypePaused{By: by, Reason: reason}}, nil
 }
@@ -181,8 +181,8 @@ func (tt *TaskType) Resume(by, reason string) ([]Payload, error) {
 	if !tt.Paused {
 		return nil, &TransitionError{Command: "resume", Status: "not paused", Subject: "task type"}
 	}
-	if len(reason) > MaxReasonLen {
-		return nil, Invalid("reason", "is longer than %d bytes", MaxReasonLen)
+	if TooLong(reason, MaxReasonLen) {
+		return nil, Invalid("reason", "is longer than %d characters", MaxReasonLen)
 	}
 	return []Payload{TaskTypeResumed{By: by, Reason: strings.TrimSpace(reason)}}, nil
 }

@@ -79,8 +79,8 @@ func RegisterUser(p UserRegistered, password string) ([]Payload, error) {
 	if p.Email == "" {
 		return nil, Invalid("email", "is required")
 	}
-	if len(p.Email) > MaxEmailLen {
-		return nil, Invalid("email", "is longer than %d bytes", MaxEmailLen)
+	if TooLong(p.Email, MaxEmailLen) {
+		return nil, Invalid("email", "is longer than %d characters", MaxEmailLen)
 	}
 	if a, err := mail.ParseAddress(p.Email); err != nil || a.Address != p.Email {
 		return nil, Invalid("email", "is not an email address")
@@ -89,8 +89,8 @@ func RegisterUser(p UserRegistered, password string) ([]Payload, error) {
 	if p.FullName == "" {
 		return nil, Invalid("full_name", "is required")
 	}
-	if len(p.FullName) > 200 {
-		return nil, Invalid("full_name", "is longer than 200 bytes")
+	if TooLong(p.FullName, 200) {
+		return nil, Invalid("full_name", "is longer than 200 characters")
 	}
 	if len(password) < MinPasswordLen || len(password) > MaxPasswordLen {
 		return nil, Invalid("password", "must be %d to %d bytes", MinPasswordLen, MaxPasswordLen)

@@ -13,9 +13,10 @@ func encodeCursor(key, id string) string {
 	return base64.RawURLEncoding.EncodeToString([]byte(key + "|" + id))
 }
 
-// maxCursor bounds a cursor before it is decoded: the longest key (a
-// 200-byte name), "|" and an id make 316 characters of base64.
-const maxCursor = 512
+// maxCursor bounds a cursor before it is decoded: the longest key (a name
+// of 200 characters, at most 800 bytes of UTF-8), "|" and an id make 1,116
+// characters of base64.
+const maxCursor = 1200
 
 // decodeCursor reads a cursor encodeCursor made; anything else is a 400
 // naming "after". The id is last and never holds a "|", so the key may.

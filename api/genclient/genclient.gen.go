@@ -1728,8 +1728,8 @@ type CreateTaskJSONBody struct {
 	AssignedTo *openapi_types.UUID `json:"assigned_to,omitempty"`
 
 	// DependsOn task ids this task waits for: it stays blocked (not claimable) until each one's retry chain completed
-	DependsOn   *[]string `json:"depends_on,omitempty"`
-	Description *string   `json:"description,omitempty"`
+	DependsOn   *[]openapi_types.UUID `json:"depends_on,omitempty"`
+	Description *string               `json:"description,omitempty"`
 
 	// OnDependencyFailure cancel (the default): the task is cancelled with reason dependency_failed; wait: it stays blocked for an admin to retry the dependency or release the task
 	OnDependencyFailure *CreateTaskJSONBodyOnDependencyFailure `json:"on_dependency_failure,omitempty"`

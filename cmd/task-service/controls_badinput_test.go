@@ -113,7 +113,7 @@ func TestControlsRefuseBadInput(t *testing.T) {
 		// The account list's pages, and what the contract refuses now.
 		{"a workers page of 0", "GET", "?limit=0", admin, "", nil, 400, "validation_failed", "limit"},
 		{"a workers page with an empty limit", "GET", "?limit=", admin, "", nil, 400, "validation_failed", "limit"},
-		{"a workers cursor over 512 characters", "GET", "?after=" + base64.RawURLEncoding.EncodeToString([]byte(strings.Repeat("a", 400)+"|00000000-0000-4000-8000-000000000000")), admin, "", nil, 400, "validation_failed", "after"},
+		{"a workers cursor over 1,200 characters", "GET", "?after=" + base64.RawURLEncoding.EncodeToString([]byte(strings.Repeat("a", 1000)+"|00000000-0000-4000-8000-000000000000")), admin, "", nil, 400, "validation_failed", "after"},
 		{"a heartbeat status of null", "POST", "/api/v1/worker/heartbeat", worker, `{"status": null}`, nil, 400, "validation_failed", "status"},
 		{"an assignment to a worker that is not there", "POST", "/tasks/" + blocked.ID + "/assign", admin, `{"assigned_to": "00000000-0000-4000-8000-000000000000", "reason": "r"}`, nil, 422, "unknown_reference", "assigned_to"},
 	} {
