@@ -21,6 +21,7 @@ import (
 	"github.com/clawdbot/task-service/api"
 	"github.com/clawdbot/task-service/events"
 	"github.com/clawdbot/task-service/store/timing"
+	"github.com/clawdbot/task-service/store/whatif"
 )
 
 //go:embed templates static
@@ -204,6 +205,10 @@ func errorsOf(err error) (formErrors, int, error) {
 func funcs(as *assets) template.FuncMap {
 	return template.FuncMap{
 		"asset": as.url,
+		// whatifTotals is the what-if table's footer row.
+		"whatifTotals": func(c whatif.ChainCounts) whatif.TypeCounts {
+			return whatif.TypeCounts{Type: "All types", ChainCounts: c}
+		},
 		// retryBadge is a retry's place in its chain: "Retry 2/3", or, for a
 		// manual retry past the type's automatic ones, "Retry 2 (manual)".
 		"retryBadge": func(count, max int) template.HTML {

@@ -118,6 +118,7 @@ func (u *UI) routes() []route {
 		{method: http.MethodPost, path: "/workers/:id/reactivate", handler: u.workerAction("reactivated", u.reactivateWorker)},
 		{method: http.MethodPost, path: "/workers/:id/password", handler: u.workerAction("password", u.setWorkerPassword)},
 		{method: http.MethodGet, path: "/events", handler: u.events},
+		{method: http.MethodGet, path: "/replay/what-if", handler: u.whatIf},
 
 		// Schedules (issue 13).
 		{method: http.MethodGet, path: "/schedules", handler: u.schedules},
@@ -151,6 +152,7 @@ func menu() []navItem {
 		{"/schedules", "Schedules"},
 		{"/freshness", "Freshness"},
 		{"/events", "Live events"},
+		{"/replay/what-if", "What-if"},
 	}
 }
 

@@ -162,7 +162,11 @@ func pages(tt *events.TaskType, task *events.Task) map[string]int {
 		"/events?type=task.nope":                     http.StatusBadRequest,
 		"/events?worker=" + task.ID:                  http.StatusOK,
 		"/events?type=task.created&type=task.failed": http.StatusOK,
-		"/login": http.StatusOK,
+		"/replay/what-if":                            http.StatusOK,
+		"/replay/what-if?run=1&since=1d&policy=" + url.QueryEscape(`{"types": {"`+tt.Name+`": {"max_retries": 5}}}`): http.StatusOK,
+		"/replay/what-if?run=1&policy=" + url.QueryEscape(`{"types": {"`+tt.Name+`": {"max_retries": -1}}}`):         http.StatusBadRequest,
+		"/replay/what-if?run=1&since=999d": http.StatusBadRequest,
+		"/login":                           http.StatusOK,
 	}
 }
 

@@ -94,7 +94,7 @@ func TestBrowserAccessibility(t *testing.T) {
 		"/tasks/matching?action=cancel&status=pending", "/tasks/0190c6e2-9bd4-7c8a-b6a1-2f3e4d5c6b7a",
 		"/workflows", "/workflows/" + wf.ID, "/types", "/types/new", "/types/" + seed.typeID,
 		"/workers", "/workers/" + seed.workerID, "/events", "/schedules", "/schedules/new", "/schedules/" + schedules[0].ID,
-		"/freshness", "/freshness/new", "/freshness/" + rule.ID,
+		"/freshness", "/freshness/new", "/freshness/" + rule.ID, "/replay/what-if",
 	}
 	b := newBrowser(t)
 	b.expect("status of 404 (Not Found) " + s.base + "/tasks/0190c6e2")
@@ -127,6 +127,15 @@ func TestBrowserAccessibility(t *testing.T) {
 		b.run(chromedp.Navigate(s.base + path))
 		check(path)
 	}
+	// The what-if page's answer, asked through its form: one more retry
+	// for the seeded type, whose chains the reactor retried.
+	b.run(chromedp.Navigate(s.base + "/replay/what-if"))
+	b.waitJS(`document.getElementById("f-policy") !== null`)
+	b.run(chromedp.SetValue("#f-policy", `{"types": {"reddit_crawl": {"max_retries": 4}}, "worker_offline_after": "20m"}`, chromedp.ByQuery),
+		chromedp.SetValue("#f-since", "1d", chromedp.ByQuery))
+	b.click(`form[aria-label="What-if policy"] button[type="submit"]`)
+	b.waitJS(`document.getElementById("whatif-result") !== null`)
+	check("/replay/what-if?run=1")
 	// The bulk action's confirm step, a page a form posts to.
 	b.run(chromedp.Navigate(s.base + "/tasks"))
 	b.click(`#live input[name="id"]`) // a checked box holds the live list still
