@@ -304,6 +304,7 @@ var knownMismatches = []struct {
 	{regexp.MustCompile(`is archived`), "an archived task type is a 400"},
 	{regexp.MustCompile(`NUL character`), "PostgreSQL's text holds no NUL, which the document does not say"},
 	{regexp.MustCompile(`^(filename|data_type): is required`), "a raw upload needs data_type and filename, which the document cannot tie to the media type"},
+	{regexp.MustCompile(`^policy: (is not valid JSON|must be|has more than one JSON value)`), "the what-if policy is a JSON object in a query parameter the document types as a string"},
 }
 
 func knownMismatch(message string) string {

@@ -17,9 +17,9 @@ func whatIfQuery() []param {
 	return []param{
 		{name: "since", doc: "the window: days (30d) or a duration (12h), at most 366d (default 30d)",
 			schema: map[string]any{"type": "string", "pattern": `^[0-9]+(d|h|m)$`, "maxLength": 8, "default": "30d", "example": "30d"}},
-		{name: "policy", doc: "the policy as one JSON object (at most 16 KiB): worker_offline_after (a duration) and types by name, each with " +
+		{name: "policy", doc: "the policy as one JSON object (at most 16,384 characters): worker_offline_after (a duration) and types by name, each with " +
 			"max_retries, retry_backoff_seconds, skip_advised and skip_reasons (regular expressions matched against a failure's reason); a field left out keeps what the log recorded",
-			schema: map[string]any{"type": "string", "maxLength": whatif.MaxPolicyBytes,
+			schema: map[string]any{"type": "string", "maxLength": whatif.MaxPolicyChars,
 				"example": `{"worker_offline_after": "20m", "types": {"reddit_crawl": {"max_retries": 4, "skip_reasons": ["^HTTP 404"]}}}`}},
 		intParam("sample", 1, 1000, "changed chains listed (default 20)"),
 	}
@@ -36,9 +36,12 @@ type whatIfRequest struct {
 // policy's field) at fault.
 func parseWhatIf(c echo.Context) (whatIfRequest, error) {
 	var r whatIfRequest
-	since := c.QueryParam("since")
-	if since == "" {
-		since = "30d"
+	q := c.QueryParams()
+	// A parameter left out takes its default; one given empty is refused,
+	// as the document's types say.
+	since := "30d"
+	if vs, given := q["since"]; given {
+		since = vs[0]
 	}
 	d, err := whatif.ParseSince(since)
 	if err != nil {
@@ -51,6 +54,9 @@ func parseWhatIf(c echo.Context) (whatIfRequest, error) {
 	p, err := whatif.ParsePolicy([]byte(raw))
 	if err != nil {
 		return r, err
+	}
+	if vs, given := q["sample"]; given && vs[0] == "" {
+		return r, events.Invalid("sample", "must be a whole number from 1 to 1000")
 	}
 	n, err := intQueryParam(c, "sample", 1, 1000, 20)
 	if err != nil {

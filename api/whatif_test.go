@@ -62,6 +62,8 @@ func TestWhatIfReplay(t *testing.T) {
 		{url.Values{"policy": {`{"types": `}}, "policy"},
 		{url.Values{"since": {"400d"}}, "since"},
 		{url.Values{"sample": {"0"}}, "sample"},
+		{url.Values{"sample": {""}}, "sample"},
+		{url.Values{"since": {""}}, "since"},
 	} {
 		_, err := get(tc.q)
 		var apiErr *client.Error

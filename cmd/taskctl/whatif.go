@@ -57,7 +57,7 @@ func readPolicy(file string) (*whatif.Policy, error) {
 		return nil, err
 	}
 	defer f.Close()
-	raw, err := io.ReadAll(io.LimitReader(f, whatif.MaxPolicyBytes+1))
+	raw, err := io.ReadAll(io.LimitReader(f, 4*whatif.MaxPolicyChars+1))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", file, err)
 	}

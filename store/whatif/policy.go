@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/clawdbot/task-service/events"
 )
@@ -15,7 +16,9 @@ import (
 // Bounds of a policy, so that a request or a file cannot make the
 // simulation unbounded.
 const (
-	MaxPolicyBytes   = 16 << 10
+	// MaxPolicyChars bounds a policy in characters, as the API document's
+	// maxLength counts them; its bytes are at most four times as many.
+	MaxPolicyChars   = 16 << 10
 	maxPolicyTypes   = 200
 	maxSkipReasons   = 20
 	maxSkipReasonLen = 200
@@ -63,8 +66,8 @@ func (tp *TypePolicy) permanent(kind, reason string) bool {
 // naming it), every value checked. Errors are *events.ValidationError with
 // the field's JSON path.
 func ParsePolicy(raw []byte) (*Policy, error) {
-	if len(raw) > MaxPolicyBytes {
-		return nil, events.Invalid("policy", "is %d bytes; at most %d", len(raw), MaxPolicyBytes)
+	if n := utf8.RuneCount(raw); n > MaxPolicyChars {
+		return nil, events.Invalid("policy", "is %d characters; at most %d", n, MaxPolicyChars)
 	}
 	var top map[string]json.RawMessage
 	if err := unmarshal(raw, &top, "policy"); err != nil {

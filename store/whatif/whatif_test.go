@@ -284,7 +284,7 @@ func TestParsePolicyRefusesBadFiles(t *testing.T) {
 		{`{"worker_offline_after": "soon"}`, "worker_offline_after"},
 		{`{"worker_offline_after": 600}`, "worker_offline_after"},
 		{`{"types": {"crawl": {}}} {}`, "policy"},
-		{`{"x": "` + strings.Repeat("a", whatif.MaxPolicyBytes) + `"}`, "policy"},
+		{`{"x": "` + strings.Repeat("a", whatif.MaxPolicyChars) + `"}`, "policy"},
 	} {
 		_, err := whatif.ParsePolicy([]byte(tc.raw))
 		var v *events.ValidationError
