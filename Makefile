@@ -198,13 +198,15 @@ bench-schedules:
 # worker read SCALE_CALLS times each. The first 1m build takes about a quarter of an hour.
 SCALE_SIZES ?= 10k,100k,1m
 SCALE_CALLS ?= 60
+# SCALE_PROFILE=busy: the same history in the last hour (taskservice_scale_busy_<size>).
+SCALE_PROFILE ?= spread
 bench-scale:
 	@set -e; \
 	if [ -z "$${DATABASE_URL:-}" ]; then DATABASE_URL="$$(scripts/devdb.sh)"; fi; \
 	export DATABASE_URL; \
 	$(GO) build -o bin/ ./cmd/taskbench; \
-	echo "bin/taskbench scale --sizes $(SCALE_SIZES) --calls $(SCALE_CALLS)" >&2; \
-	bin/taskbench scale --sizes $(SCALE_SIZES) --calls $(SCALE_CALLS)
+	echo "bin/taskbench scale --sizes $(SCALE_SIZES) --calls $(SCALE_CALLS) --profile $(SCALE_PROFILE)" >&2; \
+	bin/taskbench scale --sizes $(SCALE_SIZES) --calls $(SCALE_CALLS) --profile $(SCALE_PROFILE)
 
 lint:
 	@set -e; \

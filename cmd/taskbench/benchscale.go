@@ -40,6 +40,10 @@ event, so a million tasks span about two months and the log ends now), then
 database whose build finished (--rebuild forces a new one). A million tasks
 take several minutes to build on two cores; progress goes to stderr.
 
+--profile busy builds the same sizes with the whole history in the last hour
+(taskservice_scale_busy_10k, ...): a busy day, where a read that counts
+"today" or "the last hour" meets every row.
+
 The reads run through the real HTTP API (an in-process server on the
 database), one call at a time, after a warm-up call each.
 
@@ -62,6 +66,7 @@ type benchScaleConfig struct {
 	calls       int
 	rebuild     bool
 	buildOnly   bool
+	busy        bool
 	jsonOut     bool
 }
 
@@ -69,9 +74,10 @@ func runBenchScale(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("taskbench scale", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cfg benchScaleConfig
-	var sizes string
+	var sizes, profile string
 	fs.StringVar(&cfg.databaseURL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL server (env DATABASE_URL); only its taskservice_scale_* databases are written")
 	fs.StringVar(&sizes, "sizes", "10k,100k,1m", "comma-separated task counts (k and m suffixes)")
+	fs.StringVar(&profile, "profile", "spread", "spread: one event a second, so the log spans months; busy: the whole log in the last hour")
 	fs.IntVar(&cfg.calls, "calls", 60, "timed calls per operation and size")
 	fs.BoolVar(&cfg.rebuild, "rebuild", false, "build the databases again even when kept ones exist")
 	fs.BoolVar(&cfg.buildOnly, "build-only", false, "build (or check) the databases and stop")
@@ -107,6 +113,13 @@ func runBenchScale(args []string, stdout, stderr io.Writer) int {
 			return usageErr("--sizes: %v", err)
 		}
 		cfg.sizes = append(cfg.sizes, n)
+	}
+	switch profile {
+	case "spread":
+	case "busy":
+		cfg.busy = true
+	default:
+		return usageErr("--profile: %q is not spread or busy", profile)
 	}
 	if cfg.calls < 2 {
 		return usageErr("--calls must be at least 2")
@@ -186,6 +199,9 @@ const (
 // when it is missing, unfinished or of another generator version.
 func buildScaleDB(ctx context.Context, cfg benchScaleConfig, n int, progress io.Writer) (*scaleDB, error) {
 	db := &scaleDB{tasks: n, name: "taskservice_scale_" + sizeLabel(n)}
+	if cfg.busy {
+		db.name = "taskservice_scale_busy_" + sizeLabel(n)
+	}
 	var err error
 	if db.url, err = withDatabase(cfg.databaseURL, db.name); err != nil {
 		return nil, err
@@ -231,6 +247,10 @@ func buildScaleDB(ctx context.Context, cfg benchScaleConfig, n int, progress io.
 
 	start := time.Now()
 	evs := n * 535 / 100 // the generator writes about 5.35 events per task
+	step := scaleStep
+	if cfg.busy {
+		step = time.Hour / time.Duration(evs)
+	}
 	seeded := make(chan struct{})
 	go func() { // the COPY says nothing until it ends: count what it wrote
 		t := time.NewTicker(10 * time.Second)
@@ -249,7 +269,7 @@ func buildScaleDB(ctx context.Context, cfg benchScaleConfig, n int, progress io.
 	}()
 	written, err := replaytest.Seed(ctx, pool, replaytest.Config{
 		Events: evs, Workers: scaleWorkers, Active: scaleActive, Seed: uint64(n),
-		Step: scaleStep, Start: time.Now().Add(-time.Duration(evs) * scaleStep),
+		Step: step, Start: time.Now().Add(-time.Duration(evs) * step),
 	})
 	close(seeded)
 	if err != nil {
