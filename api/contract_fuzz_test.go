@@ -298,10 +298,11 @@ var knownMismatches = []struct {
 }{
 	{regexp.MustCompile(`^(new_)?password: (must be \d+ to \d+|is longer than \d+) bytes`), "a password's limit is bcrypt's 72 bytes, the document's maxLength counts characters"},
 	{regexp.MustCompile(`^current_password: is wrong$`), "a wrong current password is a 400"},
-	{regexp.MustCompile(`only applies to status failed|needs depends_on|say why these tasks|a retry's hint|repeats the id of item|either interval or cron|for a one-time schedule|with max_in_progress_per_key|an admin, a worker or both`), "a rule across fields the document does not state"},
+	{regexp.MustCompile(`only applies to status failed|needs depends_on|say why these tasks|a retry's hint|at least one criterion|must be after start_at|repeats the id of item|either interval or cron|for a one-time schedule|with max_in_progress_per_key|an admin, a worker or both`), "a rule across fields the document does not state"},
 	{regexp.MustCompile(`duration|whole seconds|seconds from|unknown time zone|is not a JSON path|cron:`), "a duration, time zone, cron expression or JSON path the document types as any string"},
 	{regexp.MustCompile(`^(task\.title|task\.task_type_id|max_age): is required`), "create and edit share a schema, so what only a create needs is not marked required"},
 	{regexp.MustCompile(`is archived`), "an archived task type is a 400"},
+	{regexp.MustCompile(`^params: got `), "params against the task type's own param_schema, data the document cannot know"},
 	{regexp.MustCompile(`NUL character`), "PostgreSQL's text holds no NUL, which the document does not say"},
 	{regexp.MustCompile(`^(filename|data_type): is required`), "a raw upload needs data_type and filename, which the document cannot tie to the media type"},
 	{regexp.MustCompile(`^policy: (is not valid JSON|must be|has more than one JSON value)`), "the what-if policy is a JSON object in a query parameter the document types as a string"},

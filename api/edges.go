@@ -191,7 +191,7 @@ func (s *Server) apiRoute(r route, next echo.HandlerFunc) echo.HandlerFunc {
 	for _, p := range r.query {
 		known[p.name] = true
 		lists[p.name] = p.schema["type"] == "array"
-		typed[p.name] = p.schema["type"] != "string" || p.schema["format"] != nil || p.schema["enum"] != nil
+		typed[p.name] = p.schema["type"] != "string" || p.schema["format"] != nil || p.schema["enum"] != nil || p.schema["pattern"] != nil
 	}
 	// The rule is the JSON API's (/api/v1/...): pages and assets served from
 	// the table (the API reference, its cache-busting ?v=) keep theirs.
@@ -217,7 +217,7 @@ func (s *Server) apiRoute(r route, next echo.HandlerFunc) echo.HandlerFunc {
 
 // strictQuery refuses a malformed query string, an unknown parameter, a
 // single-valued parameter given twice, and an empty value where the
-// document wants a number, a boolean, a format or an enum (typed), naming
+// document wants a number, a boolean, a format, an enum or a pattern (typed), naming
 // the parameter.
 func strictQuery(raw string, known, lists, typed map[string]bool) error {
 	if raw == "" {
