@@ -302,6 +302,7 @@ var knownMismatches = []struct {
 	{regexp.MustCompile(`duration|whole seconds|seconds from|unknown time zone|is not a JSON path|cron:`), "a duration, time zone, cron expression or JSON path the document types as any string"},
 	{regexp.MustCompile(`^(task\.title|task\.task_type_id|max_age): is required`), "create and edit share a schema, so what only a create needs is not marked required"},
 	{regexp.MustCompile(`is archived`), "an archived task type is a 400"},
+	{regexp.MustCompile(`^interval: must be at least `), "the shortest schedule interval is a setting (a minute by default), not in the document"},
 	{regexp.MustCompile(`^params: got `), "params against the task type's own param_schema, data the document cannot know"},
 	{regexp.MustCompile(`NUL character`), "PostgreSQL's text holds no NUL, which the document does not say"},
 	{regexp.MustCompile(`^(filename|data_type): is required`), "a raw upload needs data_type and filename, which the document cannot tie to the media type"},

@@ -39,7 +39,7 @@ const (
 
 // Interval units.
 const (
-	UnitSeconds = "seconds" // only where a test lowers the minimum interval
+	UnitSeconds = "seconds" // whole minutes and more, unless the minimum interval is lowered
 	UnitMinutes = "minutes"
 	UnitHours   = "hours"
 	UnitDays    = "days"
@@ -49,7 +49,7 @@ const (
 // schedule's time zone: the wall-clock time stays across DST changes.
 type Interval struct {
 	Every int    `json:"every" openapi:"required,min=1,max=1000000"`
-	Unit  string `json:"unit" openapi:"required,enum=minutes|hours|days"`
+	Unit  string `json:"unit" openapi:"required,enum=seconds|minutes|hours|days"`
 }
 
 // Nominal is the interval's length, a day counted as 24 hours. It stops at
@@ -185,7 +185,7 @@ func (t *ScheduleTiming) validate(minInterval time.Duration) error {
 		switch i.Unit {
 		case UnitSeconds, UnitMinutes, UnitHours, UnitDays:
 		default:
-			return Invalid("interval.unit", "must be minutes, hours or days")
+			return Invalid("interval.unit", "must be seconds, minutes, hours or days")
 		}
 		if i.Every < 1 || i.Every > maxIntervalEvery {
 			return Invalid("interval.every", "must be between 1 and %d", maxIntervalEvery)
