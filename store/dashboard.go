@@ -39,6 +39,10 @@ type Activity struct {
 	PerMinute []MinuteCount `json:"per_minute"`
 }
 
+// lastHourMinutes reads the counters of the minutes from $1 to $2.
+const lastHourMinutes = `SELECT minute, sum(completed), sum(failed), sum(retries) FROM task_minutes
+	WHERE minute >= $1 AND minute < $2 GROUP BY minute`
+
 // lastHour is the sixty minutes that "the last hour" counts: the current
 // one and the fifty-nine before it.
 func (db *DB) lastHour() (start, end time.Time) {
@@ -66,8 +70,7 @@ func (db *DB) RecentActivity(ctx context.Context) (*Activity, error) {
 	for i := range a.PerMinute {
 		perMinute[a.PerMinute[i].Minute] = &a.PerMinute[i]
 	}
-	b.Queue(`SELECT minute, sum(completed), sum(failed), sum(retries) FROM task_minutes
-		  WHERE minute >= $1 AND minute < $2 GROUP BY minute`, start, end).
+	b.Queue(lastHourMinutes, start, end).
 		Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var m time.Time

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
@@ -80,6 +81,27 @@ func TestFlatReadPlans(t *testing.T) {
 	require.NotContains(t, p, "worker_tasks_completed", p)
 	require.NotContains(t, p, "Seq Scan on worker_tasks", p)
 	require.NotContains(t, p, "worker_tasks_status", p)
+
+	// The dashboard's last hour: sixty minutes of task_minutes by its key,
+	// whatever the months of minutes behind them; a schedule's stats: its
+	// own counter rows among many schedules'.
+	_, err = e.db.pool.Exec(e.ctx, `INSERT INTO task_minutes (minute, pid, completed)
+		SELECT date_trunc('minute', now()) - (g || ' min')::interval, g % 4, 1 FROM generate_series(1, 200000) g`)
+	require.NoError(t, err)
+	_, err = e.db.pool.Exec(e.ctx, `INSERT INTO schedule_counts (schedule_id, pid, completed)
+		SELECT gen_random_uuid(), g % 4, 1 FROM generate_series(1, 50000) g`)
+	require.NoError(t, err)
+	for _, sql := range []string{`ANALYZE task_minutes`, `ANALYZE schedule_counts`} {
+		_, err = e.db.pool.Exec(e.ctx, sql)
+		require.NoError(t, err)
+	}
+	start, end := e.db.lastHour()
+	p = plan(lastHourMinutes, start, end)
+	require.Regexp(t, `Index (Only )?Scan using task_minutes_pkey`, p)
+	require.NotContains(t, p, "Seq Scan", p)
+	p = plan(scheduleCountsSQL, uuid.NewString())
+	require.Regexp(t, `Index Scan using schedule_counts_pkey|Bitmap Index Scan on schedule_counts_pkey`, p)
+	require.NotContains(t, p, "Seq Scan", p)
 
 	// A worker's tasks newest first: the top of worker_tasks_assignee, read
 	// in order, merged with its few tasks in progress; its active ones

@@ -151,6 +151,15 @@ type ScheduleStats struct {
 	LastFailure        *LastFailure `json:"last_failure"`
 }
 
+// scheduleCountsSQL sums a schedule's counter rows (one per server process
+// that ended one of its executions).
+var scheduleCountsSQL = `SELECT coalesce(sum(completed), 0)::int, coalesce(sum(failed), 0)::int,
+	       coalesce(sum(cancelled), 0)::int, coalesce(sum(timed), 0)::bigint, coalesce(sum(seconds), 0)::float8,
+	       (array_agg(jsonb_build_object('run', last_failure_run, 'task_id', last_failure_task_id,
+	                  'reason', coalesce(last_failure_reason, ''), 'at', last_failure_at) ORDER BY last_failure_run DESC)
+	          FILTER (WHERE last_failure_run IS NOT NULL))[1]
+	  FROM schedule_counts WHERE schedule_id = $1`
+
 // GetScheduleStats reads runs, success rate, average duration and the last
 // failure of a schedule from its counters (a few rows, whatever its
 // history), and the p95 duration from its kept executions.
@@ -167,12 +176,7 @@ func (db *DB) GetScheduleStats(ctx context.Context, id string) (*ScheduleStats, 
 	var timed int64
 	var seconds float64
 	var last []byte
-	err = db.pool.QueryRow(ctx, `SELECT coalesce(sum(completed), 0)::int, coalesce(sum(failed), 0)::int,
-	       coalesce(sum(cancelled), 0)::int, coalesce(sum(timed), 0)::bigint, coalesce(sum(seconds), 0)::float8,
-	       (array_agg(jsonb_build_object('run', last_failure_run, 'task_id', last_failure_task_id,
-	                  'reason', coalesce(last_failure_reason, ''), 'at', last_failure_at) ORDER BY last_failure_run DESC)
-	          FILTER (WHERE last_failure_run IS NOT NULL))[1]
-	  FROM schedule_counts WHERE schedule_id = $1`, id).
+	err = db.pool.QueryRow(ctx, scheduleCountsSQL, id).
 		Scan(&st.Completed, &st.Failed, &st.Cancelled, &timed, &seconds, &last)
 	if err != nil {
 		return nil, mapErr(fmt.Errorf("schedule stats: %w", err))
