@@ -35,6 +35,9 @@ type instance struct {
 	cmd  *exec.Cmd
 	done chan error
 	logs *syncBuffer
+	// stopped: the test stopped this run on purpose, so its exit before
+	// it was ready (a restart the test did not wait for) is no failure.
+	stopped bool
 }
 
 // startInstances starts n instances on dbURL with extra environment.
@@ -80,6 +83,7 @@ func (in *instance) start() {
 	in.mu.Lock()
 	logs := &syncBuffer{}
 	in.logs = logs
+	in.stopped = false
 	in.cmd = exec.Command(binary)
 	in.cmd.Env = in.env
 	in.cmd.Stdout, in.cmd.Stderr = logs, logs
@@ -98,6 +102,12 @@ func (in *instance) start() {
 		select {
 		case err := <-done:
 			done <- err
+			in.mu.Lock()
+			stopped := in.stopped
+			in.mu.Unlock()
+			if stopped {
+				return
+			}
 			t.Errorf("%s exited before it was ready: %v\n%s", in.name, err, logs.String())
 			return
 		default:
@@ -121,6 +131,7 @@ func (in *instance) start() {
 func (in *instance) stop(sig syscall.Signal) {
 	in.mu.Lock()
 	cmd, done := in.cmd, in.done
+	in.stopped = true
 	in.mu.Unlock()
 	if cmd == nil || cmd.Process == nil {
 		return
