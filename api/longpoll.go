@@ -22,7 +22,7 @@ import (
 // MaxClaimWait is the longest a claim may wait.
 const MaxClaimWait = 60 * time.Second
 
-// claimRecheck is the safety net between wakes.
+// claimRecheck is the safety net between wakes (Config.ClaimRecheck).
 const claimRecheck = 1500 * time.Millisecond
 
 // drainer is the server-level signal that it is shutting down: waiting
@@ -78,7 +78,11 @@ func (s *Server) claimWaiting(c echo.Context, wait time.Duration, max int) ([]*s
 	}
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
-	recheck := time.NewTicker(claimRecheck)
+	every := claimRecheck
+	if s.cfg.ClaimRecheck > 0 {
+		every = s.cfg.ClaimRecheck
+	}
+	recheck := time.NewTicker(every)
 	defer recheck.Stop()
 	s.metrics.claimWaiters.Inc()
 	defer s.metrics.claimWaiters.Dec()

@@ -55,6 +55,9 @@ type Config struct {
 	CORSOrigins []string
 	// BodyReadTimeout bounds reading a request body (default 30 s).
 	BodyReadTimeout time.Duration
+	// ClaimRecheck is how often a waiting long-poll claims again without a
+	// wake, the safety net for a lost one (default 1.5 s).
+	ClaimRecheck time.Duration
 	// Data configures task data uploads and downloads.
 	Data DataConfig
 	// Digest is when the daily digest goes out, for its preview (default

@@ -132,14 +132,21 @@
   }
   const stale = new Set();
   const inflight = new Set();
-  // The region is gone from the page by the time htmx says its request
-  // ended (the answer replaced it): remember the request instead.
+  // The region may be gone from the page by the time its request ends (its
+  // answer, or a filter's, replaced it), and htmx then tells nobody on the
+  // page: the request itself says when it ended, whatever became of the
+  // region.
   const regionOf = new WeakMap();
   document.addEventListener("htmx:beforeRequest", (e) => {
     const elt = e.detail.elt;
     if (elt && elt.dataset && elt.dataset.live !== undefined) {
-      inflight.add(elt.id);
-      regionOf.set(e.detail.xhr, elt.id);
+      const id = elt.id;
+      inflight.add(id);
+      regionOf.set(e.detail.xhr, id);
+      e.detail.xhr.addEventListener("loadend", () => {
+        inflight.delete(id);
+        if (stale.size) refreshSoon();
+      });
     }
   });
   document.addEventListener("htmx:beforeSwap", (e) => {
@@ -157,12 +164,6 @@
       e.detail.shouldSwap = false;
       stale.add(id);
     }
-  });
-  document.addEventListener("htmx:afterRequest", (e) => {
-    const id = regionOf.get(e.detail.xhr);
-    if (id === undefined) return;
-    inflight.delete(id);
-    if (stale.size) refreshSoon();
   });
   let pending = false;
   let dueAt = 0;
