@@ -1,6 +1,8 @@
 package projections
 
 import (
+	"fmt"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/clawdbot/task-service/events"
@@ -100,3 +102,40 @@ func queueExecution(b *pgx.Batch, t *events.Task, outcome string, sign int64) {
 	}
 	b.Queue(addExecution, *t.ScheduleID, *t.ScheduleRun, completed, failed, cancelled, sign, t.CompletedAt, run, taskID, reason)
 }
+
+// RecountScheduleCounts selects the pid 0 rows of schedule_counts recounted
+// from the tasks of the worker_tasks table named (qualified), for the
+// schedules meeting where (on l.schedule_id): the last task of each chain
+// (no retry after it) gives the outcome, as ExecutionOutcome says, the
+// chain's original task the start, as ExecutionStart does. Migration 037
+// counted the tasks it found the same way; replay rebuilds and verifies
+// the counters with it.
+func RecountScheduleCounts(tasks, where string) string {
+	return fmt.Sprintf(`SELECT schedule_id, 0 AS pid,
+       count(*) FILTER (WHERE outcome = 'completed') AS completed,
+       count(*) FILTER (WHERE outcome = 'failed') AS failed,
+       count(*) FILTER (WHERE outcome = 'cancelled') AS cancelled,
+       count(*) FILTER (WHERE started_at IS NOT NULL AND completed_at IS NOT NULL) AS timed,
+       coalesce(sum(extract(epoch FROM completed_at - started_at)::float8)
+                FILTER (WHERE started_at IS NOT NULL AND completed_at IS NOT NULL), 0) AS seconds,
+       (array_agg(run ORDER BY run DESC) FILTER (WHERE outcome = 'failed'))[1] AS last_failure_run,
+       (array_agg(id ORDER BY run DESC) FILTER (WHERE outcome = 'failed'))[1] AS last_failure_task_id,
+       (array_agg(coalesce(failure_reason, '') ORDER BY run DESC) FILTER (WHERE outcome = 'failed'))[1] AS last_failure_reason,
+       (array_agg(completed_at ORDER BY run DESC) FILTER (WHERE outcome = 'failed'))[1] AS last_failure_at
+  FROM (SELECT l.schedule_id, l.schedule_run AS run, l.id, l.failure_reason, l.completed_at, o.started_at,
+               CASE WHEN l.status = 'completed' THEN 'completed'
+                    WHEN l.status = 'cancelled' THEN 'cancelled'
+                    WHEN l.status = 'failed' AND l.retry_outcome IN ('skipped', 'exhausted') THEN 'failed'
+               END AS outcome
+          FROM %[1]s l
+          LEFT JOIN %[1]s o ON o.schedule_id = l.schedule_id AND o.schedule_run = l.schedule_run
+                           AND o.parent_task_id IS NULL
+         WHERE l.schedule_id IS NOT NULL AND l.schedule_run IS NOT NULL AND l.retry_task_id IS NULL AND (%[2]s)) e
+ WHERE outcome IS NOT NULL
+ GROUP BY schedule_id`, tasks, where)
+}
+
+// ScheduleCountsColumns are the columns RecountScheduleCounts selects, in
+// its order.
+const ScheduleCountsColumns = `schedule_id, pid, completed, failed, cancelled, timed, seconds,
+    last_failure_run, last_failure_task_id, last_failure_reason, last_failure_at`

@@ -197,8 +197,9 @@ func (r *rebuilder) qualified(t table) string { return pgx.Identifier{r.live, t.
 func (r *rebuilder) fresh(t table) string     { return pgx.Identifier{rebuildSchema, t.name}.Sanitize() }
 
 // swapped names every table the swap replaces: the projections,
-// task_counts and the sum tables, in lock order (right after worker_tasks:
-// every writer writes its counts right after the task rows).
+// task_counts, the sum tables and schedule_counts, in lock order (right
+// after worker_tasks: every writer writes its counters right after the
+// task rows).
 func (r *rebuilder) swapped() []string {
 	var out []string
 	for _, t := range r.tables {
@@ -208,6 +209,7 @@ func (r *rebuilder) swapped() []string {
 			for _, u := range sumTables {
 				out = append(out, u.Name)
 			}
+			out = append(out, scheduleCountsTable)
 		}
 	}
 	return out
@@ -314,6 +316,9 @@ func (r *rebuilder) load(ctx context.Context) error {
 	}
 	r.rep.Rows[countsTable] = 1
 	if err := r.loadSums(ctx, r.seen); err != nil {
+		return err
+	}
+	if err := r.loadScheduleCounts(ctx); err != nil {
 		return err
 	}
 	if err := deriveGates(ctx, r.conn, `tt.gated`); err != nil {
@@ -558,6 +563,11 @@ func (r *rebuilder) applyDelta(ctx context.Context, tx pgx.Tx, p *phase) (int64,
 	for name, n := range sums {
 		changed[name] += n
 	}
+	recounted, err := recountSchedules(ctx, tx, f)
+	if err != nil {
+		return 0, nil, err
+	}
+	changed[scheduleCountsTable] += recounted
 	if err := deriveDeltaGates(ctx, tx, f); err != nil {
 		return 0, nil, err
 	}

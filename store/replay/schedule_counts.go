@@ -6,28 +6,69 @@ import (
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/clawdbot/task-service/projections"
 )
 
 const scheduleCountsTable = "schedule_counts"
 
+// A schedule's counters are sums kept on write over its tasks, not over
+// events, so replay recounts them from the tasks
+// (projections.RecountScheduleCounts), whose diffs against the events
+// check the tasks. A rebuild writes the recount of the fresh tasks as one
+// pid 0 row per schedule after the load, and recounts the schedules of
+// each catch-up's streams; writers add their process rows to the swapped
+// table from then on.
+
+// loadScheduleCounts writes the recount of the fresh tasks into the fresh
+// schedule_counts.
+func (r *rebuilder) loadScheduleCounts(ctx context.Context) error {
+	tag, err := r.conn.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (%s) %s`,
+		pgx.Identifier{rebuildSchema, scheduleCountsTable}.Sanitize(), projections.ScheduleCountsColumns,
+		projections.RecountScheduleCounts(pgx.Identifier{rebuildSchema, "worker_tasks"}.Sanitize(), "true")))
+	if err != nil {
+		return fmt.Errorf("write %s: %w", scheduleCountsTable, err)
+	}
+	r.rep.Rows[scheduleCountsTable] = tag.RowsAffected()
+	return nil
+}
+
+// recountSchedules replaces, in tx, the fresh counters of the schedules of
+// f's tasks with their recount from the fresh tasks (which already hold
+// f); it returns the change in rows.
+func recountSchedules(ctx context.Context, tx pgx.Tx, f *fold) (int64, error) {
+	seen := map[string]bool{}
+	var ids []string
+	for _, t := range f.tasks {
+		if t.ScheduleID != nil && !seen[*t.ScheduleID] {
+			seen[*t.ScheduleID] = true
+			ids = append(ids, *t.ScheduleID)
+		}
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	fresh := pgx.Identifier{rebuildSchema, scheduleCountsTable}.Sanitize()
+	gone, err := tx.Exec(ctx, `DELETE FROM `+fresh+` WHERE schedule_id = ANY($1::uuid[])`, ids)
+	if err != nil {
+		return 0, fmt.Errorf("catch up %s: %w", scheduleCountsTable, err)
+	}
+	added, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (%s) %s`, fresh, projections.ScheduleCountsColumns,
+		projections.RecountScheduleCounts(pgx.Identifier{rebuildSchema, "worker_tasks"}.Sanitize(), `l.schedule_id = ANY($1::uuid[])`)), ids)
+	if err != nil {
+		return 0, fmt.Errorf("catch up %s: %w", scheduleCountsTable, err)
+	}
+	return added.RowsAffected() - gone.RowsAffected(), nil
+}
+
 // verifyScheduleCounts compares each schedule's counters of ended
-// executions (the sums of its schedule_counts rows) with a recount of the
-// tasks, which the diffs of worker_tasks check against the events: the
-// last task of each retry chain gives the outcome, as
-// projections.ExecutionOutcome says. Durations and the last failure are
-// not compared.
+// executions (the sums of its schedule_counts rows) with their recount
+// from the tasks. Durations and the last failure are not compared.
 func verifyScheduleCounts(ctx context.Context, tx pgx.Tx, rep *Report, max int) error {
 	rows, err := tx.Query(ctx, `WITH live AS (
 	    SELECT schedule_id, sum(completed) AS completed, sum(failed) AS failed, sum(cancelled) AS cancelled
 	      FROM schedule_counts GROUP BY schedule_id
-	), recount AS (
-	    SELECT schedule_id, count(*) FILTER (WHERE status = 'completed') AS completed,
-	           count(*) FILTER (WHERE status = 'failed' AND retry_outcome IN ('skipped', 'exhausted')) AS failed,
-	           count(*) FILTER (WHERE status = 'cancelled') AS cancelled
-	      FROM worker_tasks
-	     WHERE schedule_id IS NOT NULL AND schedule_run IS NOT NULL AND retry_task_id IS NULL
-	     GROUP BY schedule_id
-	)
+	), recount AS (`+projections.RecountScheduleCounts("worker_tasks", "true")+`)
 	SELECT coalesce(l.schedule_id, r.schedule_id)::text,
 	       coalesce(l.completed, 0), coalesce(l.failed, 0), coalesce(l.cancelled, 0),
 	       coalesce(r.completed, 0), coalesce(r.failed, 0), coalesce(r.cancelled, 0)

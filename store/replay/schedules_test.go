@@ -160,3 +160,121 @@ func TestVerifyChecksScheduleCounters(t *testing.T) {
 	require.Equal(t, "schedule_counts", v.Differences[0].Table)
 	require.Equal(t, []string{"cancelled"}, v.Differences[0].Changed)
 }
+
+// A rebuild recounts schedule_counts from the tasks: a wrong count, a
+// missing schedule and a bogus row, each reported by verify, are repaired
+// (durations and the last failure as they were), an execution that ends
+// while the rebuild runs is caught up, and the write path keeps the
+// swapped table exact.
+func TestScheduleCountsVerifiedAndRebuilt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := storetest.NewPool(t)
+	db, err := store.New(pool, store.Config{Projector: projections.Projector{}})
+	require.NoError(t, err)
+	admin := events.Meta{Actor: events.System("test")}
+	worker, err := db.CreateUser(ctx, events.UserRegistered{Email: "w@example.com", FullName: "Worker", IsWorker: true, MaxConcurrentTasks: 10},
+		"worker-password", "x", admin)
+	require.NoError(t, err)
+	tt, err := db.CreateTaskType(ctx, events.TaskTypeSpec{Name: "crawl"}, admin)
+	require.NoError(t, err)
+	start := time.Now().Add(time.Hour)
+	var ids []string
+	for range 2 {
+		s, err := db.CreateSchedule(ctx, events.ScheduleSpec{Name: "s", Overlap: events.OverlapAllow,
+			Task:           events.ScheduleTemplate{TaskTypeID: tt.ID, Title: "crawl", Params: json.RawMessage(`{"n":1}`)},
+			ScheduleTiming: events.ScheduleTiming{Interval: &events.Interval{Every: 1, Unit: events.UnitHours}, StartAt: &start}},
+			nil, admin)
+		require.NoError(t, err)
+		ids = append(ids, s.ID)
+	}
+	do := func(id string, decide store.TaskDecision) {
+		t.Helper()
+		_, _, err := db.UpdateTask(ctx, pool, id, admin, decide)
+		require.NoError(t, err)
+	}
+	run := func(schedule, outcome string) {
+		t.Helper()
+		_, task, err := db.RunScheduleNow(ctx, schedule, nil, admin)
+		require.NoError(t, err)
+		switch outcome {
+		case "completed":
+			do(task.ID, func(x *events.Task) ([]events.Payload, error) { return x.Claim(worker.ID) })
+			_, _, err := db.CompleteTask(ctx, task.ID, worker.ID, admin)
+			require.NoError(t, err)
+		case "failed":
+			do(task.ID, func(x *events.Task) ([]events.Payload, error) { return x.Claim(worker.ID) })
+			do(task.ID, func(x *events.Task) ([]events.Payload, error) {
+				return x.Fail(worker.ID, events.FailureError, "upstream 500", nil)
+			})
+			do(task.ID, func(x *events.Task) ([]events.Payload, error) { return x.RetriesExhausted(0) })
+		case "cancelled":
+			do(task.ID, func(x *events.Task) ([]events.Payload, error) { return x.Cancel(admin.Actor.ID, "not needed") })
+		}
+	}
+	for _, o := range []string{"completed", "failed", "completed", "cancelled"} {
+		run(ids[0], o)
+	}
+	for _, o := range []string{"cancelled", "completed"} {
+		run(ids[1], o)
+	}
+	stats := func(id string) *store.ScheduleStats {
+		t.Helper()
+		st, err := db.GetScheduleStats(ctx, id)
+		require.NoError(t, err)
+		return st
+	}
+	before := stats(ids[0])
+	require.Equal(t, 2, before.Completed)
+	require.NotNil(t, before.LastFailure)
+	require.NotNil(t, before.AvgDurationSeconds)
+	requireClean(t, verify(t, pool))
+
+	bogus := "00000000-0000-0000-0000-0000000000b0"
+	for _, sql := range []string{
+		`UPDATE schedule_counts SET completed = completed + 3 WHERE schedule_id = '` + ids[0] + `'`,
+		`DELETE FROM schedule_counts WHERE schedule_id = '` + ids[1] + `'`,
+		`INSERT INTO schedule_counts (schedule_id, pid, failed) VALUES ('` + bogus + `', 4242, 2)`,
+	} {
+		_, err := pool.Exec(ctx, sql)
+		require.NoError(t, err, sql)
+	}
+	rep := verify(t, pool)
+	changed := map[string][]string{}
+	for _, d := range rep.Differences {
+		require.Equal(t, "schedule_counts", d.Table, "%+v", rep.Differences)
+		changed[d.Key] = d.Changed
+	}
+	require.Equal(t, map[string][]string{
+		"schedule_id=" + ids[0] + " (sum over its rows)": {"completed"},
+		"schedule_id=" + ids[1] + " (sum over its rows)": {"completed", "cancelled"},
+		"schedule_id=" + bogus + " (sum over its rows)":  {"failed"},
+	}, changed)
+
+	// An execution that ends after the load is counted by the catch-up.
+	_, pending, err := db.RunScheduleNow(ctx, ids[1], nil, admin)
+	require.NoError(t, err)
+	ended := false
+	_, err = replay.Rebuild(ctx, pool, replay.RebuildConfig{Progress: func(p replay.Progress) {
+		if p.Phase == "index" && !ended {
+			ended = true
+			do(pending.ID, func(x *events.Task) ([]events.Payload, error) { return x.Cancel(admin.Actor.ID, "late") })
+		}
+	}})
+	require.NoError(t, err)
+	require.True(t, ended)
+	requireClean(t, verify(t, pool))
+	require.Equal(t, before, stats(ids[0]), "durations and the last failure recounted as they were")
+	require.Equal(t, 2, stats(ids[1]).Cancelled)
+	require.EqualValues(t, 0, count(t, pool, `SELECT count(*) FROM schedule_counts WHERE schedule_id = $1`, bogus))
+	require.EqualValues(t, 0, count(t, pool, `SELECT count(*) FROM schedule_counts WHERE pid <> 0`))
+
+	// The write path adds to the swapped table.
+	run(ids[0], "failed")
+	run(ids[1], "completed")
+	requireClean(t, verify(t, pool))
+	after := stats(ids[0])
+	require.Equal(t, before.Failed+1, after.Failed)
+	require.Equal(t, 5, after.LastFailure.Run) // runs 1 to 4 before the rebuild
+	require.Equal(t, 2, stats(ids[1]).Completed)
+}
