@@ -172,7 +172,7 @@ func (s *Server) table() []route {
 		{method: http.MethodPost, path: streamPath + "-token", id: "createStreamToken", summary: "A short-lived token that opens the event stream (?token=), for browsers", role: roleAdmin, handler: s.streamToken,
 			request: streamTokenRequest{}, emptyBody: true, status: okay, response: StreamToken{}, errors: []int{bad}},
 
-		{method: http.MethodGet, path: "/api/v1/admin/replay/what-if", id: "getWhatIfReplay", summary: "Re-run a changed retry and offline policy over the recorded events of a window, in memory, writing nothing: which retry chains would have been retried, skipped or failed by the stuck detector, and their time to a final outcome; 429 while another runs on this instance, 413 when the window needs more than a minute (use taskctl replay --what-if)", role: roleAdmin, handler: s.whatIf,
+		{method: http.MethodGet, path: "/api/v1/admin/replay/what-if", id: "getWhatIfReplay", summary: "Re-run a changed retry and offline policy over the recorded events of a window, in memory, writing nothing: which retry chains would have been retried, skipped or failed by the stuck detector, and their time to a final outcome; 429 while another runs on this instance, 413 naming since when the window needs more than a minute (use taskctl replay --what-if) or holds more than 200,000 retry chains open at once (choose a shorter since)", role: roleAdmin, handler: s.whatIf,
 			query: whatIfQuery(), status: okay, response: whatif.Report{}, errors: []int{bad, http.StatusTooManyRequests, http.StatusRequestEntityTooLarge}},
 
 		{method: http.MethodGet, path: "/healthz", id: "getHealth", summary: "Liveness: the process answers", role: rolePublic, handler: s.healthz, tag: "operations",

@@ -70,6 +70,10 @@ type Config struct {
 	// the HTTP write timeout (default 60 s); a window that needs longer
 	// is refused as too large, for taskctl to run.
 	WhatIfBudget time.Duration
+	// WhatIfMaxOpenChains bounds the retry chains one what-if replay holds
+	// in memory at once (default whatif.DefaultMaxOpenChains); a window
+	// that holds more is refused as too large.
+	WhatIfMaxOpenChains int
 }
 
 // Server is the HTTP API.

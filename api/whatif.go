@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"time"
 
@@ -66,8 +67,9 @@ func parseWhatIf(c echo.Context) (whatIfRequest, error) {
 }
 
 // whatIf re-runs a changed policy over the recorded events, reading only.
-// One runs at a time per instance: each holds its window's open chains;
-// each is bounded by Config.WhatIfBudget.
+// One runs at a time per instance: each holds its window's open chains
+// (at most Config.WhatIfMaxOpenChains); each is bounded by
+// Config.WhatIfBudget.
 func (s *Server) whatIf(c echo.Context) error {
 	req, err := parseWhatIf(c)
 	if err != nil {
@@ -89,8 +91,13 @@ func (s *Server) runWhatIf(c echo.Context, req whatIfRequest) (*whatif.Report, e
 	}
 	ctx, cancel := context.WithTimeout(c.Request().Context(), s.cfg.WhatIfBudget)
 	defer cancel()
-	rep, err := whatif.Run(ctx, s.db.Pool().Pool, whatif.Config{Policy: req.policy, Since: req.since, SampleSize: req.sample})
-	if err != nil && ctx.Err() == context.DeadlineExceeded && c.Request().Context().Err() == nil {
+	rep, err := whatif.Run(ctx, s.db.Pool().Pool, whatif.Config{Policy: req.policy, Since: req.since, SampleSize: req.sample,
+		MaxOpenChains: s.cfg.WhatIfMaxOpenChains})
+	var open *whatif.OpenChainsError
+	switch {
+	case errors.As(err, &open):
+		return nil, events.TooLarge("since", "%v: choose a shorter since", open)
+	case err != nil && ctx.Err() == context.DeadlineExceeded && c.Request().Context().Err() == nil:
 		return nil, events.TooLarge("since", "the window holds more events than one request reads in %s: narrow since, or run taskctl replay --what-if next to the database",
 			s.cfg.WhatIfBudget)
 	}

@@ -90,3 +90,22 @@ func TestWhatIfReplayBudget(t *testing.T) {
 	require.Equal(t, "too_large", apiErr.Code)
 	require.Equal(t, "since", apiErr.Field)
 }
+
+// A window that holds more retry chains open at once than the cap is
+// refused as too large, naming since, before memory grows with it.
+func TestWhatIfReplayOpenChains(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, nil, func(c *api.Config) { c.WhatIfMaxOpenChains = 1 })
+	tt := b.newType(t, "report")
+	for _, title := range []string{"one", "two"} {
+		b.newTask(t, tt, title, events.PriorityHigh, "")
+	}
+	err := b.admin.Do(b.ctx, http.MethodGet, "/api/v1/admin/replay/what-if?since=1d", nil, nil)
+	var apiErr *client.Error
+	require.True(t, errors.As(err, &apiErr), "%v", err)
+	require.Equal(t, http.StatusRequestEntityTooLarge, apiErr.Status)
+	require.Equal(t, "too_large", apiErr.Code)
+	require.Equal(t, "since", apiErr.Field)
+	require.Contains(t, apiErr.Message, "more than 1 retry chains open at once")
+	require.Contains(t, apiErr.Message, "choose a shorter since")
+}

@@ -487,6 +487,24 @@ func TestReplayCommand(t *testing.T) {
 	require.Equal(t, 3, rep.Events) // the admin, the type, the task
 }
 
+// A what-if window that holds more retry chains open at once than
+// --max-open-chains is refused, saying what to do.
+func TestReplayWhatIfOpenChains(t *testing.T) {
+	e := newCLIEnv(t)
+	e.login()
+	e.ok("types", "create", "--name", "crawl")
+	for _, title := range []string{"one", "two"} {
+		e.ok("tasks", "create", "--type", "crawl", "--title", title)
+	}
+	policy := e.writeFile("policy.json", `{}`)
+	t.Setenv("DATABASE_URL", e.dbURL)
+	code, _, errOut := e.taskctl("replay", "--what-if", policy, "--since", "1d", "--max-open-chains", "1")
+	require.Equal(t, exitFailure, code, errOut)
+	require.Contains(t, errOut, "--since 1d: the window holds more than 1 retry chains open at once")
+	require.Contains(t, errOut, "choose a shorter --since, or raise --max-open-chains")
+	require.Contains(t, e.ok("replay", "--what-if", policy, "--since", "1d", "--max-open-chains", "2"), "2 chains")
+}
+
 // The schedules commands against a real server: create, list, show,
 // update, the actions, run, executions; and the refusals users meet.
 func TestSchedulesCommands(t *testing.T) {

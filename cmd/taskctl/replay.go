@@ -11,13 +11,15 @@ import (
 	"github.com/clawdbot/task-service/store"
 	"github.com/clawdbot/task-service/store/replay"
 	"github.com/clawdbot/task-service/store/replay/replaytest"
+	"github.com/clawdbot/task-service/store/whatif"
 )
 
 var replaySpec = cmdSpec{
 	name: "replay", args: "[--verify | --what-if POLICY.json --since 30d] [--database-url URL] [flags]",
 	summary: "Rebuild every projection (users, task_types, worker_tasks, task_titles, worker_task_updates,\n" +
-		"task_assignments, task_data, task_checkpoints, schedules, schedule_firings, task_counts) from\n" +
-		"the event log, talking to the database directly.\n" +
+		"task_assignments, task_data, task_checkpoints, schedules, schedule_firings, and the counters and\n" +
+		"sums kept beside them: task_counts, schedule_counts, the usage and per-day and per-minute tables)\n" +
+		"from the event log, talking to the database directly.\n" +
 		"The log is folded one range of streams at a time, so memory does not grow with it.\n\n" +
 		"  --verify  fold the log inside one REPEATABLE READ READ ONLY transaction and diff the rows\n" +
 		"            both ways against the live tables; print each difference; exit 1 if any.\n" +
@@ -27,6 +29,7 @@ var replaySpec = cmdSpec{
 		"            --since (30d, 12h; at most 366d), in memory, writing nothing, and report what would have\n" +
 		"            differed: chains retried or not, skipped or not, failed by the stuck detector or not, and\n" +
 		"            the time to their final outcome; totals, per type and a sample of changed chains.\n" +
+		"            A window that holds more than --max-open-chains chains open at once is refused.\n" +
 		"            POLICY.json: {\"worker_offline_after\": \"20m\", \"types\": {\"crawl\": {\"max_retries\": 4,\n" +
 		"            \"retry_backoff_seconds\": 30, \"skip_advised\": true, \"skip_reasons\": [\"^invalid input\"]}}};\n" +
 		"            a field left out keeps what the log recorded.\n\n" +
@@ -46,6 +49,8 @@ func (a *app) replay(args []string) int {
 	whatIf := fs.String("what-if", "", "simulate the policy in this JSON file instead (read only)")
 	since := fs.String("since", "30d", "with --what-if: the window, in days (30d) or a duration (12h), at most 366d")
 	sample := fs.Int("sample", 20, "with --what-if: changed chains listed (at most 1000)")
+	maxOpen := fs.Int("max-open-chains", whatif.DefaultMaxOpenChains,
+		"with --what-if: retry chains held in memory at once, about 0.6 KB each; a window that holds more is refused")
 	seed := fs.Int("seed-synthetic", 0, "benchmarks only: write this many synthetic events into an empty database, then stop")
 	_, code, ok := a.parseArgs(fs, spec, args, 0, "")
 	if !ok {
@@ -55,7 +60,7 @@ func (a *app) replay(args []string) int {
 		return a.fail(spec.name, usagef("no database: give --database-url or set DATABASE_URL"))
 	}
 	if *whatIf != "" {
-		return a.whatIf(spec.name, *dbURL, *whatIf, *since, *sample, *asJSON)
+		return a.whatIf(spec.name, *dbURL, *whatIf, whatIfFlags{since: *since, sample: *sample, maxOpen: *maxOpen, asJSON: *asJSON})
 	}
 	// The fold of one range of streams is a heap that lives for a while:
 	// collecting it less often is faster, and the soft limit keeps the

@@ -14,14 +14,25 @@ import (
 	"github.com/clawdbot/task-service/store/whatif"
 )
 
+// whatIfFlags are the flags of `taskctl replay --what-if` besides the file.
+type whatIfFlags struct {
+	since   string
+	sample  int
+	maxOpen int
+	asJSON  bool
+}
+
 // whatIf runs `taskctl replay --what-if`: reads the policy file, simulates
 // it over the window straight from the database and prints the report.
-func (a *app) whatIf(cmd, dbURL, file, sinceText string, sample int, asJSON bool) int {
+func (a *app) whatIf(cmd, dbURL, file string, f whatIfFlags) int {
 	policy, err := readPolicy(file)
 	if err != nil {
 		return a.fail(cmd, usagef("%v", err))
 	}
-	since, err := whatif.ParseSince(sinceText)
+	if f.maxOpen < 1 {
+		return a.fail(cmd, usagef("--max-open-chains must be at least 1"))
+	}
+	since, err := whatif.ParseSince(f.since)
 	if err != nil {
 		return a.fail(cmd, usagef("--since %v", strings.TrimPrefix(err.Error(), "since: ")))
 	}
@@ -33,16 +44,20 @@ func (a *app) whatIf(cmd, dbURL, file, sinceText string, sample int, asJSON bool
 	}
 	defer pool.Close()
 	progress := newWhatIfProgress(a.stderr, isTerminal(a.stderr))
-	rep, err := whatif.Run(ctx, pool, whatif.Config{Policy: policy, Since: since, SampleSize: sample, Progress: progress.update})
+	rep, err := whatif.Run(ctx, pool, whatif.Config{Policy: policy, Since: since, SampleSize: f.sample,
+		MaxOpenChains: f.maxOpen, Progress: progress.update})
 	progress.finish()
 	var invalid *events.ValidationError
-	if errors.As(err, &invalid) {
+	var open *whatif.OpenChainsError
+	switch {
+	case errors.As(err, &invalid):
 		return a.fail(cmd, usagef("%s: %v", file, err))
-	}
-	if err != nil {
+	case errors.As(err, &open):
+		return a.fail(cmd, fmt.Errorf("--since %s: %w: choose a shorter --since, or raise --max-open-chains if this machine has the memory (about 0.6 KB a chain)", f.since, open))
+	case err != nil:
 		return a.fail(cmd, err)
 	}
-	if asJSON {
+	if f.asJSON {
 		return a.printJSON(rep)
 	}
 	a.printWhatIf(rep)

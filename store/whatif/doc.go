@@ -5,6 +5,7 @@
 //
 // It reads task_events inside one REPEATABLE READ READ ONLY transaction,
 // streamed in seq order, and keeps in memory only the chains still open
-// and the workers' recorded silences. It writes nothing and decides
+// (at most Config.MaxOpenChains at once, or the run is refused) and the
+// workers' recorded silences. It writes nothing and decides
 // nothing that any other part of the service sees.
 package whatif

@@ -300,3 +300,28 @@ func TestParsePolicyRefusesBadFiles(t *testing.T) {
 	require.Equal(t, 30*24*time.Hour, d)
 	_ = fmt.Sprint
 }
+
+// Memory follows the chains held open, so a window that holds more open at
+// once than the cap is refused; chains that ended no longer count.
+func TestWhatIfBoundsOpenChains(t *testing.T) {
+	t.Parallel()
+	h := newHistory(t)
+	tt := h.taskType("crawl", 0)
+	for range 3 {
+		h.chain(tt, "ok")
+	}
+	for range 2 {
+		h.chain(tt) // pending: open to the end of the window
+	}
+	run := func(max int) (*whatif.Report, error) {
+		return whatif.Run(h.ctx, h.pool, whatif.Config{Since: time.Hour, MaxOpenChains: max})
+	}
+	rep, err := run(2)
+	require.NoError(t, err)
+	require.EqualValues(t, 5, rep.Totals.Chains)
+	_, err = run(1)
+	var open *whatif.OpenChainsError
+	require.ErrorAs(t, err, &open)
+	require.Equal(t, 1, open.Max)
+	require.Contains(t, err.Error(), "more than 1 retry chains open at once")
+}
