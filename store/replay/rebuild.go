@@ -517,6 +517,10 @@ func (r *rebuilder) applyDelta(ctx context.Context, tx pgx.Tx, p *phase) (int64,
 	}
 	var delta counts
 	addFold(&delta, f)
+	runs := runsOf(f)
+	if _, err := addRuns(ctx, tx, runs, -1); err != nil {
+		return 0, nil, err
+	}
 	changed := map[string]int64{}
 	for _, t := range r.tables {
 		del := `DELETE FROM ` + r.fresh(t) + ` WHERE ` + pgx.Identifier{t.stream}.Sanitize() + ` = ANY($1::uuid[])`
@@ -563,11 +567,11 @@ func (r *rebuilder) applyDelta(ctx context.Context, tx pgx.Tx, p *phase) (int64,
 	for name, n := range sums {
 		changed[name] += n
 	}
-	recounted, err := recountSchedules(ctx, tx, f)
+	added, err := addRuns(ctx, tx, runs, 1)
 	if err != nil {
 		return 0, nil, err
 	}
-	changed[scheduleCountsTable] += recounted
+	changed[scheduleCountsTable] += added
 	if err := deriveDeltaGates(ctx, tx, f); err != nil {
 		return 0, nil, err
 	}

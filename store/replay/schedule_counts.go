@@ -16,9 +16,11 @@ const scheduleCountsTable = "schedule_counts"
 // events, so replay recounts them from the tasks
 // (projections.RecountScheduleCounts), whose diffs against the events
 // check the tasks. A rebuild writes the recount of the fresh tasks as one
-// pid 0 row per schedule after the load, and recounts the schedules of
-// each catch-up's streams; writers add their process rows to the swapped
-// table from then on.
+// pid 0 row per schedule after the load; each catch-up takes back the
+// recount of the executions (runs) its streams belong to before it
+// replaces their tasks and adds it again after, as writers do, so the
+// locked last step reads a few runs, never a schedule's whole history.
+// Writers add their process rows to the swapped table from then on.
 
 // loadScheduleCounts writes the recount of the fresh tasks into the fresh
 // schedule_counts.
@@ -33,32 +35,51 @@ func (r *rebuilder) loadScheduleCounts(ctx context.Context) error {
 	return nil
 }
 
-// recountSchedules replaces, in tx, the fresh counters of the schedules of
-// f's tasks with their recount from the fresh tasks (which already hold
-// f); it returns the change in rows.
-func recountSchedules(ctx context.Context, tx pgx.Tx, f *fold) (int64, error) {
+// scheduleRuns are the executions f's tasks belong to.
+type scheduleRuns struct {
+	schedules []string
+	runs      []int
+}
+
+func runsOf(f *fold) scheduleRuns {
+	var out scheduleRuns
 	seen := map[string]bool{}
-	var ids []string
 	for _, t := range f.tasks {
-		if t.ScheduleID != nil && !seen[*t.ScheduleID] {
-			seen[*t.ScheduleID] = true
-			ids = append(ids, *t.ScheduleID)
+		if t.ScheduleID == nil || t.ScheduleRun == nil {
+			continue
+		}
+		if k := fmt.Sprint(*t.ScheduleID, *t.ScheduleRun); !seen[k] {
+			seen[k] = true
+			out.schedules, out.runs = append(out.schedules, *t.ScheduleID), append(out.runs, *t.ScheduleRun)
 		}
 	}
-	if len(ids) == 0 {
+	return out
+}
+
+// addRuns adds (sign 1) or takes back (-1), in tx, the recount of the runs
+// from the fresh tasks to the fresh counters, merged as writers merge
+// theirs (a take-back leaves the last failure); it returns the rows it
+// added.
+func addRuns(ctx context.Context, tx pgx.Tx, runs scheduleRuns, sign int) (int64, error) {
+	if len(runs.runs) == 0 {
 		return 0, nil
 	}
-	fresh := pgx.Identifier{rebuildSchema, scheduleCountsTable}.Sanitize()
-	gone, err := tx.Exec(ctx, `DELETE FROM `+fresh+` WHERE schedule_id = ANY($1::uuid[])`, ids)
+	recount := projections.RecountScheduleCounts(pgx.Identifier{rebuildSchema, "worker_tasks"}.Sanitize(),
+		`(l.schedule_id, l.schedule_run) IN (SELECT * FROM unnest($1::uuid[], $2::int[]))`)
+	values := "*"
+	if sign < 0 {
+		values = `schedule_id, pid, -completed, -failed, -cancelled, -timed, -seconds, NULL::int, NULL::uuid, NULL::text, NULL::timestamptz`
+	}
+	var n int64
+	err := tx.QueryRow(ctx, fmt.Sprintf(`WITH up AS (
+    INSERT INTO %s AS c (%s) SELECT %s FROM (%s) r %s RETURNING xmax = 0 AS inserted
+) SELECT count(*) FILTER (WHERE inserted) FROM up`,
+		pgx.Identifier{rebuildSchema, scheduleCountsTable}.Sanitize(), projections.ScheduleCountsColumns, values, recount,
+		projections.AddScheduleCounts), runs.schedules, runs.runs).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("catch up %s: %w", scheduleCountsTable, err)
 	}
-	added, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (%s) %s`, fresh, projections.ScheduleCountsColumns,
-		projections.RecountScheduleCounts(pgx.Identifier{rebuildSchema, "worker_tasks"}.Sanitize(), `l.schedule_id = ANY($1::uuid[])`)), ids)
-	if err != nil {
-		return 0, fmt.Errorf("catch up %s: %w", scheduleCountsTable, err)
-	}
-	return added.RowsAffected() - gone.RowsAffected(), nil
+	return n, nil
 }
 
 // verifyScheduleCounts compares each schedule's counters of ended

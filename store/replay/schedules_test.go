@@ -215,7 +215,7 @@ func TestScheduleCountsVerifiedAndRebuilt(t *testing.T) {
 	for _, o := range []string{"completed", "failed", "completed", "cancelled"} {
 		run(ids[0], o)
 	}
-	for _, o := range []string{"cancelled", "completed"} {
+	for _, o := range []string{"cancelled", "completed", "failed"} {
 		run(ids[1], o)
 	}
 	stats := func(id string) *store.ScheduleStats {
@@ -247,25 +247,32 @@ func TestScheduleCountsVerifiedAndRebuilt(t *testing.T) {
 	}
 	require.Equal(t, map[string][]string{
 		"schedule_id=" + ids[0] + " (sum over its rows)": {"completed"},
-		"schedule_id=" + ids[1] + " (sum over its rows)": {"completed", "cancelled"},
+		"schedule_id=" + ids[1] + " (sum over its rows)": {"completed", "failed", "cancelled"},
 		"schedule_id=" + bogus + " (sum over its rows)":  {"failed"},
 	}, changed)
 
-	// An execution that ends after the load is counted by the catch-up.
+	// After the load, an execution ends and a failed one is retried by
+	// hand (its failure taken back): the catch-up counts both.
 	_, pending, err := db.RunScheduleNow(ctx, ids[1], nil, admin)
 	require.NoError(t, err)
+	var failed string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT id FROM worker_tasks WHERE schedule_id = $1 AND status = 'failed'`, ids[1]).Scan(&failed))
 	ended := false
 	_, err = replay.Rebuild(ctx, pool, replay.RebuildConfig{Progress: func(p replay.Progress) {
 		if p.Phase == "index" && !ended {
 			ended = true
 			do(pending.ID, func(x *events.Task) ([]events.Payload, error) { return x.Cancel(admin.Actor.ID, "late") })
+			_, err := db.CreateRetry(ctx, pool, failed, store.RetryParams{Hint: "once more", Manual: true, Meta: admin})
+			require.NoError(t, err)
 		}
 	}})
 	require.NoError(t, err)
 	require.True(t, ended)
 	requireClean(t, verify(t, pool))
 	require.Equal(t, before, stats(ids[0]), "durations and the last failure recounted as they were")
-	require.Equal(t, 2, stats(ids[1]).Cancelled)
+	st := stats(ids[1])
+	require.Equal(t, 2, st.Cancelled)
+	require.Equal(t, 0, st.Failed)
 	require.EqualValues(t, 0, count(t, pool, `SELECT count(*) FROM schedule_counts WHERE schedule_id = $1`, bogus))
 	require.EqualValues(t, 0, count(t, pool, `SELECT count(*) FROM schedule_counts WHERE pid <> 0`))
 
