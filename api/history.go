@@ -132,9 +132,9 @@ func (s *Server) attachPreviousAttempts(c echo.Context, t *store.TaskWithType) {
 
 // attachInputs gives a task with dependencies their results and files, as
 // attachPreviousAttempts does its story: a failure is logged, and a task
-// without dependencies costs nothing.
+// without dependencies, or claimed with its inputs, costs nothing.
 func (s *Server) attachInputs(c echo.Context, t *store.TaskWithType) {
-	if t == nil || len(t.DependsOn) == 0 {
+	if t == nil || len(t.DependsOn) == 0 || t.Inputs != nil {
 		return
 	}
 	in, err := s.db.TaskInputs(c.Request().Context(), &t.Task)

@@ -25,8 +25,8 @@ type TaskWithType struct {
 	// Checkpoint is, for a task that may resume (events.Task.MayResume),
 	// the latest checkpoint of its retry chain; the API fills it too.
 	Checkpoint *events.TaskCheckpoint `json:"checkpoint,omitempty"`
-	// Inputs is, for a task with dependencies, what each gave it (see
-	// DB.TaskInputs); the API fills it, the claim never reads it.
+	// Inputs is, for a task with dependencies, what each gave it: a claim
+	// reads them with the task; DB.TaskInputs reads them later.
 	Inputs []Input `json:"inputs,omitempty"`
 }
 
@@ -270,7 +270,8 @@ func claimStatement(limited bool) string {
       FROM (SELECT type_id, (array_agg(key ORDER BY step DESC))[1] AS key FROM gkeys GROUP BY type_id) c
      WHERE tt.id = c.type_id
 `, "") + `)
-SELECT ` + taskColumns + `, ` + taskTypeColumns + `, t.k
+SELECT ` + taskColumns + `, ` + taskTypeColumns + `, t.k,
+       CASE WHEN cardinality(t.depends_on) > 0 THEN ` + inputsOf("t.depends_on") + ` END
   FROM t JOIN task_types tt ON tt.id = t.task_type_id`
 }
 
@@ -590,11 +591,18 @@ func (db *DB) runClaimStatements(ctx context.Context, reqs []claimRequest, waiti
 	for rows.Next() {
 		out := &TaskWithType{TaskType: &events.TaskType{}}
 		var k int64
-		if err := rows.Scan(append(append(taskDest(&out.Task), taskTypeDest(out.TaskType)...), &k)...); err != nil {
+		var inputs []byte
+		if err := rows.Scan(append(append(taskDest(&out.Task), taskTypeDest(out.TaskType)...), &k, &inputs)...); err != nil {
 			rows.Close()
 			return nil, false, fmt.Errorf("claim: %w", err)
 		}
 		normalizeTask(&out.Task)
+		if len(out.DependsOn) > 0 {
+			if out.Inputs, err = decodeInputs(&out.Task, inputs); err != nil {
+				rows.Close()
+				return nil, false, fmt.Errorf("claim: %w", err)
+			}
+		}
 		claimed[*out.AssignedTo] = append(claimed[*out.AssignedTo], numbered{k, out})
 	}
 	if err := rows.Err(); err != nil {

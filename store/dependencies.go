@@ -324,66 +324,71 @@ type Input struct {
 // InputResultBytes cuts each input's result in a claim's answer.
 const InputResultBytes = 16 << 10
 
-// dependencyInputs finds, for each dependency $1, the latest task of its
-// retry chain, with its result cut in SQL and its files: the first $4 by
-// data type and filename, as previous_attempts lists them, and how many.
-// One statement, so a claim's answer waits for one round trip for its
-// inputs, not one for the tasks and one for their files.
-const dependencyInputs = `WITH RECURSIVE c(dep, id, depth) AS (
-    SELECT d, d, 0 FROM unnest($1::uuid[]) AS d
+// inputsOf is a jsonb array, for each dependency in deps (a uuid[] SQL
+// expression), of the latest task of its retry chain, with its result cut
+// in SQL and its files: the first AttemptDataItems by data type and
+// filename, as previous_attempts lists them, and how many. An expression,
+// not a statement, so that the claim statement gives each claimed task its
+// inputs in the same round trip (ADR 025), and TaskInputs reads them alike.
+func inputsOf(deps string) string {
+	return fmt.Sprintf(`(WITH RECURSIVE c(dep, id, depth) AS (
+    SELECT d, d, 0 FROM unnest(%[1]s) AS d
     UNION ALL
     SELECT c.dep, w.retry_task_id, c.depth + 1 FROM c JOIN worker_tasks w ON w.id = c.id
-     WHERE w.retry_task_id IS NOT NULL AND c.depth < $3
+     WHERE w.retry_task_id IS NOT NULL AND c.depth < %[3]d
 ), latest AS (
-    SELECT DISTINCT ON (c.dep) c.dep, w.id, w.ref, w.status, left(w.result::text, $2 + 1) AS result,
+    SELECT DISTINCT ON (c.dep) c.dep, w.id, w.ref, w.status, left(w.result::text, %[2]d + 1) AS result,
            octet_length(w.result::text) AS result_bytes
       FROM c JOIN worker_tasks w ON w.id = c.id
      ORDER BY c.dep, c.depth DESC
 )
-SELECT l.dep::text, l.id::text, l.ref, l.status, l.result, l.result_bytes,
-       (SELECT jsonb_agg(jsonb_build_object('id', f.id, 'data_type', f.data_type, 'filename', f.filename,
-                                            'size_bytes', f.size_bytes, 'sha256', f.sha256) ORDER BY f.data_type, f.filename)
-          FROM (SELECT id, data_type, filename, size_bytes, sha256 FROM task_data WHERE task_id = l.id
-                 ORDER BY data_type, filename LIMIT $4) f),
-       (SELECT count(*) FROM task_data WHERE task_id = l.id)::int
-  FROM latest l`
+SELECT jsonb_agg(jsonb_build_object('dep', l.dep, 'id', l.id, 'ref', l.ref, 'status', l.status,
+           'result', l.result, 'result_bytes', l.result_bytes,
+           'data', (SELECT jsonb_agg(jsonb_build_object('id', f.id, 'data_type', f.data_type, 'filename', f.filename,
+                                                        'size_bytes', f.size_bytes, 'sha256', f.sha256) ORDER BY f.data_type, f.filename)
+                      FROM (SELECT id, data_type, filename, size_bytes, sha256 FROM task_data WHERE task_id = l.id
+                             ORDER BY data_type, filename LIMIT %[4]d) f),
+           'data_total', (SELECT count(*) FROM task_data WHERE task_id = l.id)))
+  FROM latest l)`, deps, InputResultBytes, maxChainDepth, AttemptDataItems)
+}
 
-// TaskInputs returns the inputs of a task with dependencies, in the order
-// of its depends_on; nil for a task without. Refs are given only inside a
-// workflow.
-func (db *DB) TaskInputs(ctx context.Context, t *events.Task) ([]Input, error) {
-	if len(t.DependsOn) == 0 {
-		return nil, nil
-	}
-	rows, err := db.pool.Query(ctx, dependencyInputs, t.DependsOn, InputResultBytes, maxChainDepth, AttemptDataItems)
-	if err != nil {
-		return nil, mapErr(fmt.Errorf("task inputs: %w", err))
-	}
-	byDep := map[string]Input{}
-	var in Input
-	var result *string
-	var resultBytes *int
-	var data []byte
-	if _, err := pgx.ForEachRow(rows, []any{&in.DependsOn, &in.TaskID, &in.Ref, &in.Status, &result, &resultBytes, &data, &in.DataTotal}, func() error {
-		got := in
-		if result != nil {
-			got.Result, got.ResultTruncated = cutJSON(*result, InputResultBytes)
-			if got.ResultTruncated && resultBytes != nil {
-				got.ResultBytes = *resultBytes
-			}
+// dependencyInputs reads inputsOf for the dependencies $1.
+var dependencyInputs = `SELECT ` + inputsOf("$1::uuid[]")
+
+// rawInput is one element of inputsOf's array.
+type rawInput struct {
+	Dep         string        `json:"dep"`
+	ID          string        `json:"id"`
+	Ref         *string       `json:"ref"`
+	Status      events.Status `json:"status"`
+	Result      *string       `json:"result"`
+	ResultBytes *int          `json:"result_bytes"`
+	Data        []AttemptData `json:"data"`
+	DataTotal   int           `json:"data_total"`
+}
+
+// decodeInputs turns inputsOf's array (nil: SQL NULL) into t's inputs, in
+// the order of its depends_on. Refs are given only inside a workflow.
+func decodeInputs(t *events.Task, raw []byte) ([]Input, error) {
+	var rs []rawInput
+	if raw != nil {
+		if err := json.Unmarshal(raw, &rs); err != nil {
+			return nil, fmt.Errorf("inputs of %s: %w", t.ID, err)
 		}
-		if data != nil {
-			if err := json.Unmarshal(data, &got.Data); err != nil {
-				return fmt.Errorf("files of %s: %w", got.TaskID, err)
+	}
+	byDep := make(map[string]Input, len(rs))
+	for _, r := range rs {
+		in := Input{Ref: r.Ref, DependsOn: r.Dep, TaskID: r.ID, Status: r.Status, Data: r.Data, DataTotal: r.DataTotal}
+		if r.Result != nil {
+			in.Result, in.ResultTruncated = cutJSON(*r.Result, InputResultBytes)
+			if in.ResultTruncated && r.ResultBytes != nil {
+				in.ResultBytes = *r.ResultBytes
 			}
 		}
 		if t.WorkflowID == nil {
-			got.Ref = nil
+			in.Ref = nil
 		}
-		byDep[got.DependsOn] = got
-		return nil
-	}); err != nil {
-		return nil, mapErr(fmt.Errorf("task inputs: %w", err))
+		byDep[in.DependsOn] = in
 	}
 	out := make([]Input, 0, len(t.DependsOn))
 	for _, d := range t.DependsOn {
@@ -392,4 +397,18 @@ func (db *DB) TaskInputs(ctx context.Context, t *events.Task) ([]Input, error) {
 		}
 	}
 	return out, nil
+}
+
+// TaskInputs returns the inputs of a task with dependencies, in the order
+// of its depends_on; nil for a task without. A claim gives them with the
+// task; this reads them for a task read later.
+func (db *DB) TaskInputs(ctx context.Context, t *events.Task) ([]Input, error) {
+	if len(t.DependsOn) == 0 {
+		return nil, nil
+	}
+	var raw []byte
+	if err := db.pool.QueryRow(ctx, dependencyInputs, t.DependsOn).Scan(&raw); err != nil {
+		return nil, mapErr(fmt.Errorf("task inputs: %w", err))
+	}
+	return decodeInputs(t, raw)
 }

@@ -49,6 +49,15 @@ func TestTaskInputsCarryTheChainsLatestFiles(t *testing.T) {
 	require.Equal(t, fmt.Sprintf("page-%02d.json", AttemptDataItems-1), in[1].Data[AttemptDataItems-1].Filename)
 	require.Equal(t, AttemptData{ID: in[1].Data[0].ID, DataType: "posts", Filename: "page-00.json", Size: 7, SHA256: "abc"}, in[1].Data[0])
 	require.NotEmpty(t, in[1].Data[0].ID)
+
+	// A claim gives the same inputs with the task, in the same statement.
+	report := e.task(t, "report", events.PriorityMedium, "")
+	_, err = e.db.pool.Exec(e.ctx, `UPDATE worker_tasks SET depends_on = $2 WHERE id = $1`, report, []string{other, first})
+	require.NoError(t, err)
+	claimed, err := e.db.Claim(e.ctx, worker, events.Meta{})
+	require.NoError(t, err)
+	require.Equal(t, report, claimed.ID)
+	require.Equal(t, in, claimed.Inputs)
 }
 
 // A batch of completions that made blocked tasks pending tells
