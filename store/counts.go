@@ -48,11 +48,9 @@ func (db *DB) Counts(ctx context.Context, q Querier) (TaskCounts, error) {
 	return c, nil
 }
 
-// CompactTaskCounts folds the counter rows of server processes that have
-// ended into the row of pid 0. Their transactions are over, so their rows
-// no longer change; the totals stay the same.
-func (db *DB) CompactTaskCounts(ctx context.Context) error {
-	_, err := db.pool.Exec(ctx, `WITH gone AS (
+// compactTaskCounts folds the rows of ended processes into pid 0. It names
+// every counter column: TestFoldsNameEveryCounterColumn keeps it so.
+const compactTaskCounts = `WITH gone AS (
 		DELETE FROM task_counts WHERE pid <> 0 AND pid NOT IN (SELECT pid FROM pg_stat_activity WHERE pid IS NOT NULL)
 		RETURNING *
 	)
@@ -67,6 +65,12 @@ func (db *DB) CompactTaskCounts(ctx context.Context) error {
 	    awaiting_retry = c.awaiting_retry + excluded.awaiting_retry,
 	    retries_exhausted = c.retries_exhausted + excluded.retries_exhausted,
 	    retries_skipped = c.retries_skipped + excluded.retries_skipped, scheduled = c.scheduled + excluded.scheduled,
-	    blocked = c.blocked + excluded.blocked`)
+	    blocked = c.blocked + excluded.blocked`
+
+// CompactTaskCounts folds the counter rows of server processes that have
+// ended into the row of pid 0. Their transactions are over, so their rows
+// no longer change; the totals stay the same.
+func (db *DB) CompactTaskCounts(ctx context.Context) error {
+	_, err := db.pool.Exec(ctx, compactTaskCounts)
 	return mapErr(err)
 }

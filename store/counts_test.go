@@ -2,6 +2,8 @@ package store
 
 import (
 	"encoding/json"
+	"regexp"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -287,5 +289,29 @@ func TestEveryWriterKeepsTheCountsExact(t *testing.T) {
 		"completed": c.Completed, "failed": c.Failed, "cancelled": c.Cancelled, "awaiting_retry": c.AwaitingRetry,
 		"retries_exhausted": c.RetriesExhausted, "retries_skipped": c.RetriesSkipped} {
 		require.Positive(t, n, "%s never moved: the test does not cover it", name)
+	}
+}
+
+// A fold deletes per-process rows and inserts their sums: a column its
+// INSERT leaves out is reset at every fold. Each fold names every column of
+// its table.
+func TestFoldsNameEveryCounterColumn(t *testing.T) {
+	e := newBatchEnv(t)
+	insertList := regexp.MustCompile(`INSERT INTO (\w+) AS \w+ \(([^)]*)\)`)
+	for _, stmt := range []string{compactTaskCounts, foldTaskMinutes, foldScheduleCountsSQL} {
+		m := insertList.FindStringSubmatch(stmt)
+		require.NotNil(t, m, "no INSERT in %s", stmt)
+		var named []string
+		for _, c := range strings.Split(m[2], ",") {
+			named = append(named, strings.TrimSpace(c))
+		}
+		var columns []string
+		rows, err := e.db.pool.Query(e.ctx, `SELECT column_name FROM information_schema.columns
+			WHERE table_schema = current_schema() AND table_name = $1`, m[1])
+		require.NoError(t, err)
+		columns, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		require.NotEmpty(t, columns, m[1])
+		require.ElementsMatch(t, columns, named, "the fold of %s names every column", m[1])
 	}
 }

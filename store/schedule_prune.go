@@ -166,11 +166,9 @@ func pruneSchedule(ctx context.Context, conn *pgxpool.Conn, id string, runs, kee
 	}
 }
 
-// foldScheduleCounts folds a schedule's counter rows of the server
-// processes into its pid 0 row, so their number stays small while
-// connections come and go. A row a writer holds waits for its commit.
-func foldScheduleCounts(ctx context.Context, conn *pgxpool.Conn, id string) error {
-	_, err := conn.Exec(ctx, `WITH gone AS (
+// foldScheduleCountsSQL folds schedule $1's per-process rows into pid 0. It
+// names every column: TestFoldsNameEveryCounterColumn keeps it so.
+var foldScheduleCountsSQL = `WITH gone AS (
 		DELETE FROM schedule_counts WHERE schedule_id = $1 AND pid <> 0 RETURNING *
 	)
 	INSERT INTO schedule_counts AS c (schedule_id, pid, completed, failed, cancelled, timed, seconds,
@@ -180,7 +178,13 @@ func foldScheduleCounts(ctx context.Context, conn *pgxpool.Conn, id string) erro
 	       (array_agg(last_failure_task_id ORDER BY last_failure_run DESC NULLS LAST))[1],
 	       (array_agg(last_failure_reason ORDER BY last_failure_run DESC NULLS LAST))[1],
 	       (array_agg(last_failure_at ORDER BY last_failure_run DESC NULLS LAST))[1]
-	  FROM gone HAVING count(*) > 0`+projections.AddScheduleCounts, id)
+	  FROM gone HAVING count(*) > 0` + projections.AddScheduleCounts
+
+// foldScheduleCounts folds a schedule's counter rows of the server
+// processes into its pid 0 row, so their number stays small while
+// connections come and go. A row a writer holds waits for its commit.
+func foldScheduleCounts(ctx context.Context, conn *pgxpool.Conn, id string) error {
+	_, err := conn.Exec(ctx, foldScheduleCountsSQL, id)
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return mapErr(fmt.Errorf("fold counters of schedule %s: %w", id, err))
 	}
