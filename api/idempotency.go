@@ -210,12 +210,13 @@ func (k *keyLocks) lock(key string) (unlock func()) {
 }
 
 // housekeepingEvery is how often each instance deletes the idempotency
-// answers older than a day and folds the finished minutes' counters (a few
-// batches of rows each; instances skip each other's).
+// answers older than a day and the Telegram updates older than a week, and
+// folds the finished minutes' counters (a few batches of rows each;
+// instances skip each other's).
 const housekeepingEvery = 10 * time.Minute
 
-// housekeep does both at start and then every housekeepingEvery until ctx
-// ends.
+// housekeep does all three at start and then every housekeepingEvery until
+// ctx ends.
 func (s *Server) housekeep(ctx context.Context) {
 	t := time.NewTicker(housekeepingEvery)
 	defer t.Stop()
@@ -226,6 +227,11 @@ func (s *Server) housekeep(ctx context.Context) {
 			s.log.Warn().Err(err).Msg("cannot prune idempotency keys; will try again")
 		case n > 0:
 			s.log.Debug().Int64("deleted", n).Msg("pruned idempotency keys older than a day")
+		}
+		if n, err := s.db.PruneTelegramUpdates(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn().Err(err).Msg("cannot prune handled Telegram updates; will try again")
+		} else if n > 0 {
+			s.log.Debug().Int64("deleted", n).Msg("pruned handled Telegram updates older than a week")
 		}
 		if n, err := s.db.FoldTaskMinutes(ctx); err != nil && ctx.Err() == nil {
 			s.log.Warn().Err(err).Msg("cannot fold the task minute counters; will try again")

@@ -48,6 +48,36 @@ func (db *DB) RecentlyRefused(ctx context.Context, tx pgx.Tx, chat, updateID int
 	return seen, mapErr(err)
 }
 
+// TelegramUpdatesKept is how long a handled update is remembered. Telegram
+// delivers an update again for at most a day (getUpdates keeps it 24 hours;
+// a webhook is retried for less), and a refused chat is answered once an
+// hour: a week covers both, with room to look back.
+const TelegramUpdatesKept = 7 * 24 * time.Hour
+
+// telegramPruneBatch bounds the rows one prune statement deletes.
+const telegramPruneBatch = 1000
+
+// PruneTelegramUpdates deletes the handled updates older than
+// TelegramUpdatesKept, a batch at a time (rows another instance is deleting
+// are skipped), but never the newest: a getUpdates reader starts after it.
+// It returns how many it deleted.
+func (db *DB) PruneTelegramUpdates(ctx context.Context) (int64, error) {
+	var total int64
+	for {
+		tag, err := db.pool.Exec(ctx, `DELETE FROM telegram_updates WHERE update_id IN (
+			SELECT update_id FROM telegram_updates
+			 WHERE received_at < $1 AND update_id < (SELECT max(update_id) FROM telegram_updates)
+			 LIMIT $2 FOR UPDATE SKIP LOCKED)`, db.Now().Add(-TelegramUpdatesKept), telegramPruneBatch)
+		if err != nil {
+			return total, mapErr(fmt.Errorf("prune telegram updates: %w", err))
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < telegramPruneBatch {
+			return total, nil
+		}
+	}
+}
+
 // NextTelegramUpdate is the update_id after the newest one handled (0 when
 // none): where a getUpdates reader starts after a takeover.
 func (db *DB) NextTelegramUpdate(ctx context.Context) (int64, error) {

@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"html"
@@ -15,10 +16,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/clawdbot/task-service/api/client"
 	"github.com/clawdbot/task-service/events"
+	"github.com/clawdbot/task-service/store/storetest"
 )
 
 // Telegram commands through the real binary (ADR 022): a fake Bot API
@@ -494,4 +497,33 @@ func (c *cluster) pollHolder() int {
 	}
 	c.t.Fatalf("no instance has the lock holder's name %q", app)
 	return -1
+}
+
+// The handled updates kept for redeliveries are pruned by the service's
+// housekeeping after a week, a batch at a time, but the newest is kept
+// whatever its age: a getUpdates reader starts after it.
+func TestHandledTelegramUpdatesArePruned(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbURL := storetest.NewDB(t)
+	conn, err := pgx.Connect(ctx, dbURL)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, `INSERT INTO telegram_updates (update_id, outcome, received_at)
+		SELECT n, 'ran', now() - interval '8 days' FROM generate_series(1, 1500) n
+		UNION ALL SELECT 1550, 'ran', now() - interval '1 hour'
+		UNION ALL SELECT 1600, 'ran', now() - interval '8 days'`)
+	require.NoError(t, err)
+
+	startServer(t, dbURL)
+	kept := func() []int64 {
+		rows, err := conn.Query(ctx, `SELECT update_id FROM telegram_updates ORDER BY update_id`)
+		require.NoError(t, err)
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		require.NoError(t, err)
+		return ids
+	}
+	require.Eventually(t, func() bool { return len(kept()) == 2 }, 30*time.Second, 50*time.Millisecond,
+		"the week-old updates pruned at start")
+	require.Equal(t, []int64{1550, 1600}, kept(), "the recent one, and the newest however old")
 }
