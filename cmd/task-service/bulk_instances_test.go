@@ -17,6 +17,7 @@ import (
 // come out, one per matching task, whatever request got there first; the
 // other 200 tasks are untouched, and replay --verify is clean.
 func TestBulkCancelAThousandOfTwelveHundred(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, 2)
 	crawl, report := c.reportType("crawl"), c.reportType("report")
 	create := func(typeID string, n int) {

@@ -41,6 +41,7 @@ func (c *cluster) reportType(name string) *events.TaskType {
 // instances, make exactly one task: every other answer is 409
 // duplicate_task naming it, or (on_duplicate existing) 200 and it.
 func TestInstancesCreateOnceByUniqueKey(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, 3)
 	tt := c.reportType("crawl")
 	const n = 100
@@ -98,6 +99,7 @@ func TestInstancesCreateOnceByUniqueKey(t *testing.T) {
 // instances, make exactly one task with one task.created, and every answer
 // is that task's 201.
 func TestInstancesCreateOnceByIdempotencyKey(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, 3)
 	tt := c.reportType("crawl")
 	const n = 100
@@ -133,6 +135,7 @@ func TestInstancesCreateOnceByIdempotencyKey(t *testing.T) {
 // the log holds exactly one task.created per task and the projections are
 // its fold.
 func TestBatchOfAThousandWithTenBad(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, 1)
 	tt := c.reportType("import")
 	items := make([]json.RawMessage, 1000)

@@ -27,6 +27,7 @@ import (
 // its dependencies say (completed, cancelled with dependency_failed, or
 // blocked waiting for an admin); nothing is lost; replay verifies clean.
 func TestWorkflowDAGAcrossInstances(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, 3)
 	retries := 1
 	tt, err := c.admin.CreateTaskType(c.ctx, client.NewTaskType{Name: "step", Label: "Step", SOP: "Do the step.",
