@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/clawdbot/task-service/api/client"
@@ -234,16 +235,28 @@ func (c *cluster) failBurst(tt *events.TaskType, workers, perWorker int, kill fu
 	for i := range workers {
 		ws = append(ws, c.worker(fmt.Sprintf("burst%d", i), perWorker))
 	}
-	var ids []string
+	// Task i goes to worker i%workers. Each worker's tasks are created in
+	// order, one transaction each, so its claims come in that order (a
+	// worker's assigned tasks oldest first); the workers' creations run
+	// side by side, as setup that is not what the test is about.
+	ids := make([]string, workers*perWorker)
 	mine := make([][]string, workers)
-	for i := range workers * perWorker {
-		w := i % workers
-		task, err := c.admin.CreateTask(c.ctx, client.NewTask{Title: fmt.Sprintf("Burst task %d", i), TaskTypeID: tt.ID,
-			AssignedTo: ws[w].id})
-		require.NoError(c.t, err)
-		ids = append(ids, task.ID)
-		mine[w] = append(mine[w], task.ID)
+	var created sync.WaitGroup
+	for w := range workers {
+		created.Go(func() {
+			for i := w; i < len(ids); i += workers {
+				task, err := c.admin.CreateTask(c.ctx, client.NewTask{Title: fmt.Sprintf("Burst task %d", i), TaskTypeID: tt.ID,
+					AssignedTo: ws[w].id})
+				if !assert.NoError(c.t, err) {
+					return
+				}
+				ids[i] = task.ID
+				mine[w] = append(mine[w], task.ID)
+			}
+		})
 	}
+	created.Wait()
+	require.False(c.t, c.t.Failed())
 	var once sync.Once
 	var mu sync.Mutex
 	done := 0
