@@ -172,7 +172,11 @@ func (s *Server) postResult(c echo.Context) error {
 		return err
 	}
 	return s.workerCommand(c, func(t *events.Task, worker string) ([]events.Payload, error) {
-		return t.PostResult(worker, req.Result)
+		ps, err := t.PostResult(worker, req.Result)
+		if err == nil {
+			err = t.Room("result")
+		}
+		return ps, err
 	})
 }
 

@@ -393,6 +393,22 @@ func (t *Task) holder(workerID, command string) error {
 	return nil
 }
 
+// MaxTaskEvents bounds a task's history. What its worker adds to it
+// (updates, results, checkpoints, data, usage) is refused past it, so a
+// worker in a loop cannot fill the database; the task's lifecycle
+// (complete, fail, release) and admins' commands never are.
+const MaxTaskEvents = 10_000
+
+// Room refuses one more worker addition, named by field, to a task whose
+// history is full. A result or usage that comes with the task's completion
+// or failure is never refused: the finish is the history's end.
+func (t *Task) Room(field string) error {
+	if t.Version >= MaxTaskEvents {
+		return TooLarge(field, "the task's history holds %d events, the most a task may have; its worker can still complete, fail or release it (post progress less often)", t.Version)
+	}
+	return nil
+}
+
 // Release gives an in-progress task back to the pool.
 func (t *Task) Release(workerID, reason string) ([]Payload, error) {
 	if err := t.holder(workerID, "release"); err != nil {
@@ -447,6 +463,11 @@ func (t *Task) PostUpdate(updateID, authorID, message string, byWorker bool) ([]
 	}
 	if byWorker && t.Status != StatusInProgress {
 		return nil, &TransitionError{Command: "post an update to", Status: t.Status}
+	}
+	if byWorker {
+		if err := t.Room("message"); err != nil {
+			return nil, err
+		}
 	}
 	return []Payload{TaskUpdatePosted{UpdateID: updateID, AuthorID: authorID, Message: message}}, nil
 }

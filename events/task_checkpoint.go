@@ -33,6 +33,9 @@ func (t *Task) Checkpoint(workerID string, state json.RawMessage) ([]Payload, er
 	if err := t.holder(workerID, "save a checkpoint of"); err != nil {
 		return nil, err
 	}
+	if err := t.Room("state"); err != nil {
+		return nil, err
+	}
 	compact, err := CompactState(state)
 	if err != nil {
 		return nil, err

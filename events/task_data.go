@@ -144,7 +144,11 @@ func (d *TaskData) ApplyUpload(e Envelope, p TaskDataUploaded) {
 	}
 }
 
-// CanUploadData: only the holder uploads, and only while in progress.
+// CanUploadData: only the holder uploads, only while in progress, and
+// only while the task's history has room.
 func (t *Task) CanUploadData(workerID string) error {
-	return t.holder(workerID, "upload data to")
+	if err := t.holder(workerID, "upload data to"); err != nil {
+		return err
+	}
+	return t.Room("body")
 }

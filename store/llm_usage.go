@@ -59,7 +59,11 @@ func (db *DB) ReportUsage(ctx context.Context, taskID, workerID string, u events
 		if err != nil {
 			return nil, err
 		}
-		return t.ReportUsage(workerID, u, a)
+		ps, err := t.ReportUsage(workerID, u, a)
+		if err == nil {
+			err = t.Room("body")
+		}
+		return ps, err
 	})
 }
 
