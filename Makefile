@@ -34,6 +34,9 @@ TESTFLAGS ?=
 # go test's default 10 minutes per package is too tight for cmd/task-service's
 # through-the-binary tests on a loaded 2-core machine; CI takes a few minutes in all.
 TESTTIMEOUT ?= 20m
+# No larger -parallel: a cmd/task-service cluster under load opens up to ~125 connections
+# (three instances, DB_MAX_CONNS=40), and more of them at once, next to another package's
+# tests, run out of the test PostgreSQL's max_connections=300 (scripts/devdb.sh).
 BENCHTIME ?= 1s
 
 # Development defaults for `make run`; override them in the environment.
