@@ -64,6 +64,11 @@ type wakePathResult struct {
 	// FromCreated: the create's answer arriving (its commit done) → the
 	// same moment; negative when the worker had the task first.
 	FromCreated wakeStats `json:"from_created"`
+	// FromCommit: the create's commit, as PostgreSQL recorded it
+	// (track_commit_timestamp), → the same moment: issue 24's measure.
+	// When the server records no commit times (the report's commit_exact
+	// false) it is FromCreated, which the commit precedes.
+	FromCommit wakeStats `json:"from_commit"`
 	// The server's own timestamps split FromSent in three: the request
 	// reaching the create statement (the task's created_at), from there to
 	// the claim statement that took it (started_at: the commit, the wake,
@@ -91,6 +96,9 @@ type wakeReport struct {
 	NotifyIntervalMs float64   `json:"notify_interval_ms"`
 	RunAtLeadMs      float64   `json:"run_at_lead_ms"`
 	Warmup           int       `json:"warmup_tasks"`
+	// CommitExact: from_commit counts from each create's commit time
+	// (track_commit_timestamp on); else from the create's answer.
+	CommitExact bool `json:"commit_exact"`
 	// ClaimsPerTask: claim statements the workers' instance ran per timed
 	// task (each wake of each waiting claim runs one, found or not).
 	ClaimsPerTask float64 `json:"claims_per_task"`
@@ -143,6 +151,10 @@ worker, and prints p50/p90/p99/max per path of:
   run_at -> worker   (path run-at) the task's run_at -> the task in a worker's hands
   created -> worker  the create's answer -> the task in a worker's hands
                      (negative when the worker had it before the admin)
+  commit -> worker   the create's commit, as PostgreSQL recorded it, -> the
+                     task in a worker's hands; needs track_commit_timestamp =
+                     on in the server, else it is created -> worker (and the
+                     table says so)
 
 and, from the server's own timestamps (created_at, started_at), where the
 time went: request -> create statement, create statement -> the claim
@@ -271,6 +283,13 @@ func printWakeTable(w io.Writer, rep *wakeReport) {
 			row("sent -> worker", p.FromSent)
 		}
 		row("created -> worker", p.FromCreated)
+		if p.Path != wakeRunAt {
+			if rep.CommitExact {
+				row("commit -> worker", p.FromCommit)
+			} else {
+				row("commit -> worker (= created)", p.FromCommit)
+			}
+		}
 		row("create", p.Create)
 		row("  request -> create stmt", p.ToCreateStatement)
 		row("  create stmt -> claim stmt", p.ToClaimStatement)
@@ -285,6 +304,11 @@ func printWakeTable(w io.Writer, rep *wakeReport) {
 	fmt.Fprintf(w, "run_at -> worker (path run-at): tasks created %g ms before their run_at; from the run_at to the same moment, woken by the due timer.\n",
 		rep.RunAtLeadMs)
 	fmt.Fprintln(w, "created -> worker: the create's answer (its commit done) -> the same moment; negative when the worker had the task first.")
+	if rep.CommitExact {
+		fmt.Fprintln(w, "commit -> worker: the create's commit time as PostgreSQL recorded it (track_commit_timestamp) -> the same moment.")
+	} else {
+		fmt.Fprintln(w, "commit -> worker: the server has track_commit_timestamp off, so this is created -> worker, which the commit precedes (ALTER SYSTEM SET track_commit_timestamp = on and restart PostgreSQL for the exact figure).")
+	}
 	fmt.Fprintln(w, "The indented lines split sent -> worker by the server's timestamps (the task's created_at and started_at).")
 }
 

@@ -133,6 +133,9 @@ func benchWake(ctx context.Context, cfg wakeConfig, progress io.Writer) (*wakeRe
 	if err := rec.check(); err != nil {
 		return nil, err
 	}
+	if rep.CommitExact, err = rec.readCommits(ctx, env.pool); err != nil {
+		return nil, err
+	}
 	for _, p := range cfg.paths {
 		rep.Paths = append(rep.Paths, rec.result(p))
 	}
@@ -304,6 +307,7 @@ type wakeSample struct {
 	sent      time.Time
 	runAt     time.Time // the run-at path's; zero on the others
 	answered  time.Time
+	committed time.Time // PostgreSQL's commit time of the create; zero unless track_commit_timestamp is on
 	createdAt time.Time // the server's, at the create statement
 	startedAt time.Time // the server's, at the claim statement
 	received  time.Time
@@ -392,12 +396,59 @@ func (r *wakeRecorder) check() error {
 	return nil
 }
 
+// readCommits reads the commit time PostgreSQL recorded for each timed
+// task's create (its task.created event's xmin: events are never updated),
+// when the server has track_commit_timestamp on; false when it is off.
+func (r *wakeRecorder) readCommits(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
+	var tracked string
+	if err := pool.QueryRow(ctx, `SHOW track_commit_timestamp`).Scan(&tracked); err != nil {
+		return false, fmt.Errorf("read track_commit_timestamp: %w", err)
+	}
+	if tracked != "on" {
+		return false, nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var ids []string
+	for id, s := range r.byID {
+		if s.timed {
+			ids = append(ids, id)
+		}
+	}
+	rows, err := pool.Query(ctx, `SELECT stream_id::text, pg_xact_commit_timestamp(xmin) FROM task_events
+		WHERE stream_id = ANY($1::uuid[]) AND version = 1`, ids)
+	if err != nil {
+		return false, fmt.Errorf("read the creates' commit times: %w", err)
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		var id string
+		var at *time.Time
+		if err := rows.Scan(&id, &at); err != nil {
+			return false, fmt.Errorf("read the creates' commit times: %w", err)
+		}
+		if s := r.byID[id]; s != nil && at != nil {
+			s.committed = *at
+			n++
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return false, fmt.Errorf("read the creates' commit times: %w", err)
+	}
+	if n != len(ids) {
+		// Commits from before the setting took effect have no time.
+		return false, nil
+	}
+	return true, nil
+}
+
 // result computes one path's percentiles over its timed tasks.
 func (r *wakeRecorder) result(path string) wakePathResult {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	res := wakePathResult{Path: path}
-	var create, fromSent, fromCreated, toCreate, toClaim, toWorker []time.Duration
+	var create, fromSent, fromCreated, fromCommit, toCreate, toClaim, toWorker []time.Duration
 	for _, s := range r.byID {
 		if s.path != path || !s.timed {
 			continue
@@ -413,11 +464,17 @@ func (r *wakeRecorder) result(path string) wakePathResult {
 		}
 		fromSent = append(fromSent, s.received.Sub(from))
 		fromCreated = append(fromCreated, s.received.Sub(s.answered))
+		if committed := s.committed; committed.IsZero() {
+			fromCommit = append(fromCommit, s.received.Sub(s.answered))
+		} else {
+			fromCommit = append(fromCommit, s.received.Sub(committed))
+		}
 		toCreate = append(toCreate, s.createdAt.Sub(s.sent))
 		toClaim = append(toClaim, s.startedAt.Sub(s.createdAt))
 		toWorker = append(toWorker, s.received.Sub(s.startedAt))
 	}
 	res.Create, res.FromSent, res.FromCreated = wakePercentiles(create), wakePercentiles(fromSent), wakePercentiles(fromCreated)
+	res.FromCommit = wakePercentiles(fromCommit)
 	res.ToCreateStatement, res.ToClaimStatement, res.ToWorker = wakePercentiles(toCreate), wakePercentiles(toClaim), wakePercentiles(toWorker)
 	return res
 }

@@ -2,9 +2,11 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 )
 
@@ -46,8 +48,20 @@ func TestBenchWake(t *testing.T) {
 			require.Greater(t, p.ToClaimStatement.P50Ms, rep.RunAtLeadMs/2, p.Path)
 		} else {
 			require.GreaterOrEqual(t, p.FromSent.P50Ms, p.FromCreated.P50Ms, p.Path)
+			// The commit falls between the request leaving and its answer.
+			require.GreaterOrEqual(t, p.FromSent.P50Ms, p.FromCommit.P50Ms, p.Path)
+			require.GreaterOrEqual(t, p.FromCommit.P50Ms, p.FromCreated.P50Ms, p.Path)
+			if !rep.CommitExact {
+				require.Equal(t, p.FromCreated, p.FromCommit, "%s: without commit times, from the answer", p.Path)
+			}
 		}
 	}
+	conn, err := pgx.Connect(context.Background(), base)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	var tracked string
+	require.NoError(t, conn.QueryRow(context.Background(), `SHOW track_commit_timestamp`).Scan(&tracked))
+	require.Equal(t, tracked == "on", rep.CommitExact, "commit-exact exactly when PostgreSQL records commit times")
 	require.Positive(t, rep.ClaimsPerTask)
 	require.Positive(t, rep.WALBytesPerTask)
 	require.Contains(t, stderr.String(), "bench-wake: warm-up done", "progress goes to stderr")
