@@ -16,7 +16,7 @@ import (
 
 // NewTasks queues the writes of tasks being created, however many: one
 // multi-row insert into worker_tasks, one into task_titles, one change of
-// task_counts for them all, and the assignment rows of those assigned at
+// task_counts and pending_counts for them all, and the assignment rows of those assigned at
 // once. Each task's rows are exactly those Task writes for it (a test
 // checks both ways against replay), at a cost that hardly grows with the
 // number of tasks: a statement per table, not per task (ADR 018).
@@ -35,14 +35,12 @@ func (Projector) NewTasks(b *pgx.Batch, tasks []*events.Task, evs []events.Envel
 	}
 	b.Queue(insertTitles, titles)
 	var d Counts
+	p := PendingCounts{}
 	for _, t := range tasks {
 		d.Add(t, 1)
+		p.Add(t, 1)
 	}
-	args := make([]any, len(d))
-	for i, v := range d {
-		args[i] = v
-	}
-	b.Queue(addCounts, args...)
+	queueCountsAndPending(b, d, p)
 	for _, e := range evs {
 		queueTaskAssignment(b, e)
 		queueMinute(b, e)

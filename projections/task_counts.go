@@ -56,26 +56,35 @@ func CountsDelta(before, after *events.Task) Counts {
 }
 
 // addCounts adds a delta to this server process's row of task_counts.
-var addCounts = func() string {
+var addCounts = countsInsert(1)
+
+// addCountsAndPending is addCounts ($6 on) and AddPending ($1 to $5) in one
+// statement: one execution for the many writes that change both.
+var addCountsAndPending = "WITH p AS (" + AddPending + ") " + countsInsert(6)
+
+// countsInsert is the upsert of a delta into task_counts, its parameters
+// numbered from first.
+func countsInsert(first int) string {
 	params, sets := make([]string, len(CountColumns)), make([]string, len(CountColumns))
 	for i, c := range CountColumns {
-		params[i] = fmt.Sprintf("$%d::bigint", i+1)
+		params[i] = fmt.Sprintf("$%d::bigint", first+i)
 		sets[i] = fmt.Sprintf("%s = c.%s + excluded.%s", c, c, c)
 	}
 	return fmt.Sprintf("INSERT INTO task_counts AS c (pid, %s) VALUES (pg_backend_pid(), %s) ON CONFLICT (pid) DO UPDATE SET %s",
 		strings.Join(CountColumns, ", "), strings.Join(params, ", "), strings.Join(sets, ", "))
-}()
+}
 
-// queueCounts queues the change of the totals from before to after; nothing
-// when no counter changes (an update posted, an edit).
-func queueCounts(b *pgx.Batch, before, after *events.Task) {
-	d := CountsDelta(before, after)
-	if d == (Counts{}) {
-		return
-	}
+func countsArgs(d Counts) []any {
 	args := make([]any, len(d))
 	for i, v := range d {
 		args[i] = v
 	}
-	b.Queue(addCounts, args...)
+	return args
+}
+
+// queueCounts queues the change of the totals and of the pending cells
+// from before to after; nothing when no counter changes (an update
+// posted, an edit of the title).
+func queueCounts(b *pgx.Batch, before, after *events.Task) {
+	queueCountsAndPending(b, CountsDelta(before, after), PendingDelta(before, after))
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/clawdbot/task-service/events"
+	"github.com/clawdbot/task-service/projections"
 )
 
 // TaskWithType is a task with its type embedded: what a worker needs to run it.
@@ -196,7 +197,9 @@ var (
 // those of the offer unassigned (queued), and all of them are updated (each
 // is locked by its pick), so the batch moves n from pending to in progress
 // and the offer's from the queue. Nothing is written when nothing was
-// claimed. cur moves each keyed type's cursor to the last key it served.
+// claimed. pnd takes them from their cells of pending_counts: each was
+// ready, and assigned when it came from mine or gmine (pm carries which,
+// as it carries the worker: ADR 031). cur moves each keyed type's cursor to the last key it served.
 //
 // held counts the worker's tasks in progress through worker_tasks_held
 // (migration 015), whose predicate is exactly that. The status and
@@ -240,17 +243,17 @@ func claimStatement(limited bool) string {
          WHERE status = 'pending' AND assigned_to IS NULL AND NOT scheduled AND NOT gated AND available_at <= $2
          ORDER BY priority_rank, created_at, id LIMIT (SELECT coalesce(sum(need), 0) FROM rest) FOR UPDATE SKIP LOCKED) p
 ` + pick(limitedOffer, plainOffer) + `), picked AS MATERIALIZED (
-    SELECT id, worker, k FROM mine
-` + pick("    UNION ALL\n    SELECT id, worker, k FROM gmine\n", "") + `    UNION ALL
-    SELECT s.id, r.worker, r.have + s.i FROM rest r CROSS JOIN offer
+    SELECT id, worker, k, true AS a FROM mine
+` + pick("    UNION ALL\n    SELECT id, worker, k, true FROM gmine\n", "") + `    UNION ALL
+    SELECT s.id, r.worker, r.have + s.i, false FROM rest r CROSS JOIN offer
      CROSS JOIN LATERAL unnest(offer.ids[r.before + 1 : r.before + r.need]) WITH ORDINALITY AS s(id, i)
 ), pm AS MATERIALIZED (
-    SELECT array_agg(id) AS ids, jsonb_object_agg(id, jsonb_build_array(worker, k)) AS m FROM picked
+    SELECT array_agg(id) AS ids, jsonb_object_agg(id, jsonb_build_array(worker, k, a)) AS m FROM picked
 ), t AS (
     UPDATE worker_tasks w
        SET status = 'in_progress', assigned_to = ((SELECT m FROM pm) -> w.id::text ->> 0)::uuid, started_at = $2, updated_at = $2, version = w.version + 1
      WHERE w.id = ANY((SELECT ids FROM pm)::uuid[])
-    RETURNING w.*, ((SELECT m FROM pm) -> w.id::text ->> 1)::bigint AS k
+    RETURNING w.*, ((SELECT m FROM pm) -> w.id::text ->> 1)::bigint AS k, ((SELECT m FROM pm) -> w.id::text ->> 2)::boolean AS was_assigned
 ), ev AS (
     INSERT INTO task_events (stream_type, stream_id, version, type, data, meta, occurred_at)
     SELECT 'task', t.id, t.version, 'task.claimed',
@@ -265,6 +268,10 @@ func claimStatement(limited bool) string {
     SELECT pg_backend_pid(), -n, -(SELECT cardinality(ids) FROM offer), n FROM (SELECT count(*) AS n FROM t) x WHERE n > 0
     ON CONFLICT (pid) DO UPDATE SET pending = c.pending + excluded.pending, queued = c.queued + excluded.queued,
         in_progress = c.in_progress + excluded.in_progress
+), pnd AS (
+    INSERT INTO pending_counts AS pc (pid, task_type_id, priority, state, assigned, tasks)
+    SELECT pg_backend_pid(), t.task_type_id, t.priority, 'ready', t.was_assigned, -count(*) FROM t GROUP BY 2, 3, 5 ORDER BY 2, 3, 5
+    ` + projections.PendingUpsert + `
 ` + pick(`), cur AS (
     UPDATE task_types tt SET key_cursor = c.key
       FROM (SELECT type_id, (array_agg(key ORDER BY step DESC))[1] AS key FROM gkeys GROUP BY type_id) c

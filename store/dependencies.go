@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/clawdbot/task-service/events"
+	"github.com/clawdbot/task-service/projections"
 )
 
 // Dependencies (DESIGN §13, ADR 025). The edges are stored as given
@@ -59,7 +60,7 @@ const unblockDependents = `WITH RECURSIVE chain(done_id, id) AS (
            updated_at = CASE WHEN w.deps_left <= dec.n THEN $2 ELSE w.updated_at END
       FROM dec
      WHERE w.id = dec.task_id AND w.status = 'blocked'
-    RETURNING w.id, w.version, w.status, w.assigned_to, w.scheduled, dec.freed_by
+    RETURNING w.id, w.version, w.status, w.assigned_to, w.scheduled, dec.freed_by, w.task_type_id, w.priority
 ), freed AS (
     SELECT * FROM u WHERE status = 'pending'
 ), ev AS (
@@ -73,6 +74,12 @@ const unblockDependents = `WITH RECURSIVE chain(done_id, id) AS (
       FROM freed HAVING count(*) > 0
     ON CONFLICT (pid) DO UPDATE SET blocked = c.blocked + excluded.blocked, pending = c.pending + excluded.pending,
         queued = c.queued + excluded.queued, scheduled = c.scheduled + excluded.scheduled
+), pnd AS (
+    INSERT INTO pending_counts AS pc (pid, task_type_id, priority, state, assigned, tasks)
+    SELECT pg_backend_pid(), f.task_type_id, f.priority, s.state, f.assigned_to IS NOT NULL, sum(s.n)
+      FROM freed f CROSS JOIN LATERAL (VALUES ('blocked', -1), (CASE WHEN f.scheduled THEN 'scheduled' ELSE 'ready' END, 1)) s(state, n)
+     GROUP BY 2, 3, 4, 5 ORDER BY 2, 3, 4, 5
+    ` + projections.PendingUpsert + `
 )
 SELECT count(*) FROM freed`
 
@@ -110,7 +117,7 @@ const cancelDependents = `WITH RECURSIVE chain(ended, id) AS (
        SET status = 'cancelled', completed_at = $2, updated_at = $2, version = w.version + 1, deps_left = 0
       FROM pick
      WHERE w.id = pick.id AND w.status = 'blocked'
-    RETURNING w.id, w.version, pick.because
+    RETURNING w.id, w.version, pick.because, w.task_type_id, w.priority, w.assigned_to
 ), ev AS (
     INSERT INTO task_events (stream_type, stream_id, version, type, data, meta, occurred_at)
     SELECT 'task', u.id, u.version, 'task.cancelled',
@@ -121,6 +128,11 @@ const cancelDependents = `WITH RECURSIVE chain(ended, id) AS (
     INSERT INTO task_counts AS c (pid, blocked, cancelled)
     SELECT pg_backend_pid(), -count(*), count(*) FROM u HAVING count(*) > 0
     ON CONFLICT (pid) DO UPDATE SET blocked = c.blocked + excluded.blocked, cancelled = c.cancelled + excluded.cancelled
+), pnd AS (
+    INSERT INTO pending_counts AS pc (pid, task_type_id, priority, state, assigned, tasks)
+    SELECT pg_backend_pid(), u.task_type_id, u.priority, 'blocked', u.assigned_to IS NOT NULL, -count(*)
+      FROM u GROUP BY 2, 3, 5 ORDER BY 2, 3, 5
+    ` + projections.PendingUpsert + `
 )
 SELECT count(*) FROM u`
 

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/clawdbot/task-service/events"
+	"github.com/clawdbot/task-service/projections"
 )
 
 // RunAtActor is the system actor of task.due.
@@ -19,7 +20,8 @@ const RunAtActor = "run-at"
 // picked in time order through worker_tasks_scheduled with SKIP LOCKED (two
 // instances' timers never wait for each other), the UPDATE is the fold of
 // task.due, and task_counts moves them from scheduled to queued (the
-// unassigned ones). Nothing is written when nothing is due.
+// unassigned ones), pending_counts from their scheduled cells to their
+// ready ones. Nothing is written when nothing is due.
 const makeDue = `WITH due AS MATERIALIZED (
     SELECT coalesce(array_agg(id), '{}') AS ids FROM (
         SELECT id FROM worker_tasks WHERE status = 'pending' AND scheduled AND available_at <= $1
@@ -27,7 +29,7 @@ const makeDue = `WITH due AS MATERIALIZED (
 ), t AS (
     UPDATE worker_tasks w SET scheduled = false, updated_at = $1, version = w.version + 1
      WHERE w.id = ANY((SELECT ids FROM due)::uuid[])
-    RETURNING w.id, w.version, w.available_at, w.assigned_to IS NULL AS unassigned
+    RETURNING w.id, w.version, w.available_at, w.assigned_to IS NULL AS unassigned, w.task_type_id, w.priority
 ), ev AS (
     INSERT INTO task_events (stream_type, stream_id, version, type, data, meta, occurred_at)
     SELECT 'task', t.id, t.version, 'task.due', jsonb_build_object('run_at', t.available_at), $3::jsonb, $1 FROM t
@@ -35,6 +37,12 @@ const makeDue = `WITH due AS MATERIALIZED (
     INSERT INTO task_counts AS c (pid, scheduled, queued)
     SELECT pg_backend_pid(), -count(*), count(*) FILTER (WHERE unassigned) FROM t HAVING count(*) > 0
     ON CONFLICT (pid) DO UPDATE SET scheduled = c.scheduled + excluded.scheduled, queued = c.queued + excluded.queued
+), pnd AS (
+    INSERT INTO pending_counts AS pc (pid, task_type_id, priority, state, assigned, tasks)
+    SELECT pg_backend_pid(), t.task_type_id, t.priority, s.state, NOT t.unassigned, sum(s.n)
+      FROM t CROSS JOIN (VALUES ('scheduled', -1), ('ready', 1)) s(state, n)
+     GROUP BY 2, 3, 4, 5 ORDER BY 2, 3, 4, 5
+    ` + projections.PendingUpsert + `
 )
 SELECT t.available_at FROM t`
 
