@@ -49,6 +49,7 @@ type Monitor struct {
 
 type monitorMetrics struct {
 	queueDepth *prometheus.GaugeVec
+	backlog    *prometheus.GaugeVec
 	tasks      *prometheus.GaugeVec
 	workers    prometheus.Gauge
 	slots      *prometheus.GaugeVec
@@ -80,6 +81,10 @@ func NewMonitor(cfg MonitorConfig) (*Monitor, error) {
 			Name: "taskservice_queue_depth",
 			Help: "Pending tasks by priority and task type (cluster-wide, sampled).",
 		}, []string{"priority", "task_type"}),
+		backlog: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "taskservice_backlog_tasks",
+			Help: "Open tasks waiting by priority, task type and state: claimable, paused (its type), scheduled (run_at later), blocked (dependencies) (cluster-wide, sampled).",
+		}, []string{"priority", "task_type", "state"}),
 		tasks: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "taskservice_tasks",
 			Help: "Tasks in a live status: pending, in_progress (cluster-wide, sampled).",
@@ -118,7 +123,7 @@ func NewMonitor(cfg MonitorConfig) (*Monitor, error) {
 		}),
 	}}
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{mo.m.queueDepth, mo.m.tasks, mo.m.workers, mo.m.slots,
+		for _, c := range []prometheus.Collector{mo.m.queueDepth, mo.m.backlog, mo.m.tasks, mo.m.workers, mo.m.slots,
 			mo.m.outbox, mo.m.horizonAge, mo.m.llmTokens, mo.m.llmCost, mo.m.llmBudget, mo.m.errors} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("reactors: register monitor metrics: %w", err)
@@ -160,6 +165,10 @@ func (mo *Monitor) Sample(ctx context.Context) error {
 	mo.m.queueDepth.Reset()
 	for _, r := range s.QueueDepth {
 		mo.m.queueDepth.WithLabelValues(r.Priority, r.TaskType).Set(float64(r.Tasks))
+	}
+	mo.m.backlog.Reset()
+	for _, r := range s.Backlog {
+		mo.m.backlog.WithLabelValues(r.Priority, r.TaskType, r.State).Set(float64(r.Tasks))
 	}
 	mo.m.tasks.WithLabelValues("pending").Set(float64(s.Pending))
 	mo.m.tasks.WithLabelValues("in_progress").Set(float64(s.InProgress))

@@ -60,6 +60,7 @@ func (e *batchEnv) requireExactCounts(t *testing.T, step string) TaskCounts {
 	SELECT (SELECT count(*) FROM want), (SELECT count(*) FROM want FULL JOIN live USING (minute)
 	 WHERE (want.completed, want.failed, want.retries) IS DISTINCT FROM (live.completed, live.failed, live.retries))`).Scan(&minutes, &differ))
 	require.Zero(t, differ, "task_minutes after %s: %d of %d minutes differ from worker_tasks", step, differ, minutes)
+	requireExactBacklog(t, e.db, step)
 	return got
 }
 
@@ -298,7 +299,7 @@ func TestEveryWriterKeepsTheCountsExact(t *testing.T) {
 func TestFoldsNameEveryCounterColumn(t *testing.T) {
 	e := newBatchEnv(t)
 	insertList := regexp.MustCompile(`INSERT INTO (\w+) AS \w+ \(([^)]*)\)`)
-	for _, stmt := range []string{compactTaskCounts, foldTaskMinutes, foldScheduleCountsSQL} {
+	for _, stmt := range []string{compactTaskCounts, compactPendingCounts, foldTaskMinutes, foldScheduleCountsSQL} {
 		m := insertList.FindStringSubmatch(stmt)
 		require.NotNil(t, m, "no INSERT in %s", stmt)
 		var named []string

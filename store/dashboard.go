@@ -1,8 +1,10 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -13,11 +15,14 @@ import (
 // The admin UI's reads beyond the API's (ADR 009). Each is bounded by what
 // it shows (the queue, the last hour, a page), never by finished history.
 
-// QueueCount is how many tasks wait in the queue for one priority and type.
+// QueueCount is how many tasks wait in the queue for one priority and type:
+// pending and unassigned, of which Claimable now (neither waiting for their
+// run_at nor of a paused type).
 type QueueCount struct {
 	Priority   events.Priority `json:"priority"`
 	TaskTypeID string          `json:"task_type_id"`
 	Count      int             `json:"count"`
+	Claimable  int             `json:"claimable"`
 }
 
 // MinuteCount is one minute of the last hour's completions and failures.
@@ -50,17 +55,31 @@ func (db *DB) lastHour() (start, end time.Time) {
 	return end.Add(-time.Hour), end
 }
 
-// RecentActivity reads the queue's breakdown (the claim index's rows) and
-// the last hour's counters (task_minutes: sixty minutes, a few rows each).
+// RecentActivity reads the queue's breakdown (pending_counts: the cells in
+// use, however deep the backlog) and the last hour's counters
+// (task_minutes: sixty minutes, a few rows each).
 func (db *DB) RecentActivity(ctx context.Context) (*Activity, error) {
 	start, end := db.lastHour()
 	a := &Activity{Queue: []QueueCount{}}
 	b := &pgx.Batch{}
-	b.Queue(`SELECT priority, task_type_id, count(*) FROM worker_tasks
-		WHERE status = 'pending' AND assigned_to IS NULL GROUP BY priority_rank, priority, task_type_id
-		ORDER BY priority_rank, count(*) DESC`).Query(func(rows pgx.Rows) error {
-		var err error
-		a.Queue, err = pgx.CollectRows(rows, pgx.RowToStructByPos[QueueCount])
+	var pids int
+	b.Queue(readBacklog).Query(func(rows pgx.Rows) error {
+		var c BacklogCell
+		_, err := pgx.ForEachRow(rows, []any{&c.TaskTypeID, &c.TaskType, &c.Priority, &c.State, &c.Assigned, &c.Tasks, &pids},
+			func() error {
+				if c.Assigned || c.State == BacklogBlocked {
+					return nil
+				}
+				if n := len(a.Queue); n == 0 || a.Queue[n-1].Priority != c.Priority || a.Queue[n-1].TaskTypeID != c.TaskTypeID {
+					a.Queue = append(a.Queue, QueueCount{Priority: c.Priority, TaskTypeID: c.TaskTypeID})
+				}
+				q := &a.Queue[len(a.Queue)-1]
+				q.Count += c.Tasks
+				if c.State == BacklogClaimable {
+					q.Claimable += c.Tasks
+				}
+				return nil
+			})
 		return err
 	})
 	perMinute := map[time.Time]*MinuteCount{}
@@ -88,6 +107,15 @@ func (db *DB) RecentActivity(ctx context.Context) (*Activity, error) {
 		})
 	if err := db.pool.SendBatch(ctx, b).Close(); err != nil {
 		return nil, mapErr(fmt.Errorf("recent activity: %w", err))
+	}
+	// Within a priority, the biggest queues first.
+	slices.SortStableFunc(a.Queue, func(x, y QueueCount) int {
+		return cmp.Or(cmp.Compare(x.Priority.Rank(), y.Priority.Rank()), cmp.Compare(y.Count, x.Count))
+	})
+	if pids > compactPendingAbove {
+		if err := db.CompactPendingCounts(ctx); err != nil {
+			return nil, err
+		}
 	}
 	return a, nil
 }

@@ -16,6 +16,9 @@ import (
 type OpsSample struct {
 	// QueueDepth counts pending tasks by priority and task type name.
 	QueueDepth []QueueDepthRow
+	// Backlog counts open tasks waiting, by priority, type name and state
+	// (claimable, paused, scheduled, blocked).
+	Backlog []BacklogRow
 	// Pending and InProgress count tasks in the two live statuses. Terminal
 	// statuses grow without bound and are not counted here (their rates are
 	// taskservice_task_outcomes_total).
@@ -32,46 +35,67 @@ type QueueDepthRow struct {
 	Tasks              int
 }
 
-// SampleOps reads an OpsSample. Every count uses an index (status,
-// is_worker, the outbox's status) and only live rows: its cost follows the
-// queue and the fleet, not the history.
+// BacklogRow is one (priority, type, state) cell of the backlog.
+type BacklogRow struct {
+	Priority, TaskType, State string
+	Tasks                     int
+}
+
+// sampleOps is SampleOps' statement. The task figures come from the
+// counters the writers keep (pending_counts, task_counts: ADR 010, 031);
+// the slots read each online worker's tasks in progress through
+// worker_tasks_held, once per worker: its cost is the fleet, never the
+// backlog or the history.
+const sampleOps = `
+		SELECT 'backlog', p.priority, tt.name,
+		       CASE WHEN p.state <> 'ready' THEN p.state WHEN tt.paused THEN 'paused' ELSE 'claimable' END, sum(p.tasks)::bigint
+		  FROM pending_counts p JOIN task_types tt ON tt.id = p.task_type_id
+		 GROUP BY 2, 3, 4 HAVING sum(p.tasks) <> 0
+		UNION ALL
+		SELECT 'pids', '', '', '', count(DISTINCT pid) FROM pending_counts
+		UNION ALL
+		SELECT 'status', 'in_progress', '', '', coalesce(sum(in_progress), 0)::bigint FROM task_counts
+		UNION ALL
+		SELECT 'workers', '', '', '', count(*) FROM users WHERE is_worker AND online AND last_activity_at > $1
+		UNION ALL
+		SELECT s.kind, '', '', '', s.n::bigint FROM (
+		    SELECT coalesce(sum(least(h.n, u.max_concurrent_tasks)), 0) AS used,
+		           coalesce(sum(greatest(u.max_concurrent_tasks - h.n, 0)), 0) AS free
+		      FROM users u, LATERAL (SELECT count(*) AS n FROM worker_tasks w
+		                              WHERE w.assigned_to = u.id AND w.status = 'in_progress') h
+		     WHERE u.is_worker AND u.online AND u.last_activity_at > $1) x
+		 CROSS JOIN LATERAL (VALUES ('slots_used', x.used), ('slots_free', x.free)) s(kind, n)
+		UNION ALL
+		SELECT 'outbox', status, '', '', count(*) FROM telegram_outbox WHERE status IN ('pending', 'dead') GROUP BY status`
+
+// SampleOps reads an OpsSample.
 func (db *DB) SampleOps(ctx context.Context) (*OpsSample, error) {
-	rows, err := db.pool.Query(ctx, `
-		SELECT 'queue', t.priority::text, tt.name, count(*)
-		  FROM worker_tasks t JOIN task_types tt ON tt.id = t.task_type_id
-		 WHERE t.status = 'pending' GROUP BY 2, 3
-		UNION ALL
-		SELECT 'status', 'in_progress', '', count(*) FROM worker_tasks WHERE status = 'in_progress'
-		UNION ALL
-		SELECT 'workers', '', '', count(*) FROM users WHERE is_worker AND online AND last_activity_at > $1
-		UNION ALL
-		SELECT 'slots_used', '', '', coalesce(sum(least(h.n, u.max_concurrent_tasks)), 0)
-		  FROM users u, LATERAL (SELECT count(*) AS n FROM worker_tasks w
-		                          WHERE w.assigned_to = u.id AND w.status = 'in_progress') h
-		 WHERE u.is_worker AND u.online AND u.last_activity_at > $1
-		UNION ALL
-		SELECT 'slots_free', '', '', coalesce(sum(greatest(u.max_concurrent_tasks - h.n, 0)), 0)
-		  FROM users u, LATERAL (SELECT count(*) AS n FROM worker_tasks w
-		                          WHERE w.assigned_to = u.id AND w.status = 'in_progress') h
-		 WHERE u.is_worker AND u.online AND u.last_activity_at > $1
-		UNION ALL
-		SELECT 'outbox', status, '', count(*) FROM telegram_outbox WHERE status IN ('pending', 'dead') GROUP BY status`,
-		db.Now().Add(-db.offlineAfter))
+	rows, err := db.pool.Query(ctx, sampleOps, db.Now().Add(-db.offlineAfter))
 	if err != nil {
 		return nil, mapErr(fmt.Errorf("sample: %w", err))
 	}
 	defer rows.Close()
 	s := &OpsSample{}
+	depth := map[[2]string]int{}
+	var pids int
 	for rows.Next() {
-		var kind, a, b string
+		var kind, a, b, state string
 		var n int
-		if err := rows.Scan(&kind, &a, &b, &n); err != nil {
+		if err := rows.Scan(&kind, &a, &b, &state, &n); err != nil {
 			return nil, mapErr(fmt.Errorf("sample: %w", err))
 		}
 		switch kind {
-		case "queue":
-			s.QueueDepth = append(s.QueueDepth, QueueDepthRow{Priority: a, TaskType: b, Tasks: n})
-			s.Pending += n
+		case "backlog":
+			s.Backlog = append(s.Backlog, BacklogRow{Priority: a, TaskType: b, State: state, Tasks: n})
+			if state != BacklogBlocked {
+				if _, ok := depth[[2]string{a, b}]; !ok {
+					s.QueueDepth = append(s.QueueDepth, QueueDepthRow{Priority: a, TaskType: b})
+				}
+				depth[[2]string{a, b}] += n
+				s.Pending += n
+			}
+		case "pids":
+			pids = n
 		case "status":
 			s.InProgress = n
 		case "workers":
@@ -88,7 +112,18 @@ func (db *DB) SampleOps(ctx context.Context) (*OpsSample, error) {
 			}
 		}
 	}
-	return s, mapErr(rows.Err())
+	if err := rows.Err(); err != nil {
+		return nil, mapErr(fmt.Errorf("sample: %w", err))
+	}
+	for i := range s.QueueDepth {
+		s.QueueDepth[i].Tasks = depth[[2]string{s.QueueDepth[i].Priority, s.QueueDepth[i].TaskType}]
+	}
+	if pids > compactPendingAbove {
+		if err := db.CompactPendingCounts(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
 }
 
 // HorizonBlocker is the oldest transaction in the cluster that holds an

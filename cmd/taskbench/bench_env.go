@@ -307,7 +307,7 @@ func (env *benchEnv) close() {
 // rather than none. Pre-filled runs ANALYZE after the pre-fill.
 func (env *benchEnv) reset(ctx context.Context) error {
 	for _, q := range []string{
-		`TRUNCATE worker_tasks, task_counts, task_titles, task_assignments, worker_task_updates`,
+		`TRUNCATE worker_tasks, task_counts, pending_counts, task_titles, task_assignments, worker_task_updates`,
 		`DELETE FROM task_events WHERE stream_type = 'task'`,
 		`VACUUM task_events, users`,
 	} {
