@@ -3,9 +3,11 @@ package replay
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/clawdbot/task-service/projections"
 )
@@ -55,4 +57,96 @@ func countsText(c counts) []*string {
 		out[i] = &s
 	}
 	return out
+}
+
+// pendingTable is the open backlog per cell (migration 040, ADR 031),
+// kept like task_counts and folded the same way: replay computes it from
+// the folded tasks (projections.PendingCounts), writes it as pid 0 rows
+// and compares the sums per cell.
+const pendingTable = "pending_counts"
+
+// addPendingFold adds every task of f to c.
+func addPendingFold(c projections.PendingCounts, f *fold) {
+	for _, t := range f.tasks {
+		c.Add(t, 1)
+	}
+}
+
+// addPending adds c to the pid 0 rows of pending_counts in schema; load
+// inserts them (merge false: the table is empty and has no index yet),
+// each catch-up merges.
+func addPending(ctx context.Context, q interface {
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+}, schema string, c projections.PendingCounts, merge bool) error {
+	if len(c) == 0 {
+		return nil
+	}
+	sql := strings.Replace(strings.Replace(projections.AddPending, "pg_backend_pid()", "0", 1),
+		"INSERT INTO pending_counts", "INSERT INTO "+pgx.Identifier{schema, pendingTable}.Sanitize(), 1)
+	if !merge {
+		sql = strings.Replace(sql, projections.PendingUpsert, "", 1)
+	}
+	if _, err := q.Exec(ctx, sql, c.Args()...); err != nil {
+		return fmt.Errorf("write %s: %w", pendingTable, err)
+	}
+	return nil
+}
+
+// sumPending is the live sums of pending_counts per cell, empty cells left
+// out.
+func sumPending(ctx context.Context, q interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}) (projections.PendingCounts, error) {
+	rows, err := q.Query(ctx, `SELECT task_type_id::text, priority, state, assigned, sum(tasks)::bigint FROM pending_counts
+		GROUP BY 1, 2, 3, 4 HAVING sum(tasks) <> 0`)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", pendingTable, err)
+	}
+	out := projections.PendingCounts{}
+	var k projections.PendingKey
+	var n int64
+	if _, err := pgx.ForEachRow(rows, []any{&k.TaskTypeID, &k.Priority, &k.State, &k.Assigned, &n}, func() error {
+		out[k] = n
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("read %s: %w", pendingTable, err)
+	}
+	return out, nil
+}
+
+// verifyPending compares the live cells of pending_counts with the folded
+// tasks' cells.
+func verifyPending(ctx context.Context, tx pgx.Tx, want projections.PendingCounts, rep *Report, max int) error {
+	live, err := sumPending(ctx, tx)
+	if err != nil {
+		return err
+	}
+	keys := map[projections.PendingKey]bool{}
+	for k := range live {
+		keys[k] = true
+	}
+	for k := range want {
+		keys[k] = true
+	}
+	td := TableDiff{Rows: int64(len(keys))}
+	var diffs []Difference
+	for k := range keys {
+		l, w := live[k], want[k]
+		if l == w {
+			continue
+		}
+		td.LiveRows++
+		td.FoldRows++
+		ls, ws := fmt.Sprint(l), fmt.Sprint(w)
+		diffs = append(diffs, Difference{Table: pendingTable,
+			Key:  fmt.Sprintf("task_type_id=%s priority=%s state=%s assigned=%t (sum over its rows)", k.TaskTypeID, k.Priority, k.State, k.Assigned),
+			Side: Changed, Columns: []string{"tasks"}, Live: []*string{&ls}, Events: []*string{&ws}, Changed: []string{"tasks"}})
+	}
+	slices.SortFunc(diffs, func(a, b Difference) int { return strings.Compare(a.Key, b.Key) })
+	if len(diffs) > max {
+		diffs, rep.Truncated = diffs[:max], true
+	}
+	rep.Differences = append(rep.Differences, diffs...)
+	rep.Tables[pendingTable] = td
+	return nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/clawdbot/task-service/events"
+	"github.com/clawdbot/task-service/projections"
 )
 
 // ErrBusy means another rebuild holds the replay lock.
@@ -205,7 +206,7 @@ func (r *rebuilder) swapped() []string {
 	for _, t := range r.tables {
 		out = append(out, t.name)
 		if t.name == "worker_tasks" {
-			out = append(out, countsTable)
+			out = append(out, countsTable, pendingTable)
 			for _, u := range sumTables {
 				out = append(out, u.Name)
 			}
@@ -271,6 +272,7 @@ func (r *rebuilder) load(ctx context.Context) error {
 	folds := make(chan *fold, 1)
 	written := make(chan error, 1)
 	var sum counts
+	pending := projections.PendingCounts{}
 	go func() { // the writer: one range at a time, its tables side by side
 		var err error
 		for f := range folds {
@@ -292,6 +294,7 @@ func (r *rebuilder) load(ctx context.Context) error {
 		r.rep.Events += f.events
 		r.rep.Skipped += f.skipped
 		addFold(&sum, f)
+		addPendingFold(pending, f)
 		folds <- f
 	}
 	close(folds)
@@ -315,6 +318,10 @@ func (r *rebuilder) load(ctx context.Context) error {
 		return fmt.Errorf("write %s: %w", countsTable, err)
 	}
 	r.rep.Rows[countsTable] = 1
+	if err := addPending(ctx, r.conn, rebuildSchema, pending, false); err != nil {
+		return err
+	}
+	r.rep.Rows[pendingTable] = int64(len(pending))
 	if err := r.loadSums(ctx, r.seen); err != nil {
 		return err
 	}
@@ -517,6 +524,8 @@ func (r *rebuilder) applyDelta(ctx context.Context, tx pgx.Tx, p *phase) (int64,
 	}
 	var delta counts
 	addFold(&delta, f)
+	pendingDelta := projections.PendingCounts{}
+	addPendingFold(pendingDelta, f)
 	runs := runsOf(f)
 	if _, err := addRuns(ctx, tx, runs, -1); err != nil {
 		return 0, nil, err
@@ -525,19 +534,21 @@ func (r *rebuilder) applyDelta(ctx context.Context, tx pgx.Tx, p *phase) (int64,
 	for _, t := range r.tables {
 		del := `DELETE FROM ` + r.fresh(t) + ` WHERE ` + pgx.Identifier{t.stream}.Sanitize() + ` = ANY($1::uuid[])`
 		if t.name == "worker_tasks" {
-			gone, err := tx.Query(ctx, del+` RETURNING status, assigned_to IS NULL, retry_outcome, scheduled`, ids)
+			gone, err := tx.Query(ctx, del+` RETURNING status, assigned_to IS NULL, retry_outcome, scheduled, task_type_id::text, priority`, ids)
 			if err != nil {
 				return 0, nil, fmt.Errorf("catch up %s: %w", t.name, err)
 			}
 			var old events.Task
 			var unassigned bool
 			var deleted int64
-			if _, err := pgx.ForEachRow(gone, []any{&old.Status, &unassigned, &old.RetryOutcome, &old.Scheduled}, func() error {
+			if _, err := pgx.ForEachRow(gone, []any{&old.Status, &unassigned, &old.RetryOutcome, &old.Scheduled,
+				&old.TaskTypeID, &old.Priority}, func() error {
 				old.AssignedTo = nil
 				if !unassigned {
 					old.AssignedTo = &id
 				}
 				delta.Add(&old, -1)
+				pendingDelta.Add(&old, -1)
 				deleted++
 				return nil
 			}); err != nil {
@@ -558,6 +569,9 @@ func (r *rebuilder) applyDelta(ctx context.Context, tx pgx.Tx, p *phase) (int64,
 		changed[t.name] += added
 	}
 	if err := r.addCounts(ctx, tx, delta); err != nil {
+		return 0, nil, err
+	}
+	if err := addPending(ctx, tx, rebuildSchema, pendingDelta, true); err != nil {
 		return 0, nil, err
 	}
 	sums, err := r.addSumsDelta(ctx, tx)

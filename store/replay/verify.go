@@ -9,6 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/clawdbot/task-service/projections"
 )
 
 // Side says where a differing row is.
@@ -125,6 +127,7 @@ func Verify(ctx context.Context, pool *pgxpool.Pool, cfg VerifyConfig) (*Report,
 	rep := &Report{Tables: map[string]TableDiff{}}
 	kept := map[string]int{}
 	var want counts
+	wantPending := projections.PendingCounts{}
 	read := startPhase(cfg.Progress, "read", total)
 	for _, r := range ranges {
 		f, err := readRange(ctx, tx, r, read)
@@ -135,6 +138,7 @@ func Verify(ctx context.Context, pool *pgxpool.Pool, cfg VerifyConfig) (*Report,
 		rep.Events += f.events
 		rep.Skipped += f.skipped
 		addFold(&want, f)
+		addPendingFold(wantPending, f)
 		for i, t := range ts {
 			td, found, truncated, err := diffs[i].diff(ctx, tx, r, f, cfg.MaxDifferences-kept[t.name])
 			if err != nil {
@@ -151,6 +155,9 @@ func Verify(ctx context.Context, pool *pgxpool.Pool, cfg VerifyConfig) (*Report,
 		}
 	}
 	if err := verifyCounts(ctx, tx, want, rep); err != nil {
+		return nil, fmt.Errorf("verify: %w", err)
+	}
+	if err := verifyPending(ctx, tx, wantPending, rep, cfg.MaxDifferences); err != nil {
 		return nil, fmt.Errorf("verify: %w", err)
 	}
 	if err := verifySums(ctx, tx, rep, cfg.MaxDifferences); err != nil {
