@@ -309,7 +309,9 @@ func TestPendingCountsAfterARandomMixAndReplay(t *testing.T) {
 			id := d.Key[3:]
 			rows, _ := pool.Query(ctx, `SELECT seq, type, data::text, occurred_at FROM task_events WHERE stream_id = $1 ORDER BY version`, id)
 			for rows.Next() {
-				var seq int64; var typ, data string; var at time.Time
+				var seq int64
+				var typ, data string
+				var at time.Time
 				_ = rows.Scan(&seq, &typ, &data, &at)
 				t.Logf("%d %s %s %s", seq, typ, data, at.Format(time.RFC3339Nano))
 			}
@@ -319,7 +321,9 @@ func TestPendingCountsAfterARandomMixAndReplay(t *testing.T) {
 			t.Logf("task %s status %s type %s gated %v", id, st, tt, g)
 			rows, _ = pool.Query(ctx, `SELECT seq, type, data::text, occurred_at FROM task_events WHERE stream_id = $1 ORDER BY version`, tt)
 			for rows.Next() {
-				var seq int64; var typ, data string; var at time.Time
+				var seq int64
+				var typ, data string
+				var at time.Time
 				_ = rows.Scan(&seq, &typ, &data, &at)
 				t.Logf("type %d %s %s %s", seq, typ, data, at.Format(time.RFC3339Nano))
 			}
@@ -359,4 +363,3 @@ func TestPendingCountsAfterARandomMixAndReplay(t *testing.T) {
 	requireBacklogEqualsTasks(t, db, pool, "writes after the rebuild")
 	requireClean(t, verify(t, pool))
 }
-
