@@ -42,7 +42,10 @@ take several minutes to build on two cores; progress goes to stderr.
 
 --profile busy builds the same sizes with the whole history in the last hour
 (taskservice_scale_busy_10k, ...): a busy day, where a read that counts
-"today" or "the last hour" meets every row.
+"today" or "the last hour" meets every row. --backlog adds that many pending
+tasks after the history, and --workers sizes the fleet (issue 24's busy day:
+--profile busy --sizes 1m --backlog 1m --workers 1000, database
+taskservice_scale_busy_1m_backlog_1m_w1000).
 
 The reads run through the real HTTP API (an in-process server on the
 database), one call at a time, after a warm-up call each.
@@ -67,6 +70,8 @@ type benchScaleConfig struct {
 	rebuild     bool
 	buildOnly   bool
 	busy        bool
+	backlog     int // pending tasks created after the history
+	workers     int
 	jsonOut     bool
 }
 
@@ -74,10 +79,12 @@ func runBenchScale(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("taskbench scale", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cfg benchScaleConfig
-	var sizes, profile string
+	var sizes, profile, backlog string
 	fs.StringVar(&cfg.databaseURL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL server (env DATABASE_URL); only its taskservice_scale_* databases are written")
 	fs.StringVar(&sizes, "sizes", "10k,100k,1m", "comma-separated task counts (k and m suffixes)")
 	fs.StringVar(&profile, "profile", "spread", "spread: one event a second, so the log spans months; busy: the whole log in the last hour")
+	fs.StringVar(&backlog, "backlog", "0", "pending tasks created after each size's history, unassigned (k and m suffixes): a deep queue")
+	fs.IntVar(&cfg.workers, "workers", scaleWorkers, "workers in the synthetic fleet")
 	fs.IntVar(&cfg.calls, "calls", 60, "timed calls per operation and size")
 	fs.BoolVar(&cfg.rebuild, "rebuild", false, "build the databases again even when kept ones exist")
 	fs.BoolVar(&cfg.buildOnly, "build-only", false, "build (or check) the databases and stop")
@@ -113,6 +120,16 @@ func runBenchScale(args []string, stdout, stderr io.Writer) int {
 			return usageErr("--sizes: %v", err)
 		}
 		cfg.sizes = append(cfg.sizes, n)
+	}
+	if backlog != "0" {
+		n, err := parseSize(strings.TrimSpace(backlog))
+		if err != nil {
+			return usageErr("--backlog: %v", err)
+		}
+		cfg.backlog = n
+	}
+	if cfg.workers < 1 || cfg.workers > 100_000 {
+		return usageErr("--workers must be between 1 and 100000")
 	}
 	switch profile {
 	case "spread":
@@ -202,6 +219,12 @@ func buildScaleDB(ctx context.Context, cfg benchScaleConfig, n int, progress io.
 	if cfg.busy {
 		db.name = "taskservice_scale_busy_" + sizeLabel(n)
 	}
+	if cfg.backlog > 0 {
+		db.name += "_backlog_" + sizeLabel(cfg.backlog)
+	}
+	if cfg.workers != scaleWorkers {
+		db.name += "_w" + strconv.Itoa(cfg.workers)
+	}
 	var err error
 	if db.url, err = withDatabase(cfg.databaseURL, db.name); err != nil {
 		return nil, err
@@ -249,7 +272,7 @@ func buildScaleDB(ctx context.Context, cfg benchScaleConfig, n int, progress io.
 	evs := n * 535 / 100 // the generator writes about 5.35 events per task
 	step := scaleStep
 	if cfg.busy {
-		step = time.Hour / time.Duration(evs)
+		step = time.Hour / time.Duration(evs+cfg.backlog)
 	}
 	seeded := make(chan struct{})
 	go func() { // the COPY says nothing until it ends: count what it wrote
@@ -268,8 +291,8 @@ func buildScaleDB(ctx context.Context, cfg benchScaleConfig, n int, progress io.
 		}
 	}()
 	written, err := replaytest.Seed(ctx, pool, replaytest.Config{
-		Events: evs, Workers: scaleWorkers, Active: scaleActive, Seed: uint64(n),
-		Step: step, Start: time.Now().Add(-time.Duration(evs) * step),
+		Events: evs, Workers: cfg.workers, Active: scaleActive, Seed: uint64(n), Backlog: cfg.backlog,
+		Step: step, Start: time.Now().Add(-time.Duration(evs+cfg.backlog) * step),
 	})
 	close(seeded)
 	if err != nil {

@@ -31,6 +31,9 @@ type Config struct {
 	// of 50 workers would, so that "today" holds one day's work.
 	Start time.Time
 	Step  time.Duration
+	// Backlog is how many tasks to create after Events, unassigned and
+	// never claimed: a pending backlog at the end of the log.
+	Backlog int
 }
 
 type stream struct {
@@ -57,6 +60,7 @@ type gen struct {
 	pending []*stream // streams to start (users, types, retries)
 	written int
 	tasks   int
+	backlog int // backlog tasks written
 	held    map[string]int // worker -> tasks it holds or will claim (at most its cap)
 	caps    map[string]int
 }
@@ -123,7 +127,11 @@ func (g *gen) setup() {
 // step of a random active task, refilling the active set as tasks end.
 func (g *gen) next() ([]any, error) {
 	if g.written >= g.cfg.Events && len(g.pending) == 0 {
-		return nil, nil
+		if g.backlog >= g.cfg.Backlog {
+			return nil, nil
+		}
+		g.backlog++
+		g.pending = append(g.pending, g.backlogTask())
 	}
 	var s *stream
 	if len(g.pending) > 0 {
@@ -265,4 +273,17 @@ func (g *gen) newTask(parent *stream, retry int) *stream {
 		add(events.TaskCompleted{WorkerID: w}, worker)
 	}
 	return s
+}
+
+// backlogTask is a task created and left pending, for nobody in particular.
+func (g *gen) backlogTask() *stream {
+	g.tasks++
+	return &stream{id: newID(), steps: []step{{p: events.TaskCreated{
+		Title:       fmt.Sprintf("Synthetic backlog task %d", g.tasks),
+		Description: "Generated for the backlog of scale benchmarks.",
+		TaskTypeID:  g.types[g.rnd.IntN(len(g.types))],
+		Params:      json.RawMessage(fmt.Sprintf(`{"n": %d, "path": "src/file_%d.go"}`, g.tasks, g.tasks%97)),
+		Priority:    []events.Priority{events.PriorityUrgent, events.PriorityHigh, events.PriorityMedium, events.PriorityLow}[g.rnd.IntN(4)],
+		CreatedBy:   g.admin,
+	}, actor: events.Actor{Kind: events.ActorAdmin, ID: g.admin}}}}
 }
