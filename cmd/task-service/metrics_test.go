@@ -213,6 +213,27 @@ func TestMetricsMatchTheLog(t *testing.T) {
 		}
 		require.False(t, time.Now().After(deadline), "queue depth, pending, workers online, free slots: %v", gauges)
 	}
+	// The backlog by state comes from pending_counts (ADR 031): each cell
+	// equals a count of the tasks' rows, and the cells add up to the backlog.
+	rows, err := c.pool.Query(ctx, `SELECT w.priority, tt.name,
+	       CASE WHEN w.status = 'blocked' THEN 'blocked' WHEN w.scheduled THEN 'scheduled'
+	            WHEN tt.paused THEN 'paused' ELSE 'claimable' END, count(*)
+	  FROM worker_tasks w JOIN task_types tt ON tt.id = w.task_type_id
+	 WHERE w.status IN ('pending', 'blocked') GROUP BY 1, 2, 3`)
+	require.NoError(t, err)
+	cells, err := pgx.CollectRows(rows, pgx.RowToStructByPos[struct {
+		Priority, Type, State string
+		N                     int
+	}])
+	require.NoError(t, err)
+	require.NotEmpty(t, cells)
+	backlog := 0
+	for _, cell := range cells {
+		backlog += cell.N
+		require.EqualValues(t, cell.N, sum(samples, "taskservice_backlog_tasks",
+			map[string]string{"priority": cell.Priority, "task_type": cell.Type, "state": cell.State}), "%+v", cell)
+	}
+	require.EqualValues(t, backlog, sum(samples, "taskservice_backlog_tasks", nil))
 
 	documented := documentedMetrics(t)
 	for _, s := range samples {
