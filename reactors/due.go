@@ -97,9 +97,15 @@ func (d *DueTimer) Run(ctx context.Context) error {
 	defer ticker.Stop()
 	var lastLook time.Time
 	deadline := time.Now() // when the timer fires; zero when it is stopped
-	arm := func(dur time.Duration) {
+	// forDue: the timer is set for a time a task becomes due (a run_at, a
+	// rate window's end), not for the end of a wake's gap. Only that time's
+	// coming may wake others: a gap's end did, and this timer's own wake
+	// then started the next gap, so every subscriber looked again every
+	// MinGap, for ever.
+	forDue := false
+	arm := func(dur time.Duration, due bool) {
 		rearm(timer, dur)
-		deadline = time.Now().Add(dur)
+		deadline, forDue = time.Now().Add(dur), due
 	}
 	contended := time.Duration(0)
 	for {
@@ -110,15 +116,15 @@ func (d *DueTimer) Run(ctx context.Context) error {
 		case <-wake:
 			if gap := time.Since(lastLook); gap < d.cfg.MinGap {
 				if wait := d.cfg.MinGap - gap; deadline.IsZero() || time.Now().Add(wait).Before(deadline) {
-					arm(wait)
+					arm(wait, false)
 				}
 				continue
 			}
 		case <-timer.C:
-			fired = true
+			fired = forDue
 		case <-ticker.C:
 		}
-		deadline = time.Time{}
+		deadline, forDue = time.Time{}, false
 		made, next, err := d.Tick(ctx)
 		lastLook = time.Now()
 		if ctx.Err() != nil {
@@ -135,17 +141,17 @@ func (d *DueTimer) Run(ctx context.Context) error {
 		case err != nil:
 			d.log.Error().Err(err).Msg("making scheduled tasks due failed; retrying soon")
 			contended = min(max(2*contended, 100*time.Millisecond), 5*time.Second)
-			arm(contended)
+			arm(contended, false)
 		case next == nil:
 			contended = 0
 		case !next.After(now):
 			// Still due: another instance holds those rows right now.
 			// Look again shortly; its commit (or its death) frees them.
 			contended = min(max(2*contended, 2*time.Millisecond), 500*time.Millisecond)
-			arm(contended)
+			arm(contended, true)
 		default:
 			contended = 0
-			arm(next.Sub(now))
+			arm(next.Sub(now), true)
 		}
 	}
 }
