@@ -22,6 +22,10 @@ func (c *Client) UploadData(ctx context.Context, taskID, dataType, filename, con
 	}
 	if size >= 0 {
 		req.ContentLength = size
+		// The server refuses a size over the room before it reads the
+		// body; waiting for its go-ahead means that answer is read, never
+		// lost to a reset while the body is still being written.
+		req.Header.Set("Expect", "100-continue")
 	}
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
