@@ -118,7 +118,8 @@ func needsTx(r createRequest) bool {
 // keys and reads who holds them; one more writes the tasks that passed.
 // Each task is checked on its own; one that fails a check gets its error
 // and is not written. Keys need q to be a transaction: the lock must last
-// until the tasks are written and committed.
+// until the tasks are written and committed. The write may carry the
+// NOTIFY that announces it (DB.carryNotify).
 func (db *DB) createTasks(ctx context.Context, q Querier, reqs []createRequest) ([]outcome[*events.Task], error) {
 	outs := make([]outcome[*events.Task], len(reqs))
 	for i, r := range reqs {
@@ -204,11 +205,16 @@ func (db *DB) createTasks(ctx context.Context, q Querier, reqs []createRequest) 
 	if err := queueEvents(b, evs); err != nil {
 		return nil, err
 	}
+	carried, carrying := db.carryNotify(ctx, q, b)
 	if err := q.SendBatch(ctx, b).Close(); err != nil {
 		return nil, fmt.Errorf("create task: %w", err)
 	}
 	db.onCommit(q, func() { db.metrics.observe(evs, nil) })
-	db.committed(q)
+	if carrying {
+		carried()
+	} else {
+		db.committed(q)
+	}
 	return outs, nil
 }
 

@@ -48,6 +48,11 @@ type Config struct {
 	Now func() time.Time
 	// AfterCommit runs after every committed write (wakes reactors in-process).
 	AfterCommit func()
+	// Notifier, when set, lets a create's own transaction carry the NOTIFY
+	// that announces it when one is due at once (Notifier.carry, ADR 032);
+	// such a commit calls the notifier instead of AfterCommit, which should
+	// be its Committed.
+	Notifier *Notifier
 	// AfterUnblock runs, after AfterCommit, when a batch of completions
 	// committed that made blocked tasks pending: a hint that a waiting
 	// claim may take one now (Hub.Unblocked). Nothing when nil.
@@ -113,6 +118,7 @@ type DB struct {
 	now          func() time.Time
 	afterCommit  func()
 	afterUnblock func()
+	notifier     *Notifier // nil: no transaction carries a NOTIFY
 	offlineAfter time.Duration
 
 	scheduleMinInterval time.Duration
@@ -123,6 +129,9 @@ type DB struct {
 	metrics *storeMetrics
 	txMu    sync.Mutex
 	txHooks map[pgx.Tx][]func() // run at WithTx's commit (onCommit)
+	// txCarry: the transactions WithTx began and will commit: zero, or
+	// when the notifier let them carry their NOTIFY (carryNotify).
+	txCarry map[pgx.Tx]time.Time
 
 	claims *batcher[claimRequest, []*TaskWithType]
 	// limited is whether the last claim saw an unpaused limited type, so
@@ -171,7 +180,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*DB, error) {
 	}
 	db := &DB{pool: &Conn{pool}, projector: cfg.Projector, now: cfg.Now, afterCommit: cfg.AfterCommit,
 		afterUnblock: cfg.AfterUnblock, offlineAfter: cfg.OfflineAfter, scheduleMinInterval: cfg.ScheduleMinInterval, freshnessMinAge: cfg.FreshnessMinAge,
-		txHooks: map[pgx.Tx][]func(){}, prices: cfg.Prices, day: cfg.Day}
+		txHooks: map[pgx.Tx][]func(){}, txCarry: map[pgx.Tx]time.Time{}, prices: cfg.Prices, day: cfg.Day, notifier: cfg.Notifier}
 	var err error
 	if db.metrics, err = newStoreMetrics(cfg.Registerer, pool); err != nil {
 		return nil, err
@@ -224,9 +233,13 @@ func (db *DB) WithTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
+	db.txMu.Lock()
+	db.txCarry[tx] = time.Time{}
+	db.txMu.Unlock()
 	defer func() {
 		_ = tx.Rollback(context.WithoutCancel(ctx))
 		db.takeHooks(tx)
+		db.takeCarried(tx)
 	}()
 	if err := fn(tx); err != nil {
 		return err
@@ -237,8 +250,67 @@ func (db *DB) WithTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 	for _, hook := range db.takeHooks(tx) {
 		hook()
 	}
-	db.afterCommit()
+	if at, ok := db.takeCarried(tx); ok {
+		db.notifier.carriedCommit(at)
+	} else {
+		db.afterCommit()
+	}
 	return nil
+}
+
+// carryNotify queues the NOTIFY in b, the last statements a create sends
+// through q, when the notifier says one is due at once and q commits soon
+// after b: the pool (b is its own implicit transaction), or a transaction
+// WithTx began (its commit follows fn), the request's included
+// (ContextWithTx: the Go client sends every create with an
+// Idempotency-Key). Not a savepoint nor a transaction begun elsewhere,
+// whose commit is not WithTx's to report. When ok, the caller calls
+// carried after b succeeds: at once on the pool, at its commit for a
+// transaction (WithTx then reports it to the notifier instead of
+// AfterCommit).
+func (db *DB) carryNotify(ctx context.Context, q Querier, b *pgx.Batch) (carried func(), ok bool) {
+	if db.notifier == nil {
+		return nil, false
+	}
+	tx, inTx := q.(pgx.Tx)
+	if !inTx {
+		if q != Querier(db.pool) {
+			return nil, false
+		}
+		tx = txOf(ctx) // Conn sends b in the request's transaction, if any
+		inTx = tx != nil
+	}
+	if inTx {
+		db.txMu.Lock()
+		_, began := db.txCarry[tx]
+		db.txMu.Unlock()
+		if !began {
+			return nil, false
+		}
+	}
+	at, ok := db.notifier.carry()
+	if !ok {
+		return nil, false
+	}
+	b.Queue(notifyStatement, Channel, db.notifier.cfg.InstanceID)
+	if !inTx {
+		return func() { db.notifier.carriedCommit(at) }, true
+	}
+	return func() {
+		db.txMu.Lock()
+		db.txCarry[tx] = at
+		db.txMu.Unlock()
+	}, true
+}
+
+// takeCarried forgets tx, WithTx's, and returns when the notifier let it
+// carry its NOTIFY, if it did.
+func (db *DB) takeCarried(tx pgx.Tx) (at time.Time, ok bool) {
+	db.txMu.Lock()
+	defer db.txMu.Unlock()
+	at = db.txCarry[tx]
+	delete(db.txCarry, tx)
+	return at, !at.IsZero()
 }
 
 // WithTxRetrying is WithTx for a command that reads what it decides on in

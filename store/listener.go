@@ -216,9 +216,10 @@ type NotifierConfig struct {
 // write transaction would serialize commits on PostgreSQL's notify queue
 // lock (DESIGN §4); these are separate, few, and cost the writers nothing.
 type Notifier struct {
-	cfg  NotifierConfig
-	kick chan struct{}
-	sent atomic.Int64
+	cfg     NotifierConfig
+	kick    chan struct{}
+	sent    atomic.Int64
+	carried atomic.Int64 // of sent, those a create's transaction carried
 
 	mu    sync.Mutex
 	pacer notifyPacer
@@ -243,8 +244,14 @@ func NewNotifier(cfg NotifierConfig) (*Notifier, error) {
 			Name: "taskservice_notifies_sent_total",
 			Help: "NOTIFYs this instance sent to wake the other instances.",
 		}, func() float64 { return float64(n.Sent()) })
-		if err := cfg.Registerer.Register(sent); err != nil {
-			return nil, fmt.Errorf("store: register notifier metrics: %w", err)
+		carried := prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "taskservice_notifies_carried_total",
+			Help: "Of taskservice_notifies_sent_total, those sent inside the transaction that created tasks, delivered at its commit.",
+		}, func() float64 { return float64(n.Carried()) })
+		for _, c := range []prometheus.Collector{sent, carried} {
+			if err := cfg.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("store: register notifier metrics: %w", err)
+			}
 		}
 	}
 	return n, nil
@@ -267,6 +274,40 @@ func (n *Notifier) Committed() {
 
 // Sent counts the NOTIFYs sent.
 func (n *Notifier) Sent() int64 { return n.sent.Load() }
+
+// Carried counts the NOTIFYs of Sent that a creating transaction carried.
+func (n *Notifier) Carried() int64 { return n.carried.Load() }
+
+// notifyStatement is the NOTIFY; a transaction that carries its own
+// queues it (Notifier.carry), the sender runs it alone.
+const notifyStatement = `SELECT pg_notify($1, $2)`
+
+// carry is asked by a write about to send its last statements in a
+// transaction that commits right after them (a create): true when a commit
+// now would be announced at once, the leading edge. The write then queues
+// notifyStatement with them, so PostgreSQL delivers the NOTIFY at its
+// commit: no goroutine to wake, no connection to take, no statement and
+// commit of its own after it (ADR 032). It must then call carriedCommit
+// after the commit instead of Committed; if the transaction fails, nothing
+// (nothing committed, nothing to announce). at is the time to give it.
+func (n *Notifier) carry() (at time.Time, ok bool) {
+	at = time.Now()
+	n.mu.Lock()
+	ok = n.pacer.carry(at)
+	n.mu.Unlock()
+	return at, ok
+}
+
+// carriedCommit is Committed for a commit that carried its NOTIFY (carry
+// said ok at at).
+func (n *Notifier) carriedCommit(at time.Time) {
+	n.cfg.Hub.Wake()
+	n.mu.Lock()
+	n.pacer.carried(at, time.Now())
+	n.mu.Unlock()
+	n.sent.Add(1)
+	n.carried.Add(1)
+}
 
 // Run sends NOTIFYs until ctx ends, then one last one if commits are pending,
 // so other instances hear about this instance's final writes.
@@ -318,6 +359,7 @@ type notifyPacer struct {
 	lastSent        time.Time
 	pending         bool      // commits not yet announced
 	due             time.Time // when they are, while pending
+	lastPending     time.Time // the last commit recorded as pending
 }
 
 func newNotifyPacer(interval time.Duration) notifyPacer {
@@ -340,8 +382,38 @@ func (p *notifyPacer) commit(now time.Time) (sooner bool) {
 		}
 	}
 	sooner = !p.pending || due.Before(p.due)
-	p.due, p.pending = due, true
+	p.due, p.pending, p.lastPending = due, true, now
 	return sooner
+}
+
+// carry is commit for a transaction that could carry its own NOTIFY,
+// asked before it commits: true when a commit at now would be announced at
+// once. The transaction then counts as a commit at now, so no other write
+// in the next quiet carries one too (one NOTIFY per quiet moment, as
+// before); false leaves everything as it was.
+func (p *notifyPacer) carry(now time.Time) bool {
+	if !p.lastCommit.IsZero() && now.Sub(p.lastCommit) < p.quiet {
+		return false
+	}
+	p.lastCommit = now
+	return true
+}
+
+// carried records that the transaction carry let at at committed at now,
+// its NOTIFY with it. That NOTIFY covers every commit recorded before at
+// (they committed before it did): a NOTIFY pending only for them is not
+// needed any more. Commits recorded since may have committed after it and
+// keep theirs.
+func (p *notifyPacer) carried(at, now time.Time) {
+	if now.After(p.lastCommit) {
+		p.lastCommit = now
+	}
+	if now.After(p.lastSent) {
+		p.lastSent = now
+	}
+	if p.pending && p.lastPending.Before(at) {
+		p.pending = false
+	}
 }
 
 // sending records that a NOTIFY for every commit so far goes out at now.
@@ -352,7 +424,7 @@ func (p *notifyPacer) sending(now time.Time) {
 func (n *Notifier) send(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if _, err := n.cfg.Querier.Exec(ctx, `SELECT pg_notify($1, $2)`, Channel, n.cfg.InstanceID); err != nil {
+	if _, err := n.cfg.Querier.Exec(ctx, notifyStatement, Channel, n.cfg.InstanceID); err != nil {
 		// A lost NOTIFY costs other instances latency (their catch-up ticker
 		// still runs), never data.
 		n.cfg.Logger.Warn().Err(err).Msg("NOTIFY failed")

@@ -2,14 +2,18 @@ package store_test
 
 import (
 	"context"
+	"encoding/json"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/clawdbot/task-service/events"
+	"github.com/clawdbot/task-service/projections"
 	"github.com/clawdbot/task-service/store"
 	"github.com/clawdbot/task-service/store/storetest"
 )
@@ -153,4 +157,79 @@ func TestNotifierCoalesces(t *testing.T) {
 	sent := n.Sent() - before
 	require.LessOrEqual(t, sent, int64(elapsed/(50*time.Millisecond))+2+int64(quiet), "at most one NOTIFY per interval")
 	require.GreaterOrEqual(t, sent, int64(1))
+}
+
+// TestNotifyCarriedByCreate: a create after a quiet moment carries its
+// NOTIFY in its own transaction (ADR 032), so the other instances hear of
+// it at its commit with no sender in between: here the sender (Run) is not
+// even running. Without a key the create is its own implicit transaction,
+// with one a transaction of its own; a create in the same quiet moment
+// leaves its NOTIFY to the sender, which sends it (here at shutdown).
+func TestNotifyCarriedByCreate(t *testing.T) {
+	t.Parallel()
+	url := storetest.NewDB(t)
+	ctx := context.Background()
+	pool, err := store.Connect(ctx, url, 4)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	admin := events.Meta{Actor: events.System("test")}
+	setup, err := store.New(pool, store.Config{Projector: projections.Projector{}})
+	require.NoError(t, err)
+	tt, err := setup.CreateTaskType(ctx, events.TaskTypeSpec{Name: "job", Label: "Job", ParamSchema: []byte(`{"type":"object"}`)}, admin)
+	require.NoError(t, err)
+
+	// The other instance's LISTEN connection, bare.
+	conn, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, `LISTEN task_events`)
+	require.NoError(t, err)
+	heard := func(what string) string {
+		t.Helper()
+		waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		n, err := conn.WaitForNotification(waitCtx)
+		require.NoError(t, err, what)
+		return n.Payload
+	}
+	// instance is one instance's store with its notifier; its sender is
+	// not running. An hour's interval: its quiet moment is six minutes.
+	instance := func(id string) (*store.DB, *store.Notifier, <-chan struct{}) {
+		hub := store.NewHub()
+		wake, unsubscribe := hub.Subscribe()
+		t.Cleanup(unsubscribe)
+		n, err := store.NewNotifier(store.NotifierConfig{Querier: pool, Hub: hub, InstanceID: id, Interval: time.Hour})
+		require.NoError(t, err)
+		db, err := store.New(pool, store.Config{Projector: projections.Projector{}, AfterCommit: n.Committed, Notifier: n})
+		require.NoError(t, err)
+		return db, n, wake
+	}
+	create := func(db *store.DB, title, key string) {
+		t.Helper()
+		_, err := db.CreateTask(ctx, pool, store.NewTaskParams{TaskTypeID: tt.ID, NewTaskParams: events.NewTaskParams{
+			Title: title, Params: json.RawMessage(`{}`), UniqueKey: key}}, admin)
+		require.NoError(t, err)
+	}
+
+	db, n, wake := instance("plain")
+	create(db, "first", "")
+	require.Equal(t, "plain", heard("the first create's NOTIFY, carried"))
+	waitWake(t, wake, time.Second, "the local hub at the commit")
+	require.Equal(t, int64(1), n.Sent())
+	require.Equal(t, int64(1), n.Carried())
+
+	// The next create, in the same quiet moment, is the sender's to announce.
+	create(db, "second", "")
+	require.Equal(t, int64(1), n.Carried(), "one carried NOTIFY per quiet moment")
+	senderCtx, stopSender := context.WithCancel(ctx)
+	stopSender() // it sends what is pending, then returns
+	require.NoError(t, n.Run(senderCtx))
+	require.Equal(t, "plain", heard("the second create's NOTIFY, from the sender"))
+	require.Equal(t, int64(2), n.Sent())
+
+	// With a unique key the create is a transaction; its commit carries the NOTIFY too.
+	keyed, kn, _ := instance("keyed")
+	create(keyed, "keyed", "k1")
+	require.Equal(t, "keyed", heard("the keyed create's NOTIFY, carried"))
+	require.Equal(t, int64(1), kn.Carried())
 }

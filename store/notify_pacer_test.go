@@ -11,6 +11,13 @@ import (
 // through a notifyPacer as Notifier.Run does, and returns how long each
 // commit waited for a NOTIFY and how many went out.
 func pace(interval time.Duration, commits []time.Duration) (waits []time.Duration, sends int) {
+	return paceCarrying(interval, commits, false)
+}
+
+// paceCarrying is pace where, with carrying, each commit is a create that
+// asks to carry its NOTIFY first, as DB.carryNotify does, and carries it
+// when the pacer lets it (its commit at the same instant).
+func paceCarrying(interval time.Duration, commits []time.Duration, carrying bool) (waits []time.Duration, sends int) {
 	start := time.Unix(1_000_000, 0)
 	p := newNotifyPacer(interval)
 	var unannounced []time.Duration
@@ -26,6 +33,15 @@ func pace(interval time.Duration, commits []time.Duration) (waits []time.Duratio
 		now := start.Add(c)
 		for p.pending && !p.due.After(now) {
 			send(p.due)
+		}
+		if carrying && p.carry(now) {
+			p.carried(now, now)
+			sends++
+			for _, c := range append(unannounced, c) {
+				waits = append(waits, now.Sub(start)-c)
+			}
+			unannounced = nil
+			continue
 		}
 		p.commit(now)
 		unannounced = append(unannounced, c)
@@ -77,6 +93,50 @@ func TestNotifyPacer(t *testing.T) {
 		waits, sends := pace(interval, every(spacing, time.Second))
 		require.LessOrEqual(t, sends, int(time.Second/(interval/10)+time.Second/interval)+1, "spacing %s", spacing)
 		require.LessOrEqual(t, maxOf(waits), interval, "spacing %s", spacing)
+	}
+}
+
+// TestNotifyPacerCarried: a create whose transaction carries its NOTIFY
+// (ADR 032) does so only where the pacer would have sent one at once, so
+// the bound stays one NOTIFY per quiet moment plus one per interval; its
+// NOTIFY covers the commits recorded before it, not those after.
+func TestNotifyPacerCarried(t *testing.T) {
+	const interval = 50 * time.Millisecond
+	start := time.Unix(1_000_000, 0)
+	at := func(ms float64) time.Time { return start.Add(time.Duration(ms * float64(time.Millisecond))) }
+	p := newNotifyPacer(interval)
+	require.True(t, p.carry(at(0)), "the first create carries its NOTIFY")
+	require.False(t, p.carry(at(1)), "a second create in the same quiet moment does not")
+	p.carried(at(0), at(2))
+	require.False(t, p.pending, "the carried NOTIFY needs no other")
+	require.False(t, p.carry(at(6)), "quiet counts from the carried commit")
+
+	// A commit recorded before the carrying create: its NOTIFY comes with the create's commit.
+	require.True(t, p.commit(at(20)), "a quiet commit: its NOTIFY is due at once")
+	require.True(t, p.carry(at(30)))
+	p.carried(at(30), at(31))
+	require.False(t, p.pending, "the create's NOTIFY, at its commit, covers the commit before it")
+
+	// A commit recorded while the create is under way may commit after it: it keeps its NOTIFY.
+	require.True(t, p.carry(at(100)))
+	p.commit(at(101))
+	p.carried(at(100), at(102))
+	require.True(t, p.pending, "a commit recorded after the create asked keeps its NOTIFY")
+	require.Equal(t, at(101), p.due, "at once: the NOTIFY before it went more than an interval earlier")
+
+	// The bound of TestNotifyPacer holds with carrying creates, and none waits.
+	waits, sends := paceCarrying(interval, every(15*time.Millisecond, time.Second), true)
+	require.Equal(t, len(waits), sends, "creates 15 ms apart: each carries its NOTIFY")
+	require.Equal(t, time.Duration(0), maxOf(waits))
+	for _, spacing := range []time.Duration{10 * time.Microsecond, 100 * time.Microsecond, time.Millisecond, 4900 * time.Microsecond,
+		5 * time.Millisecond, 6 * time.Millisecond, 49 * time.Millisecond, 51 * time.Millisecond} {
+		commits := every(spacing, time.Second)
+		waits, sends := paceCarrying(interval, commits, true)
+		_, without := pace(interval, commits)
+		require.LessOrEqual(t, sends, int(time.Second/(interval/10)+time.Second/interval)+1, "spacing %s", spacing)
+		require.LessOrEqual(t, sends, without+1, "spacing %s: no more NOTIFYs than the sender alone would send", spacing)
+		require.LessOrEqual(t, maxOf(waits), interval, "spacing %s", spacing)
+		require.Len(t, waits, len(commits), "spacing %s: every commit announced", spacing)
 	}
 }
 

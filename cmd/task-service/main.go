@@ -267,7 +267,7 @@ func serve(ctx context.Context, cfg config, log zerolog.Logger) error {
 		return err
 	}
 	db, err := store.New(pool, store.Config{Projector: projections.Projector{},
-		AfterCommit: bg.notifier.Committed, AfterUnblock: bg.hub.Unblocked, OfflineAfter: cfg.bg.offlineAfter,
+		AfterCommit: bg.notifier.Committed, Notifier: bg.notifier, AfterUnblock: bg.hub.Unblocked, OfflineAfter: cfg.bg.offlineAfter,
 		ScheduleMinInterval: cfg.bg.scheduleMinInterval, FreshnessMinAge: cfg.bg.freshnessMinAge, Registerer: reg, Prices: prices, Day: day})
 	if err != nil {
 		return err

@@ -26,6 +26,7 @@ func TestInstancesNotifyLeadingEdge(t *testing.T) {
 	require.NoError(t, err)
 	w := c.worker("waker", 20)
 	sent := func() float64 { return metric(t, creator.base, "taskservice_notifies_sent_total") }
+	carried := func() float64 { return metric(t, creator.base, "taskservice_notifies_carried_total") }
 	heard := func() float64 { return metric(t, waiter.base, "taskservice_listener_notifications_total") }
 
 	got := make(chan []*store.TaskWithType, 1)
@@ -44,14 +45,16 @@ func TestInstancesNotifyLeadingEdge(t *testing.T) {
 
 	// createQuiet creates a task after a quiet moment on the creator (no
 	// commit for interval/10: nothing to wait for but time) and requires
-	// its NOTIFY well before the interval would send one.
+	// its NOTIFY well before the interval would send one: the create's own
+	// transaction carried it (ADR 032), counted before the create answers.
 	createQuiet := func(title string) string {
 		t.Helper()
 		time.Sleep(interval/10 + 100*time.Millisecond)
-		before := sent()
+		before, carriedBefore := sent(), carried()
 		task, err := c.admin.CreateTask(c.ctx, client.NewTask{Title: title, TaskTypeID: tt.ID})
 		require.NoError(t, err)
 		answered := time.Now()
+		require.Equal(t, carriedBefore+1, carried(), "the create's transaction carried its NOTIFY")
 		c.eventually("the creator's NOTIFY", func() bool { return sent() > before })
 		require.Less(t, time.Since(answered), interval/2, "a create after a quiet moment is announced at once, not at the interval")
 		return task.ID

@@ -532,7 +532,7 @@ func startWakeInstance(ctx context.Context, id, dbURL string, jwtSecret []byte, 
 	if err != nil {
 		return fail(err)
 	}
-	db, err := store.New(pool, store.Config{Projector: projections.Projector{}, AfterCommit: notifier.Committed})
+	db, err := store.New(pool, store.Config{Projector: projections.Projector{}, AfterCommit: notifier.Committed, Notifier: notifier})
 	if err != nil {
 		return fail(err)
 	}
