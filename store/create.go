@@ -205,7 +205,8 @@ func (db *DB) createTasks(ctx context.Context, q Querier, reqs []createRequest) 
 	if err := queueEvents(b, evs); err != nil {
 		return nil, err
 	}
-	carried, carrying := db.carryNotify(ctx, q, b)
+	claimable := slices.ContainsFunc(tasks, func(t *events.Task) bool { return t.Status == events.StatusPending && !t.Scheduled })
+	carried, carrying := db.carryNotify(ctx, q, b, claimable)
 	if err := q.SendBatch(ctx, b).Close(); err != nil {
 		return nil, fmt.Errorf("create task: %w", err)
 	}

@@ -268,7 +268,7 @@ func (db *DB) WithTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 // carried after b succeeds: at once on the pool, at its commit for a
 // transaction (WithTx then reports it to the notifier instead of
 // AfterCommit).
-func (db *DB) carryNotify(ctx context.Context, q Querier, b *pgx.Batch) (carried func(), ok bool) {
+func (db *DB) carryNotify(ctx context.Context, q Querier, b *pgx.Batch, claimable bool) (carried func(), ok bool) {
 	if db.notifier == nil {
 		return nil, false
 	}
@@ -292,7 +292,7 @@ func (db *DB) carryNotify(ctx context.Context, q Querier, b *pgx.Batch) (carried
 	if !ok {
 		return nil, false
 	}
-	b.Queue(notifyStatement, Channel, db.notifier.cfg.InstanceID)
+	b.Queue(notifyStatement, Channel, notifyPayload(db.notifier.cfg.InstanceID, claimable))
 	if !inTx {
 		return func() { db.notifier.carriedCommit(at) }, true
 	}

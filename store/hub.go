@@ -57,10 +57,11 @@ func (h *Hub) OnUnblocked(fn func()) func() {
 	}
 }
 
-// Unblocked says that a commit in this process just made blocked tasks
-// pending (store.Config.AfterUnblock): the claim gate lets its longest
-// waiter claim at once, without reading first what a claim could find,
-// since the completion that unblocked them has told it.
+// Unblocked says that a commit just made tasks claimable: in this process,
+// completions that made blocked tasks pending (store.Config.AfterUnblock);
+// on another instance, a create whose NOTIFY says so (the listener, ADR
+// 032). The claim gate lets its longest waiter claim at once, without
+// reading first what a claim could find, since the commit has told it.
 func (h *Hub) Unblocked() {
 	h.mu.Lock()
 	fns := make([]func(), 0, len(h.unblocked))

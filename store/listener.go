@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +16,22 @@ import (
 
 // Channel is the NOTIFY channel that says "task_events may have news".
 const Channel = "task_events"
+
+// A NOTIFY's payload is the sending instance's ID, so that it ignores its
+// own; a create that carried its NOTIFY (ADR 032) adds claimableHint when
+// it made a task claimable at once: the instances that hear it give a
+// waiting long-poll its turn at once (Hub.Unblocked), without reading
+// first what a claim could find. An older instance compares the whole
+// payload with its ID, so it takes this for another instance's NOTIFY,
+// which it is.
+const claimableHint = ";claimable"
+
+func notifyPayload(instanceID string, claimable bool) string {
+	if claimable {
+		return instanceID + claimableHint
+	}
+	return instanceID
+}
 
 // ListenerConfig configures a Listener.
 type ListenerConfig struct {
@@ -172,11 +189,15 @@ func (l *Listener) session(ctx context.Context) (wasUp bool, err error) {
 		cancel()
 		switch {
 		case err == nil:
-			if n.Payload != "" && n.Payload == l.cfg.InstanceID {
+			from, claimable := strings.CutSuffix(n.Payload, claimableHint)
+			if from != "" && from == l.cfg.InstanceID {
 				continue
 			}
 			l.received.Add(1)
 			l.cfg.Hub.Wake()
+			if claimable {
+				l.cfg.Hub.Unblocked()
+			}
 		case ctx.Err() != nil:
 			return true, ctx.Err()
 		case errors.Is(err, context.DeadlineExceeded) && !conn.IsClosed():

@@ -84,13 +84,24 @@ func TestListener(t *testing.T) {
 	waitWake(t, wake, 30*time.Second, "after connecting, consumers catch up")
 	require.NoError(t, l.Ready())
 
-	// Another instance's NOTIFY wakes the hub; our own is ignored.
+	// Another instance's NOTIFY wakes the hub; our own is ignored. One
+	// that says a create made tasks claimable also says so to the hub
+	// (Hub.Unblocked: the claim gate gives a waiter its turn at once).
+	unblocked := make(chan struct{}, 10)
+	defer hub.OnUnblocked(func() { unblocked <- struct{}{} })()
 	_, err = pool.Exec(ctx, `SELECT pg_notify('task_events', 'me')`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `SELECT pg_notify('task_events', 'me;claimable')`)
 	require.NoError(t, err)
 	_, err = pool.Exec(ctx, `SELECT pg_notify('task_events', 'other')`)
 	require.NoError(t, err)
 	waitWake(t, wake, 30*time.Second, "a NOTIFY from another instance")
-	require.Equal(t, int64(1), l.Received(), "our own NOTIFY was ignored")
+	require.Equal(t, int64(1), l.Received(), "our own NOTIFYs were ignored")
+	_, err = pool.Exec(ctx, `SELECT pg_notify('task_events', 'other;claimable')`)
+	require.NoError(t, err)
+	waitWake(t, unblocked, 30*time.Second, "another instance's create made a task claimable")
+	require.Equal(t, int64(2), l.Received())
+	require.Empty(t, unblocked, "only that NOTIFY said so")
 
 	// The connection dies: the listener reconnects, wakes the hub (what was
 	// sent meanwhile is lost) and hears NOTIFYs again.
@@ -213,7 +224,7 @@ func TestNotifyCarriedByCreate(t *testing.T) {
 
 	db, n, wake := instance("plain")
 	create(db, "first", "")
-	require.Equal(t, "plain", heard("the first create's NOTIFY, carried"))
+	require.Equal(t, "plain;claimable", heard("the first create's NOTIFY, carried, saying its task is claimable"))
 	waitWake(t, wake, time.Second, "the local hub at the commit")
 	require.Equal(t, int64(1), n.Sent())
 	require.Equal(t, int64(1), n.Carried())
@@ -224,12 +235,21 @@ func TestNotifyCarriedByCreate(t *testing.T) {
 	senderCtx, stopSender := context.WithCancel(ctx)
 	stopSender() // it sends what is pending, then returns
 	require.NoError(t, n.Run(senderCtx))
-	require.Equal(t, "plain", heard("the second create's NOTIFY, from the sender"))
+	require.Equal(t, "plain", heard("the second create's NOTIFY, from the sender (no hint: it covers any commits)"))
 	require.Equal(t, int64(2), n.Sent())
 
 	// With a unique key the create is a transaction; its commit carries the NOTIFY too.
 	keyed, kn, _ := instance("keyed")
 	create(keyed, "keyed", "k1")
-	require.Equal(t, "keyed", heard("the keyed create's NOTIFY, carried"))
+	require.Equal(t, "keyed;claimable", heard("the keyed create's NOTIFY, carried"))
 	require.Equal(t, int64(1), kn.Carried())
+
+	// A task not claimable yet (run_at ahead): carried, without the hint.
+	later, ln, _ := instance("later")
+	runAt := time.Now().Add(time.Hour)
+	_, err = later.CreateTask(ctx, pool, store.NewTaskParams{TaskTypeID: tt.ID, NewTaskParams: events.NewTaskParams{
+		Title: "later", Params: json.RawMessage(`{}`), AvailableAt: &runAt}}, admin)
+	require.NoError(t, err)
+	require.Equal(t, "later", heard("the scheduled create's NOTIFY, carried, no hint"))
+	require.Equal(t, int64(1), ln.Carried())
 }
