@@ -216,6 +216,11 @@ func (db *DB) createTasks(ctx context.Context, q Querier, reqs []createRequest) 
 	} else {
 		db.committed(q)
 	}
+	if claimable {
+		// As for a completion that unblocks tasks: a waiting claim here may
+		// take one at once, without the claim gate's read (Hub.Unblocked).
+		db.onCommit(q, db.afterUnblock)
+	}
 	return outs, nil
 }
 

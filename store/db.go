@@ -53,9 +53,10 @@ type Config struct {
 	// such a commit calls the notifier instead of AfterCommit, which should
 	// be its Committed.
 	Notifier *Notifier
-	// AfterUnblock runs, after AfterCommit, when a batch of completions
-	// committed that made blocked tasks pending: a hint that a waiting
-	// claim may take one now (Hub.Unblocked). Nothing when nil.
+	// AfterUnblock runs after the commit when a batch of completions
+	// committed that made blocked tasks pending, and after a create that
+	// made a task claimable at once: a hint that a waiting claim may take
+	// one now (Hub.Unblocked). Nothing when nil.
 	AfterUnblock func()
 	// Registerer receives the store's metrics (store/metrics.go); none when nil.
 	Registerer prometheus.Registerer

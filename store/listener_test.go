@@ -253,3 +253,45 @@ func TestNotifyCarriedByCreate(t *testing.T) {
 	require.Equal(t, "later", heard("the scheduled create's NOTIFY, carried, no hint"))
 	require.Equal(t, int64(1), ln.Carried())
 }
+
+// TestCreateTellsClaimable: a create that makes a task claimable at once
+// says so after its commit (Config.AfterUnblock: the claim gate gives a
+// waiting long-poll its turn without reading first), through the batcher
+// and in a transaction; one whose task waits for its run_at or for a
+// dependency does not.
+func TestCreateTellsClaimable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := storetest.NewPool(t)
+	var told sync.Mutex
+	count := 0
+	db, err := store.New(pool, store.Config{Projector: projections.Projector{}, AfterUnblock: func() {
+		told.Lock()
+		count++
+		told.Unlock()
+	}})
+	require.NoError(t, err)
+	toldSoFar := func() int {
+		told.Lock()
+		defer told.Unlock()
+		return count
+	}
+	admin := events.Meta{Actor: events.System("test")}
+	tt, err := db.CreateTaskType(ctx, events.TaskTypeSpec{Name: "job", Label: "Job", ParamSchema: []byte(`{"type":"object"}`)}, admin)
+	require.NoError(t, err)
+	create := func(p events.NewTaskParams) string {
+		t.Helper()
+		p.Params = json.RawMessage(`{}`)
+		task, err := db.CreateTask(ctx, pool, store.NewTaskParams{TaskTypeID: tt.ID, NewTaskParams: p}, admin)
+		require.NoError(t, err)
+		return task.ID
+	}
+	first := create(events.NewTaskParams{Title: "now"})
+	require.Equal(t, 1, toldSoFar(), "a claimable task: told, as its create returns")
+	create(events.NewTaskParams{Title: "keyed", UniqueKey: "k"})
+	require.Equal(t, 2, toldSoFar(), "in a transaction too, at its commit")
+	later := time.Now().Add(time.Hour)
+	create(events.NewTaskParams{Title: "later", AvailableAt: &later})
+	create(events.NewTaskParams{Title: "after", DependsOn: []string{first}})
+	require.Equal(t, 2, toldSoFar(), "a task waiting for its run_at or a dependency: not told")
+}

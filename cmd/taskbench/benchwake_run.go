@@ -532,7 +532,8 @@ func startWakeInstance(ctx context.Context, id, dbURL string, jwtSecret []byte, 
 	if err != nil {
 		return fail(err)
 	}
-	db, err := store.New(pool, store.Config{Projector: projections.Projector{}, AfterCommit: notifier.Committed, Notifier: notifier})
+	db, err := store.New(pool, store.Config{Projector: projections.Projector{},
+		AfterCommit: notifier.Committed, Notifier: notifier, AfterUnblock: hub.Unblocked})
 	if err != nil {
 		return fail(err)
 	}
