@@ -35,14 +35,23 @@ type claimGate struct {
 	waiters []*claimWaiter // the longest waiting first
 	stop    chan struct{}  // ends the running loop; nil when none runs
 	kick    chan struct{}  // look again: a waiter given a turn found nothing
+	// offers counts the waiters given a turn by offer whose claim has not
+	// ended yet. While there are any the gate does not look: a look beside
+	// that claim would read the same task, compete with the claim for the
+	// database and hand another waiter a turn for a task being taken. It
+	// looks when the last of them is done (deferred), if a wake or a miss
+	// came meanwhile.
+	offers   int
+	deferred bool
 }
 
 // claimWaiter is one waiting long-poll.
 type claimWaiter struct {
-	worker string // canonical UUID; "" when the subject is none (never given a turn)
-	max    int
-	turn   chan struct{} // 1-buffered: claim now
-	missed bool          // given a turn since the last wake and found nothing
+	worker  string // canonical UUID; "" when the subject is none (never given a turn)
+	max     int
+	turn    chan struct{} // 1-buffered: claim now
+	missed  bool          // given a turn since the last wake and found nothing
+	offered bool          // given its turn by offer, its claim not ended
 }
 
 // probeTimeout bounds one look; on error every waiter gets a turn.
@@ -72,11 +81,38 @@ func (g *claimGate) offer() {
 	for _, w := range g.waiters {
 		if !w.missed && w.worker != "" {
 			w.give()
+			if !w.offered {
+				w.offered = true
+				g.offers++
+			}
 			if g.turns != nil {
 				g.turns.Inc()
 			}
 			return
 		}
+	}
+}
+
+// settled says that w's claim ended (it found tasks and leaves, or found
+// nothing); true when the gate should look now, for what came while an
+// offered claim ran. Call with g.mu held.
+func (g *claimGate) settled(w *claimWaiter) (look bool) {
+	if !w.offered {
+		return false
+	}
+	w.offered = false
+	g.offers--
+	if g.offers == 0 && g.deferred {
+		g.deferred = false
+		return true
+	}
+	return false
+}
+
+func (g *claimGate) kickLoop() {
+	select {
+	case g.kick <- struct{}{}:
+	default:
 	}
 }
 
@@ -106,6 +142,9 @@ func (g *claimGate) leave(w *claimWaiter) {
 	if i := slices.Index(g.waiters, w); i >= 0 {
 		g.waiters = slices.Delete(g.waiters, i, i+1)
 	}
+	if g.settled(w) {
+		g.kickLoop()
+	}
 	if len(g.waiters) == 0 && g.stop != nil {
 		close(g.stop)
 		g.stop = nil
@@ -116,11 +155,9 @@ func (g *claimGate) leave(w *claimWaiter) {
 func (g *claimGate) missed(w *claimWaiter) {
 	g.mu.Lock()
 	w.missed = true
+	g.settled(w)
 	g.mu.Unlock()
-	select {
-	case g.kick <- struct{}{}:
-	default:
-	}
+	g.kickLoop()
 }
 
 func (g *claimGate) loop(wake <-chan struct{}, unsubscribe func(), stop <-chan struct{}) {
@@ -139,15 +176,23 @@ func (g *claimGate) loop(wake <-chan struct{}, unsubscribe func(), stop <-chan s
 
 // dispatch looks at what is claimable and hands out turns. After a wake
 // every waiter may be chosen again; after a miss, only those that have not
-// missed since.
+// missed since. While an offered claim runs it only notes that a look is
+// due (see offers).
 func (g *claimGate) dispatch(woken bool) {
 	g.mu.Lock()
+	if woken {
+		for _, w := range g.waiters {
+			w.missed = false
+		}
+	}
+	if g.offers > 0 {
+		g.deferred = true
+		g.mu.Unlock()
+		return
+	}
 	var workers []string
 	limit := 0
 	for _, w := range g.waiters {
-		if woken {
-			w.missed = false
-		}
 		if !w.missed && w.worker != "" {
 			if !slices.Contains(workers, w.worker) {
 				workers = append(workers, w.worker)

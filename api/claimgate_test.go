@@ -188,3 +188,63 @@ func TestClaimGateOffersUnblockedTasks(t *testing.T) {
 	require.Equal(t, []bool{false, false, true, false}, turned(anonymous, missed, first, second),
 		"turns do not pile up: the first claims once")
 }
+
+// While a waiter offered its turn (Hub.Unblocked) claims, the gate does
+// not look beside it: the wake of the same commit, or of any other, waits
+// until that claim ends, and is looked at then.
+func TestClaimGateLooksAfterTheOfferedClaim(t *testing.T) {
+	p := &fakeProbe{asked: make(chan []string, 16), answer: store.Claimable{Pool: 1}}
+	hub := store.NewHub()
+	g := newClaimGate(hub, p.probe, zerolog.Nop())
+	ids := []string{uuid.NewString(), uuid.NewString()}
+	waiter := func(id string) *claimWaiter { // joined without starting the loop
+		w := &claimWaiter{worker: id, max: 1, turn: make(chan struct{}, 1)}
+		g.waiters = append(g.waiters, w)
+		return w
+	}
+	first, second := waiter(ids[0]), waiter(ids[1])
+	kicked := func() bool {
+		select {
+		case <-g.kick:
+			return true
+		default:
+			return false
+		}
+	}
+
+	hub.Unblocked()
+	require.Equal(t, []bool{true, false}, turned(first, second))
+	g.dispatch(true) // the commit's wake
+	require.Empty(t, p.asked, "no look beside the offered claim")
+	require.Equal(t, []bool{false, false}, turned(first, second))
+
+	// The offered claim found nothing (another instance was quicker): the
+	// gate looks now, without it.
+	g.missed(first)
+	require.True(t, kicked())
+	g.dispatch(false)
+	require.Equal(t, []string{ids[1]}, <-p.asked)
+	require.Equal(t, []bool{false, true}, turned(first, second))
+
+	// An offered claim that takes its task ends its long-poll: the look
+	// that a wake meanwhile asked for comes then.
+	g.dispatch(true)
+	<-p.asked
+	turned(first, second)
+	hub.Unblocked()
+	require.Equal(t, []bool{true, false}, turned(first, second))
+	require.False(t, kicked())
+	g.dispatch(true)
+	require.Empty(t, p.asked)
+	g.leave(first)
+	require.True(t, kicked(), "the look deferred for the offered claim")
+	g.dispatch(false)
+	require.Equal(t, []string{ids[1]}, <-p.asked)
+
+	// With no wake meanwhile there is nothing to look at.
+	hub.Unblocked()
+	require.Equal(t, []bool{false, true}, turned(first, second))
+	g.leave(second)
+	require.False(t, kicked())
+	require.Zero(t, g.offers)
+}
