@@ -73,6 +73,8 @@ func TestCompletionThatUnblocksTellsAfterUnblock(t *testing.T) {
 		Title: "report", Priority: events.PriorityMedium, Params: json.RawMessage(`{}`), DependsOn: []string{dependency}}}, e.admin)
 	require.NoError(t, err)
 	require.Equal(t, events.StatusBlocked, dependent.Status)
+	require.Equal(t, 1, calls, "the claimable dependency's create told it (TestCreateTellsClaimable), the blocked report's did not")
+	calls = 0
 
 	complete := func(want string) {
 		t.Helper()

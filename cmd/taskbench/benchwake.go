@@ -136,7 +136,9 @@ waits for its NOTIFY):
           the waiting claims in-process (store.Hub, at once)
   notify  created through a second instance on the same database: the
           workers' instance hears of it through PostgreSQL NOTIFY/LISTEN,
-          sent at once after a quiet moment, else once per --notify-interval
+          sent at once after a quiet moment (carried by the create's own
+          transaction, delivered at its commit), else once per
+          --notify-interval
   run-at  created through the workers' instance with a run_at --run-at-lead ahead:
           not claimable until then; the instance's due timer marks it due
           when it comes and wakes the waiting claims (the goal: under 50 ms
