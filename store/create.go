@@ -205,7 +205,12 @@ func (db *DB) createTasks(ctx context.Context, q Querier, reqs []createRequest) 
 	if err := queueEvents(b, evs); err != nil {
 		return nil, err
 	}
-	claimable := slices.ContainsFunc(tasks, func(t *events.Task) bool { return t.Status == events.StatusPending && !t.Scheduled })
+	// A pool task claimable at once: any waiter may take it, so the longest
+	// waiting may claim without the claim gate's read (Hub.Unblocked). A
+	// task assigned to someone is left to the read, which finds its worker.
+	claimable := slices.ContainsFunc(tasks, func(t *events.Task) bool {
+		return t.Status == events.StatusPending && !t.Scheduled && t.AssignedTo == nil
+	})
 	carried, carrying := db.carryNotify(ctx, q, b, claimable)
 	if err := q.SendBatch(ctx, b).Close(); err != nil {
 		return nil, fmt.Errorf("create task: %w", err)

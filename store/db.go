@@ -55,7 +55,7 @@ type Config struct {
 	Notifier *Notifier
 	// AfterUnblock runs after the commit when a batch of completions
 	// committed that made blocked tasks pending, and after a create that
-	// made a task claimable at once: a hint that a waiting claim may take
+	// made a pool task claimable at once: a hint that a waiting claim may take
 	// one now (Hub.Unblocked). Nothing when nil.
 	AfterUnblock func()
 	// Registerer receives the store's metrics (store/metrics.go); none when nil.

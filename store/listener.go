@@ -19,7 +19,7 @@ const Channel = "task_events"
 
 // A NOTIFY's payload is the sending instance's ID, so that it ignores its
 // own; a create that carried its NOTIFY (ADR 032) adds claimableHint when
-// it made a task claimable at once: the instances that hear it give a
+// it made a pool task claimable at once: the instances that hear it give a
 // waiting long-poll its turn at once (Hub.Unblocked), without reading
 // first what a claim could find. An older instance compares the whole
 // payload with its ID, so it takes this for another instance's NOTIFY,

@@ -254,11 +254,11 @@ func TestNotifyCarriedByCreate(t *testing.T) {
 	require.Equal(t, int64(1), ln.Carried())
 }
 
-// TestCreateTellsClaimable: a create that makes a task claimable at once
-// says so after its commit (Config.AfterUnblock: the claim gate gives a
-// waiting long-poll its turn without reading first), through the batcher
-// and in a transaction; one whose task waits for its run_at or for a
-// dependency does not.
+// TestCreateTellsClaimable: a create that makes a pool task claimable at
+// once says so after its commit (Config.AfterUnblock: the claim gate gives
+// its longest-waiting long-poll the turn without reading first), through
+// the batcher and in a transaction; one whose task waits for its run_at or
+// for a dependency, or is assigned to a worker, does not.
 func TestCreateTellsClaimable(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -294,4 +294,9 @@ func TestCreateTellsClaimable(t *testing.T) {
 	create(events.NewTaskParams{Title: "later", AvailableAt: &later})
 	create(events.NewTaskParams{Title: "after", DependsOn: []string{first}})
 	require.Equal(t, 2, toldSoFar(), "a task waiting for its run_at or a dependency: not told")
+	worker, err := db.CreateUser(ctx, events.UserRegistered{Email: "w@test.invalid", FullName: "w", IsWorker: true, MaxConcurrentTasks: 1},
+		"password", "not-a-real-hash", admin)
+	require.NoError(t, err)
+	create(events.NewTaskParams{Title: "yours", AssignedTo: worker.ID})
+	require.Equal(t, 2, toldSoFar(), "a task assigned to a worker: left to the gate's read, which finds that worker")
 }
