@@ -410,13 +410,18 @@ func (p *notifyPacer) commit(now time.Time) (sooner bool) {
 // carry is commit for a transaction that could carry its own NOTIFY,
 // asked before it commits: true when a commit at now would be announced at
 // once. The transaction then counts as a commit at now, so no other write
-// in the next quiet carries one too (one NOTIFY per quiet moment, as
-// before); false leaves everything as it was.
+// in the next quiet carries one too, and as a NOTIFY sent at now, so a
+// commit that lands before it is done waits for the interval instead of
+// going at once beside it (one NOTIFY per quiet moment plus one per
+// interval, as before); false leaves everything as it was.
 func (p *notifyPacer) carry(now time.Time) bool {
 	if !p.lastCommit.IsZero() && now.Sub(p.lastCommit) < p.quiet {
 		return false
 	}
 	p.lastCommit = now
+	if now.After(p.lastSent) {
+		p.lastSent = now
+	}
 	return true
 }
 
