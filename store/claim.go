@@ -199,7 +199,8 @@ var (
 // and the offer's from the queue. Nothing is written when nothing was
 // claimed. pnd takes them from their cells of pending_counts: each was
 // ready, and assigned when it came from mine or gmine (pm carries which,
-// as it carries the worker: ADR 031). cur moves each keyed type's cursor to the last key it served.
+// as it carries the worker: ADR 031). cur moves each keyed type's cursor
+// to the last key it served.
 //
 // held counts the worker's tasks in progress through worker_tasks_held
 // (migration 015), whose predicate is exactly that. The status and

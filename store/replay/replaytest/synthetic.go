@@ -60,7 +60,7 @@ type gen struct {
 	pending []*stream // streams to start (users, types, retries)
 	written int
 	tasks   int
-	backlog int // backlog tasks written
+	backlog int            // backlog tasks written
 	held    map[string]int // worker -> tasks it holds or will claim (at most its cap)
 	caps    map[string]int
 }
