@@ -235,7 +235,9 @@ type NotifierConfig struct {
 // Notifier turns local commits into wakes: this instance's hub at once,
 // other instances through NOTIFY, paced by notifyPacer. A NOTIFY in every
 // write transaction would serialize commits on PostgreSQL's notify queue
-// lock (DESIGN §4); these are separate, few, and cost the writers nothing.
+// lock (DESIGN §4); these are few: one per quiet moment, carried by the
+// create that ends it when a create does (carry), plus one per interval,
+// sent on their own.
 type Notifier struct {
 	cfg     NotifierConfig
 	kick    chan struct{}
