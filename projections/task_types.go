@@ -78,13 +78,19 @@ const lockTypeForGate = `SELECT 1 FROM task_types WHERE id = $1 FOR UPDATE`
 // keeps them). It reads the type's blocked and pending tasks through the status index and those in progress
 // through worker_tasks_held: its cost is the backlog and the tasks in
 // progress, never the history (ADR 017).
+//
+// The ids are an array computed once (ARRAY(...)), not a join: a task a
+// claim or a release moves between open statuses while this statement
+// waits for its row must still be regated. Joined to the ids' subquery,
+// PostgreSQL's recheck of the changed row (EvalPlanQual) dropped it, and a
+// paused type kept claimable tasks (ADR 031, "Found on the way").
 var regateTasks = `UPDATE worker_tasks w
    SET gated = tt.gated, concurrency_key = ` + gateKey + `
   FROM task_types tt
- WHERE tt.id = $1 AND w.id IN (
+ WHERE tt.id = $1 AND w.id = ANY(ARRAY(
         SELECT id FROM worker_tasks WHERE status IN ('pending', 'blocked') AND task_type_id = $1
         UNION ALL
-        SELECT id FROM worker_tasks WHERE status = 'in_progress' AND task_type_id = $1)
+        SELECT id FROM worker_tasks WHERE status = 'in_progress' AND task_type_id = $1))
    AND (w.gated, w.concurrency_key) IS DISTINCT FROM (tt.gated, ` + gateKey + `)`
 
 // gateKey is task w's key under type tt: NULL unless tt is gated.
