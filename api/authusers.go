@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -157,7 +158,7 @@ func (a *authUsers) run(ctx context.Context) {
 	}()
 	var wake <-chan struct{}
 	if a.hub != nil {
-		w, unsubscribe := a.hub.Subscribe()
+		w, unsubscribe := a.hub.SubscribeTo(func(t string) bool { return slices.Contains(events.AuthEventTypes, t) })
 		defer unsubscribe()
 		wake = w
 	}

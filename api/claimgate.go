@@ -128,7 +128,8 @@ func (g *claimGate) join(worker string, max int) *claimWaiter {
 	defer g.mu.Unlock()
 	g.waiters = append(g.waiters, w)
 	if g.stop == nil {
-		wake, unsubscribe := g.hub.Subscribe()
+		// Only events make tasks claimable.
+		wake, unsubscribe := g.hub.SubscribeTo(store.AnyEvent)
 		g.stop = make(chan struct{})
 		go g.loop(wake, unsubscribe, g.stop)
 	}

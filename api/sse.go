@@ -257,7 +257,7 @@ func (b *broadcaster) run(ctx context.Context) error {
 
 	var wake <-chan struct{}
 	if b.hub != nil {
-		w, unsubscribe := b.hub.Subscribe()
+		w, unsubscribe := b.hub.SubscribeTo(store.AnyEvent)
 		defer unsubscribe()
 		wake = w
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/clawdbot/task-service/events"
 	"github.com/clawdbot/task-service/store"
 )
 
@@ -89,7 +90,8 @@ func NewDueTimer(cfg DueTimerConfig) (*DueTimer, error) {
 
 // Run makes tasks due until ctx ends; it returns after the statement in hand.
 func (d *DueTimer) Run(ctx context.Context) error {
-	wake, unsubscribe := d.cfg.Hub.Subscribe()
+	// Claims and completions never leave a task waiting for its run_at.
+	wake, unsubscribe := d.cfg.Hub.SubscribeTo(store.Except(events.TaskClaimed{}.EventType(), events.TaskCompleted{}.EventType()))
 	defer unsubscribe()
 	timer := time.NewTimer(0) // look at once
 	defer timer.Stop()

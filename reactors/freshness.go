@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/clawdbot/task-service/events"
 	"github.com/clawdbot/task-service/store"
 )
 
@@ -85,7 +86,8 @@ func NewFreshness(cfg FreshnessConfig) (*Freshness, error) {
 
 // Run creates stale keys' tasks until ctx ends.
 func (f *Freshness) Run(ctx context.Context) error {
-	wake, unsubscribe := f.cfg.Hub.Subscribe()
+	// A claim or an unblocking moves no key's due time; a completion does.
+	wake, unsubscribe := f.cfg.Hub.SubscribeTo(store.Except(events.TaskClaimed{}.EventType(), events.TaskUnblocked{}.EventType()))
 	defer unsubscribe()
 	timer := time.NewTimer(0)
 	defer timer.Stop()

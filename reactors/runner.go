@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -127,7 +128,11 @@ func (r *Runner) Run(ctx context.Context) error {
 // loop is one reactor's life: drain on every wake, tick and retry timer.
 func (r *Runner) loop(ctx context.Context, re Reactor) {
 	log := r.cfg.Logger.With().Str("reactor", re.Name).Logger()
-	wake, unsubscribe := r.cfg.Hub.Subscribe()
+	var wants func(string) bool
+	if len(re.Types) > 0 {
+		wants = func(t string) bool { return slices.Contains(re.Types, t) }
+	}
+	wake, unsubscribe := r.cfg.Hub.SubscribeTo(wants)
 	defer unsubscribe()
 	for backoff := 100 * time.Millisecond; ; backoff = min(backoff*2, 30*time.Second) {
 		err := r.db.EnsureCheckpoint(ctx, re.Name, re.Types)

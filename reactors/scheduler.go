@@ -106,7 +106,10 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 
 // Run fires schedules until ctx ends; it returns after the firing in hand.
 func (s *Scheduler) Run(ctx context.Context) error {
-	wake, unsubscribe := s.cfg.Hub.Subscribe()
+	// What a task's claim, completion or unblocking changes is no schedule's
+	// next firing.
+	wake, unsubscribe := s.cfg.Hub.SubscribeTo(store.Except(events.TaskClaimed{}.EventType(),
+		events.TaskCompleted{}.EventType(), events.TaskUnblocked{}.EventType()))
 	defer unsubscribe()
 	timer := time.NewTimer(0) // look at once
 	defer timer.Stop()

@@ -60,8 +60,7 @@ func (db *DB) send(ctx context.Context, q Querier, b *pgx.Batch, evs []events.En
 	if err := q.SendBatch(ctx, b).Close(); err != nil {
 		return mapErr(err)
 	}
-	db.onCommit(q, func() { db.metrics.observe(evs, task) })
-	db.committed(q)
+	db.wrote(q, evs, task)
 	return nil
 }
 

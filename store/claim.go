@@ -626,7 +626,7 @@ func (db *DB) runClaimStatements(ctx context.Context, reqs []claimRequest, waiti
 				db.metrics.claimed(&g.t.Task)
 			}
 		}
-		db.afterCommit()
+		db.afterCommit(claimedType)
 	}
 
 	outs := make([]outcome[[]*TaskWithType], n)

@@ -181,9 +181,11 @@ func (db *DB) completeBatch(ctx context.Context, reqs []completeRequest) ([]outc
 			db.metrics.finished(t, "completed", "none", at)
 		}
 		db.metrics.appended.WithLabelValues("task.unblocked").Add(float64(unblocked))
-		db.afterCommit()
 		if unblocked > 0 {
+			db.afterCommit(completedType, unblockedType)
 			db.afterUnblock()
+		} else {
+			db.afterCommit(completedType)
 		}
 	}
 	outs := make([]outcome[*events.Task], n)

@@ -215,11 +215,12 @@ func (db *DB) createTasks(ctx context.Context, q Querier, reqs []createRequest) 
 	if err := q.SendBatch(ctx, b).Close(); err != nil {
 		return nil, fmt.Errorf("create task: %w", err)
 	}
-	db.onCommit(q, func() { db.metrics.observe(evs, nil) })
 	if carrying {
+		// The NOTIFY went with the commit; carried wakes this instance.
+		db.onCommit(q, func() { db.metrics.observe(evs, nil) })
 		carried()
 	} else {
-		db.committed(q)
+		db.wrote(q, evs, nil)
 	}
 	if claimable {
 		// As for a completion that unblocks tasks: a waiting claim here may

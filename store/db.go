@@ -46,8 +46,10 @@ type Config struct {
 	Projector Projector
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
-	// AfterCommit runs after every committed write (wakes reactors in-process).
-	AfterCommit func()
+	// AfterCommit runs after every committed write (wakes reactors
+	// in-process), with the event types it wrote when the writer knows
+	// them (Hub.Wake).
+	AfterCommit func(types ...string)
 	// Notifier, when set, lets a create's own transaction carry the NOTIFY
 	// that announces it when one is due at once (Notifier.carry, ADR 032);
 	// such a commit calls the notifier instead of AfterCommit, which should
@@ -117,7 +119,7 @@ type DB struct {
 	pool         *Conn
 	projector    Projector
 	now          func() time.Time
-	afterCommit  func()
+	afterCommit  func(types ...string)
 	afterUnblock func()
 	notifier     *Notifier // nil: no transaction carries a NOTIFY
 	offlineAfter time.Duration
@@ -165,7 +167,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*DB, error) {
 		cfg.Now = time.Now
 	}
 	if cfg.AfterCommit == nil {
-		cfg.AfterCommit = func() {}
+		cfg.AfterCommit = func(...string) {}
 	}
 	if cfg.AfterUnblock == nil {
 		cfg.AfterUnblock = func() {}
@@ -252,9 +254,11 @@ func (db *DB) WithTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 		hook()
 	}
 	if at, ok := db.takeCarried(tx); ok {
-		db.notifier.carriedCommit(at)
+		db.notifier.carriedCommit(at) // wakes every subscriber
 	} else {
-		db.afterCommit()
+		// Its events' writes woke their subscribers (wrote); this wakes
+		// those that follow more than events (an outbox, the claim gate).
+		db.afterCommit(NoEvents)
 	}
 	return nil
 }
@@ -332,13 +336,5 @@ func (db *DB) WithTxRetrying(ctx context.Context, fn func(tx pgx.Tx) error) erro
 			continue
 		}
 		return err
-	}
-}
-
-// committed wakes listeners after a write made outside WithTx; inside a
-// transaction WithTx does it at commit.
-func (db *DB) committed(q Querier) {
-	if _, inTx := q.(pgx.Tx); !inTx {
-		db.afterCommit()
 	}
 }

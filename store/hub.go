@@ -1,29 +1,43 @@
 package store
 
-import "sync"
+import (
+	"slices"
+	"sync"
+
+	"github.com/clawdbot/task-service/events"
+)
 
 // Hub fans wake-ups out to everything in this process that waits for new
 // events: reactors, long-polling claimers, SSE tails. A wake is a hint that
 // the table may have news, never the news itself; subscribers re-read.
 // Wakes coalesce: a subscriber that has not consumed the last wake gets no
 // second one, so a slow subscriber never blocks Wake.
+//
+// A wake may name the event types its commit wrote; a subscriber that
+// wants none of them sleeps on. The hot path's commits (claims,
+// completions) name theirs, so they do not make every reactor read the log
+// on every claim (ADR 033).
 type Hub struct {
 	mu        sync.Mutex
-	subs      map[chan struct{}]struct{}
+	subs      map[chan struct{}]func(eventType string) bool
 	unblocked map[*func()]struct{}
 }
 
 // NewHub returns an empty hub.
 func NewHub() *Hub {
-	return &Hub{subs: map[chan struct{}]struct{}{}, unblocked: map[*func()]struct{}{}}
+	return &Hub{subs: map[chan struct{}]func(string) bool{}, unblocked: map[*func()]struct{}{}}
 }
 
 // Subscribe returns a channel that receives a value after each Wake, and a
 // function that unsubscribes (call it when done).
-func (h *Hub) Subscribe() (<-chan struct{}, func()) {
+func (h *Hub) Subscribe() (<-chan struct{}, func()) { return h.SubscribeTo(nil) }
+
+// SubscribeTo is Subscribe for the wakes that name a type wants accepts,
+// and those that name none; wants nil accepts every type.
+func (h *Hub) SubscribeTo(wants func(eventType string) bool) (<-chan struct{}, func()) {
 	ch := make(chan struct{}, 1)
 	h.mu.Lock()
-	h.subs[ch] = struct{}{}
+	h.subs[ch] = wants
 	h.mu.Unlock()
 	return ch, func() {
 		h.mu.Lock()
@@ -32,16 +46,30 @@ func (h *Hub) Subscribe() (<-chan struct{}, func()) {
 	}
 }
 
-// Wake signals every subscriber without blocking.
-func (h *Hub) Wake() {
+// Wake signals, without blocking, every subscriber that wants one of the
+// event types the commit wrote; with no types (not known, or a NOTIFY
+// from another instance), every subscriber.
+func (h *Hub) Wake(types ...string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for ch := range h.subs {
+	for ch, wants := range h.subs {
+		if wants != nil && len(types) > 0 && !slices.ContainsFunc(types, func(t string) bool { return t != NoEvents && wants(t) }) {
+			continue
+		}
 		select {
 		case ch <- struct{}{}:
 		default:
 		}
 	}
+}
+
+// AnyEvent accepts every event type: its subscriber sleeps through only
+// the commits that wrote no event.
+func AnyEvent(string) bool { return true }
+
+// Except accepts every event type but these.
+func Except(types ...string) func(string) bool {
+	return func(t string) bool { return !slices.Contains(types, t) }
 }
 
 // OnUnblocked registers fn to run on every Unblocked, and returns a function
@@ -72,4 +100,37 @@ func (h *Hub) Unblocked() {
 	for _, fn := range fns {
 		fn()
 	}
+}
+
+// The event types the hot path's commits name in their wakes.
+var (
+	claimedType   = events.TaskClaimed{}.EventType()
+	completedType = events.TaskCompleted{}.EventType()
+	unblockedType = events.TaskUnblocked{}.EventType()
+)
+
+// NoEvents names, in a wake, a commit that wrote no event (a reactor's
+// checkpoint, an outbox row): only subscribers that want every wake get it.
+const NoEvents = "(no events)"
+
+// wokenTypes are the event types a wake for evs names: theirs, and those
+// of the dependency effects written with them (queueDependencyEffects).
+func wokenTypes(evs []events.Envelope) []string {
+	var types []string
+	add := func(t string) {
+		if !slices.Contains(types, t) {
+			types = append(types, t)
+		}
+	}
+	for _, e := range evs {
+		add(e.Type)
+		switch e.Type {
+		case completedType:
+			add(unblockedType)
+		case events.TaskFailed{}.EventType(), events.TaskCancelled{}.EventType(),
+			events.TaskRetrySkipped{}.EventType(), events.TaskRetriesExhausted{}.EventType():
+			add(events.TaskCancelled{}.EventType())
+		}
+	}
+	return types
 }

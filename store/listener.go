@@ -281,8 +281,8 @@ func NewNotifier(cfg NotifierConfig) (*Notifier, error) {
 }
 
 // Committed is store.Config.AfterCommit: it never blocks.
-func (n *Notifier) Committed() {
-	n.cfg.Hub.Wake()
+func (n *Notifier) Committed(types ...string) {
+	n.cfg.Hub.Wake(types...)
 	n.mu.Lock()
 	sooner := n.pacer.commit(time.Now())
 	n.mu.Unlock()

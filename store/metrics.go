@@ -171,6 +171,16 @@ func (db *DB) onCommit(q Querier, fn func()) {
 	db.txMu.Unlock()
 }
 
+// wrote runs, once q's write of evs commits, what follows every event
+// write: their metrics, and the wake that names their types (Hub.Wake).
+func (db *DB) wrote(q Querier, evs []events.Envelope, task *events.Task) {
+	types := wokenTypes(evs)
+	db.onCommit(q, func() {
+		db.metrics.observe(evs, task)
+		db.afterCommit(types...)
+	})
+}
+
 // takeHooks removes and returns tx's commit hooks.
 func (db *DB) takeHooks(tx pgx.Tx) []func() {
 	db.txMu.Lock()

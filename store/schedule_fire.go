@@ -202,7 +202,7 @@ func (db *DB) fireDue(ctx context.Context, tx pgx.Tx, limit int, check ParamsChe
 		}
 		return nil, ids, mapErr(fmt.Errorf("fire: write: %w", err))
 	}
-	db.onCommit(tx, func() { db.metrics.observe(evs, nil) })
+	db.wrote(tx, evs, nil)
 	return out, ids, nil
 }
 

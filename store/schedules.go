@@ -348,7 +348,7 @@ func (db *DB) RunScheduleNow(ctx context.Context, id string, check ParamsCheck, 
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return mapErr(err)
 		}
-		db.onCommit(tx, func() { db.metrics.observe(evs, nil) })
+		db.wrote(tx, evs, nil)
 		return nil
 	})
 	if err != nil {
