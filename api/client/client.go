@@ -53,10 +53,14 @@ type Client struct {
 }
 
 // New returns a client for base (e.g. http://127.0.0.1:8001). A nil
-// httpClient uses one with a 90 s timeout (long enough for long-poll claims).
+// httpClient uses one with a 90 s timeout (long enough for long-poll
+// claims) whose uploads wait up to 5 s for the server's 100 Continue
+// (UploadData): Go's default, 1 s, lets a loaded server's 413 race the body.
 func New(base string, httpClient *http.Client) *Client {
 	if httpClient == nil {
-		httpClient = &http.Client{Timeout: 90 * time.Second}
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.ExpectContinueTimeout = 5 * time.Second
+		httpClient = &http.Client{Timeout: 90 * time.Second, Transport: t}
 	}
 	return &Client{base: strings.TrimRight(base, "/"), http: httpClient}
 }
