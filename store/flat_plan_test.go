@@ -161,6 +161,26 @@ func TestFlatReadPlans(t *testing.T) {
 	require.NotContains(t, p, "Sort", p)
 	require.NotContains(t, p, "Seq Scan", p)
 
+	// The dashboard's capacity: the workers and the tasks in progress
+	// (worker_tasks_held), never the finished ones.
+	p = plan(fleetSlots, time.Now())
+	require.Contains(t, p, "worker_tasks_held", p)
+	require.NotContains(t, p, "Seq Scan on worker_tasks", p)
+
+	// Retry tasks only, newest or oldest first: worker_tasks_retries read in
+	// order, whatever the originals around them (one task in ten a retry).
+	_, err = e.db.pool.Exec(e.ctx, `UPDATE worker_tasks SET retry_count = 1 WHERE title LIKE '%0'`)
+	require.NoError(t, err)
+	_, err = e.db.pool.Exec(e.ctx, `VACUUM ANALYZE worker_tasks`)
+	require.NoError(t, err)
+	for _, sort := range []TaskSort{SortNewest, SortOldest} {
+		sql, args, err := e.db.listTasksSQL(TaskFilter{Retries: true, Sort: sort, Limit: 50})
+		require.NoError(t, err)
+		p = plan(sql, args...)
+		require.Regexp(t, `Limit [^\n]*\n *->  Index Scan (Backward )?using worker_tasks_retries`, p)
+		require.NotContains(t, p, "Sort", p)
+	}
+
 	// The account list, a page by name from a cursor: the top of
 	// users_by_name from the previous page's last row, with 10,000 accounts
 	// (last: more accounts would change the plans above).

@@ -28,7 +28,7 @@ func (u *UI) dashboard(c echo.Context) error {
 	if d.Stats, err = u.db.Stats(ctx); err != nil {
 		return u.fail(c, err)
 	}
-	if d.Capacity, err = u.db.Capacity(ctx); err != nil {
+	if d.Capacity, err = u.db.CapacityTotals(ctx); err != nil {
 		return u.fail(c, err)
 	}
 	if d.Activity, err = u.db.RecentActivity(ctx); err != nil {
