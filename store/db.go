@@ -148,6 +148,9 @@ type DB struct {
 	holderChecks *batcher[holderCheck, map[string]bool]
 	// bulkCreates holds a slot for each CreateTasks call writing now.
 	bulkCreates chan struct{}
+	// titles is the sample of titles the search picks its rare words
+	// from (title_search.go); nil until the first search reads it.
+	titles atomic.Pointer[titleSample]
 }
 
 // batchMax bounds the commands in one batched claim or completion (ADR 008).

@@ -156,6 +156,14 @@ func TestFlatReadPlans(t *testing.T) {
 	require.Contains(t, p, "task_titles_title_trgm", p)
 	require.Contains(t, p, "worker_tasks_pkey", p)
 	require.NotContains(t, p, "Seq Scan", p)
+	// With the planner's sample of titles read, the index reads the rare
+	// word only ("task" is in every title) and the term is a filter.
+	e.db.loadTitleSample(e.ctx)
+	p = searchPlan("task 12345")
+	require.Regexp(t, `Bitmap Index Scan on task_titles_title_trgm[^\n]*\n *Index Cond: \(title ~~\* '%12345%'::text\)`, p)
+	require.Contains(t, p, "Filter: ((title || ''::text) ~~* '%task 12345%'::text)", p)
+	require.Contains(t, p, "worker_tasks_pkey", p)
+	require.NotContains(t, p, "Seq Scan", p)
 	p = searchPlan("task 1")
 	require.Contains(t, p, "worker_tasks_listing", p)
 	require.NotContains(t, p, "Sort", p)

@@ -17,6 +17,9 @@ const MaxBulkPage = 500
 // true, so a count over a huge backlog stays a bounded read.
 func (db *DB) CountTasks(ctx context.Context, f TaskFilter, upTo int) (n int, atLeast bool, err error) {
 	f.After = ""
+	if f.Search != "" {
+		db.loadTitleSample(ctx)
+	}
 	var args sqlArgs
 	where, err := db.taskWhere(f, &args)
 	if err != nil {

@@ -24,7 +24,7 @@ type TaskFilter struct {
 	// silent past it (as the stats count them).
 	Stuck bool
 	// Search keeps tasks whose title contains it, case-insensitively (the
-	// trigram index of task_titles, migration 014).
+	// trigram index of task_titles, migration 014; title_search.go).
 	Search string
 	// Cancellable keeps tasks a cancel applies to (not ended); Retryable
 	// failed tasks without a retry yet. The bulk actions set them, so a
@@ -49,6 +49,9 @@ type TaskPage struct {
 func (db *DB) ListTasks(ctx context.Context, f TaskFilter) (*TaskPage, error) {
 	if f.Limit <= 0 || f.Limit > 200 {
 		f.Limit = 50
+	}
+	if f.Search != "" {
+		db.loadTitleSample(ctx)
 	}
 	sql, args, err := db.listTasksSQL(f)
 	if err != nil {
@@ -164,7 +167,7 @@ func (db *DB) taskWhere(f TaskFilter, args *sqlArgs) (string, error) {
 		where = append(where, `t.id IN (`+stuckInProgress(before)+` UNION ALL `+stuckPending(before)+`)`)
 	}
 	if f.Search != "" {
-		where = append(where, "t.id IN (SELECT id FROM task_titles WHERE title ILIKE "+arg("%"+escapeLike(f.Search)+"%")+")")
+		where = append(where, "t.id IN (SELECT id FROM task_titles WHERE "+db.titleMatch(f.Search, arg)+")")
 	}
 	if f.Cancellable {
 		where = append(where, "t.status IN ('pending', 'in_progress')")

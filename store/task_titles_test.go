@@ -77,3 +77,35 @@ func TestTitleSearchFollowsEditsAndIgnoresStatusChanges(t *testing.T) {
 	e.requireRowIsFold(t, report)
 	require.Equal(t, []string{report}, search("invoice"), "finished tasks are still found")
 }
+
+// A term with a rare word asks the index for that word and checks the
+// whole term on what it finds: the titles with the rare word alone, or
+// with the words apart, are not found; case still does not matter.
+func TestTitleSearchByRareWordChecksTheWholeTerm(t *testing.T) {
+	e := newBatchEnv(t)
+	for _, title := range []string{"Synthetic task 1", "Synthetic task 2"} {
+		e.task(t, title, events.PriorityMedium, "")
+	}
+	want := e.task(t, "Synthetic TASK 12345", events.PriorityMedium, "")
+	e.task(t, "Synthetic 12345", events.PriorityMedium, "")
+	e.task(t, "task, 12345", events.PriorityMedium, "")
+	e.task(t, "Synthetic task 1234", events.PriorityMedium, "")
+	e.db.titles.Store(&titleSample{read: e.db.Now(), titles: []string{"synthetic task 1", "synthetic task 2", "synthetic task 3"}})
+
+	s := e.db.titles.Load()
+	require.Equal(t, []string{"12345"}, s.rareWords("task 12345"))
+	require.Empty(t, s.rareWords("synthetic task"), "common words")
+	require.Empty(t, s.rareWords("12345"), "one word: the index reads it anyway")
+	require.Empty(t, s.rareWords("task 1"), "a word too short for a trigram")
+
+	sql, _, err := e.db.listTasksSQL(TaskFilter{Search: "task 12345", Limit: 50})
+	require.NoError(t, err)
+	require.Contains(t, sql, "(title || '') ILIKE")
+	page, err := e.db.ListTasks(e.ctx, TaskFilter{Search: "task 12345"})
+	require.NoError(t, err)
+	require.Len(t, page.Tasks, 1)
+	require.Equal(t, want, page.Tasks[0].ID)
+	n, _, err := e.db.CountTasks(e.ctx, TaskFilter{Search: "task 12345"}, 10)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+}
