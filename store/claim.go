@@ -626,7 +626,14 @@ func (db *DB) runClaimStatements(ctx context.Context, reqs []claimRequest, waiti
 				db.metrics.claimed(&g.t.Task)
 			}
 		}
-		db.afterCommit(claimedType)
+		if limited {
+			// A claim of a rate-limited type may have filled its window:
+			// the due timer, which sleeps through claims, must look to set
+			// its timer for the window's end. Limited types are rare.
+			db.afterCommit()
+		} else {
+			db.afterCommit(claimedType)
+		}
 	}
 
 	outs := make([]outcome[[]*TaskWithType], n)

@@ -64,6 +64,11 @@ func TestCommitsNameTheirEventTypes(t *testing.T) {
 	e.db.afterCommit = func(types ...string) { got = append(got, types) }
 	take := func() [][]string { g := got; got = nil; return g }
 	worker := e.user(t, "w", true, 1)
+	// A process's first claim runs the limited branch, until it has seen
+	// that no limited type exists; this one finds nothing and commits nothing.
+	none, err := e.db.Claim(e.ctx, worker, events.Meta{})
+	require.NoError(t, err)
+	require.Nil(t, none)
 	take()
 
 	id := e.task(t, "alone", events.PriorityMedium, "")
@@ -90,4 +95,18 @@ func TestCommitsNameTheirEventTypes(t *testing.T) {
 	_, _, err = e.db.CompleteTask(e.ctx, id, worker, events.Meta{})
 	require.NoError(t, err)
 	require.Equal(t, [][]string{{"task.completed"}}, take())
+}
+
+// While a limited type exists, a claim may fill a rate window, whose end
+// only the due timer sees: its wake then names nothing, so every
+// subscriber (the due timer, which sleeps through plain claims) looks.
+func TestClaimOfALimitedTypeWakesEveryone(t *testing.T) {
+	e := newLimitsEnv(t)
+	rated := e.limitedType(t, "rated", events.TypeLimits{RateLimit: &events.RateLimit{Count: 1, Per: "10s"}})
+	a := e.user(t, "a", true, 5)
+	e.taskOf(t, rated, `{}`, "")
+	var got [][]string
+	e.db.afterCommit = func(types ...string) { got = append(got, types) }
+	require.Len(t, e.claim(t, a, 1), 1)
+	require.Equal(t, [][]string{nil}, got, "the claim's wake names no type")
 }
