@@ -519,19 +519,14 @@ func TestTaskDataBoundMessages(t *testing.T) {
 	_, err = w.UploadData(ctx, task.ID, "raw", "a.bin", "", bytes.NewReader(make([]byte, 900_000)), -1)
 	require.NoError(t, err)
 
-	// A declared size over the room is refused before the body is sent
-	// (the client waits for 100 Continue), every time.
-	for range 20 {
-		_, err = w.UploadData(ctx, task.ID, "raw", "b.bin", "", bytes.NewReader(make([]byte, 800_000)), 800_000)
-		var apiErr *client.Error
-		require.True(t, asAPIError(err, &apiErr), "%v", err)
-		require.Equal(t, http.StatusRequestEntityTooLarge, apiErr.Status)
-		require.Equal(t, "the task has room for 600000 more bytes of data (at most 1500000 per task, DATA_MAX_TASK_BYTES)", apiErr.Message)
-	}
-	for _, size := range []int64{-1} {
-		// A body of unknown size is refused once the room is read past,
-		// and the connection closed; a client still writing may meet the
-		// reset before it reads the answer. Sent again, it reads it.
+	for _, size := range []int64{800_000, -1} {
+		// The server answers a declared size over the room before reading
+		// the body (the client waits for 100 Continue, which it never
+		// sends), and a body of unknown size once the room is read past,
+		// then closes the connection. A client still writing may meet the
+		// reset before it reads the answer: rarely with a declared size
+		// (once in a full run at load), often without. Sent again, it
+		// reads it.
 		var apiErr *client.Error
 		for range 5 {
 			_, err = w.UploadData(ctx, task.ID, "raw", "b.bin", "", bytes.NewReader(make([]byte, 800_000)), size)
