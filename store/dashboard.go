@@ -64,22 +64,20 @@ func (db *DB) RecentActivity(ctx context.Context) (*Activity, error) {
 	b := &pgx.Batch{}
 	var pids int
 	b.Queue(readBacklog).Query(func(rows pgx.Rows) error {
-		var c BacklogCell
-		_, err := pgx.ForEachRow(rows, []any{&c.TaskTypeID, &c.TaskType, &c.Priority, &c.State, &c.Assigned, &c.Tasks, &pids},
-			func() error {
-				if c.Assigned || c.State == BacklogBlocked {
-					return nil
-				}
-				if n := len(a.Queue); n == 0 || a.Queue[n-1].Priority != c.Priority || a.Queue[n-1].TaskTypeID != c.TaskTypeID {
-					a.Queue = append(a.Queue, QueueCount{Priority: c.Priority, TaskTypeID: c.TaskTypeID})
-				}
-				q := &a.Queue[len(a.Queue)-1]
-				q.Count += c.Tasks
-				if c.State == BacklogClaimable {
-					q.Claimable += c.Tasks
-				}
-				return nil
-			})
+		var err error
+		pids, err = scanBacklog(rows, func(c BacklogCell) {
+			if c.Assigned || c.State == BacklogBlocked {
+				return
+			}
+			if n := len(a.Queue); n == 0 || a.Queue[n-1].Priority != c.Priority || a.Queue[n-1].TaskTypeID != c.TaskTypeID {
+				a.Queue = append(a.Queue, QueueCount{Priority: c.Priority, TaskTypeID: c.TaskTypeID})
+			}
+			q := &a.Queue[len(a.Queue)-1]
+			q.Count += c.Tasks
+			if c.State == BacklogClaimable {
+				q.Claimable += c.Tasks
+			}
+		})
 		return err
 	})
 	perMinute := map[time.Time]*MinuteCount{}
@@ -112,10 +110,8 @@ func (db *DB) RecentActivity(ctx context.Context) (*Activity, error) {
 	slices.SortStableFunc(a.Queue, func(x, y QueueCount) int {
 		return cmp.Or(cmp.Compare(x.Priority.Rank(), y.Priority.Rank()), cmp.Compare(y.Count, x.Count))
 	})
-	if pids > compactPendingAbove {
-		if err := db.CompactPendingCounts(ctx); err != nil {
-			return nil, err
-		}
+	if err := db.compactPendingIfMany(ctx, pids); err != nil {
+		return nil, err
 	}
 	return a, nil
 }

@@ -175,6 +175,17 @@ func TestFlatReadPlans(t *testing.T) {
 	require.Contains(t, p, "worker_tasks_held", p)
 	require.NotContains(t, p, "Seq Scan on worker_tasks", p)
 
+	// The backlog, for the dashboard's queue and every monitor sample: the
+	// counter's rows (pending_counts, migration 040) and the types, never
+	// the tasks; the sample reads worker_tasks only for the slots in use.
+	p = plan(readBacklog)
+	require.Contains(t, p, "pending_counts", p)
+	require.NotContains(t, p, "worker_tasks", p)
+	p = plan(sampleOps, time.Now())
+	require.Contains(t, p, "pending_counts", p)
+	require.Contains(t, p, "worker_tasks_held", p)
+	require.NotRegexp(t, `Seq Scan on worker_tasks|worker_tasks_(status|listing|pkey|assignee)`, p)
+
 	// Retry tasks only, newest or oldest first: worker_tasks_retries read in
 	// order, whatever the originals around them (one task in ten a retry).
 	_, err = e.db.pool.Exec(e.ctx, `UPDATE worker_tasks SET retry_count = 1 WHERE title LIKE '%0'`)

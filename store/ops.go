@@ -47,8 +47,7 @@ type BacklogRow struct {
 // worker_tasks_held, once per worker: its cost is the fleet, never the
 // backlog or the history.
 const sampleOps = `
-		SELECT 'backlog', p.priority, tt.name,
-		       CASE WHEN p.state <> 'ready' THEN p.state WHEN tt.paused THEN 'paused' ELSE 'claimable' END, sum(p.tasks)::bigint
+		SELECT 'backlog', p.priority, tt.name, ` + backlogState + `, sum(p.tasks)::bigint
 		  FROM pending_counts p JOIN task_types tt ON tt.id = p.task_type_id
 		 GROUP BY 2, 3, 4 HAVING sum(p.tasks) <> 0
 		UNION ALL
@@ -118,10 +117,8 @@ func (db *DB) SampleOps(ctx context.Context) (*OpsSample, error) {
 	for i := range s.QueueDepth {
 		s.QueueDepth[i].Tasks = depth[[2]string{s.QueueDepth[i].Priority, s.QueueDepth[i].TaskType}]
 	}
-	if pids > compactPendingAbove {
-		if err := db.CompactPendingCounts(ctx); err != nil {
-			return nil, err
-		}
+	if err := db.compactPendingIfMany(ctx, pids); err != nil {
+		return nil, err
 	}
 	return s, nil
 }

@@ -35,12 +35,15 @@ type BacklogCell struct {
 // a read tolerates before it folds those of ended processes into pid 0.
 const compactPendingAbove = 64
 
+// backlogState is the backlog state of a pending_counts row p of type tt:
+// its own, or for a ready task its type's pause applied.
+const backlogState = `CASE WHEN p.state <> 'ready' THEN p.state WHEN tt.paused THEN 'paused' ELSE 'claimable' END`
+
 // readBacklog sums pending_counts per cell, the type's pause applied, in
 // priority and type name order; the last column counts the processes with
 // rows. The cost is the counter's rows (processes times cells in use),
 // never the backlog.
-const readBacklog = `SELECT p.task_type_id, tt.name, p.priority,
-       CASE WHEN p.state <> 'ready' THEN p.state WHEN tt.paused THEN 'paused' ELSE 'claimable' END,
+const readBacklog = `SELECT p.task_type_id, tt.name, p.priority, ` + backlogState + `,
        p.assigned, p.tasks, (SELECT count(DISTINCT pid) FROM pending_counts)
   FROM (SELECT task_type_id, priority, state, assigned, sum(tasks)::bigint AS tasks FROM pending_counts
          GROUP BY 1, 2, 3, 4 HAVING sum(tasks) <> 0) p
@@ -54,19 +57,29 @@ func (db *DB) Backlog(ctx context.Context, q Querier) ([]BacklogCell, error) {
 		return nil, mapErr(fmt.Errorf("backlog: %w", err))
 	}
 	var out []BacklogCell
-	var c BacklogCell
-	var pids int
-	_, err = pgx.ForEachRow(rows, []any{&c.TaskTypeID, &c.TaskType, &c.Priority, &c.State, &c.Assigned, &c.Tasks, &pids},
-		func() error { out = append(out, c); return nil })
+	pids, err := scanBacklog(rows, func(c BacklogCell) { out = append(out, c) })
 	if err != nil {
 		return nil, mapErr(fmt.Errorf("backlog: %w", err))
 	}
-	if pids > compactPendingAbove {
-		if err := db.CompactPendingCounts(ctx); err != nil {
-			return nil, err
-		}
+	return out, db.compactPendingIfMany(ctx, pids)
+}
+
+// scanBacklog calls each with every cell of readBacklog's rows, and returns
+// how many server processes have rows in pending_counts.
+func scanBacklog(rows pgx.Rows, each func(BacklogCell)) (pids int, err error) {
+	var c BacklogCell
+	_, err = pgx.ForEachRow(rows, []any{&c.TaskTypeID, &c.TaskType, &c.Priority, &c.State, &c.Assigned, &c.Tasks, &pids},
+		func() error { each(c); return nil })
+	return pids, err
+}
+
+// compactPendingIfMany compacts pending_counts when a read saw more than
+// compactPendingAbove server processes with rows there.
+func (db *DB) compactPendingIfMany(ctx context.Context, pids int) error {
+	if pids <= compactPendingAbove {
+		return nil
 	}
-	return out, nil
+	return db.CompactPendingCounts(ctx)
 }
 
 // compactPendingCounts folds the rows of ended processes into pid 0. It

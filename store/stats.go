@@ -46,23 +46,14 @@ type Capacity struct {
 	QueueDepth     int          `json:"queue_depth"`
 }
 
-// Capacity sums every worker's slots and what is in use, and lists the
-// workers (GET /admin/workers/capacity).
+// Capacity is CapacityTotals with the workers listed
+// (GET /admin/workers/capacity).
 func (db *DB) Capacity(ctx context.Context) (*Capacity, error) {
-	ws, err := db.ListWorkers(ctx)
+	c, err := db.CapacityTotals(ctx)
 	if err != nil {
 		return nil, err
 	}
-	c := &Capacity{Workers: ws}
-	for _, w := range ws {
-		c.TotalSlots += w.MaxConcurrentTasks
-		c.UsedSlots += w.InProgressCount
-		c.AvailableSlots += w.AvailableSlots
-		if w.Online {
-			c.OnlineSlots += w.AvailableSlots
-		}
-	}
-	if c.QueueDepth, err = db.QueueDepth(ctx); err != nil {
+	if c.Workers, err = db.ListWorkers(ctx); err != nil {
 		return nil, err
 	}
 	return c, nil

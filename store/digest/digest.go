@@ -174,7 +174,7 @@ func Gather(ctx context.Context, db *store.DB, from, to time.Time) (*Facts, erro
 		return nil, fmt.Errorf("digest: queue: %w", err)
 	}
 	f.QueueDepth, f.InProgress, f.Scheduled, f.WorkersOnline = stats.QueueDepth, stats.ByStatus["in_progress"], stats.Scheduled, stats.WorkersOnline
-	capacity, err := db.Capacity(ctx)
+	capacity, err := db.CapacityTotals(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("digest: capacity: %w", err)
 	}
