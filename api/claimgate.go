@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/clawdbot/task-service/events"
 	"github.com/clawdbot/task-service/store"
 )
 
@@ -128,8 +129,9 @@ func (g *claimGate) join(worker string, max int) *claimWaiter {
 	defer g.mu.Unlock()
 	g.waiters = append(g.waiters, w)
 	if g.stop == nil {
-		// Only events make tasks claimable.
-		wake, unsubscribe := g.hub.SubscribeTo(store.AnyEvent)
+		// Only events make tasks claimable, and never a claim (while a
+		// limited type exists, a claim's wake names no type).
+		wake, unsubscribe := g.hub.SubscribeTo(store.Except(events.TaskClaimed{}.EventType()))
 		g.stop = make(chan struct{})
 		go g.loop(wake, unsubscribe, g.stop)
 	}

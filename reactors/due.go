@@ -90,8 +90,10 @@ func NewDueTimer(cfg DueTimerConfig) (*DueTimer, error) {
 
 // Run makes tasks due until ctx ends; it returns after the statement in hand.
 func (d *DueTimer) Run(ctx context.Context) error {
-	// Claims and completions never leave a task waiting for its run_at.
-	wake, unsubscribe := d.cfg.Hub.SubscribeTo(store.Except(events.TaskClaimed{}.EventType(), events.TaskCompleted{}.EventType()))
+	// Claims and completions never leave a task waiting for its run_at;
+	// creates do when they name store.TimedCreate.
+	wake, unsubscribe := d.cfg.Hub.SubscribeTo(store.Except(events.TaskClaimed{}.EventType(), events.TaskCompleted{}.EventType(),
+		events.TaskCreated{}.EventType()))
 	defer unsubscribe()
 	timer := time.NewTimer(0) // look at once
 	defer timer.Stop()

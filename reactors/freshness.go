@@ -86,8 +86,10 @@ func NewFreshness(cfg FreshnessConfig) (*Freshness, error) {
 
 // Run creates stale keys' tasks until ctx ends.
 func (f *Freshness) Run(ctx context.Context) error {
-	// A claim or an unblocking moves no key's due time; a completion does.
-	wake, unsubscribe := f.cfg.Hub.SubscribeTo(store.Except(events.TaskClaimed{}.EventType(), events.TaskUnblocked{}.EventType()))
+	// A create, a claim or an unblocking moves no key's due time; a
+	// completion does.
+	wake, unsubscribe := f.cfg.Hub.SubscribeTo(store.Except(events.TaskCreated{}.EventType(), events.TaskClaimed{}.EventType(),
+		events.TaskUnblocked{}.EventType(), store.TimedCreate))
 	defer unsubscribe()
 	timer := time.NewTimer(0)
 	defer timer.Stop()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -106,10 +107,8 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 
 // Run fires schedules until ctx ends; it returns after the firing in hand.
 func (s *Scheduler) Run(ctx context.Context) error {
-	// What a task's claim, completion or unblocking changes is no schedule's
-	// next firing.
-	wake, unsubscribe := s.cfg.Hub.SubscribeTo(store.Except(events.TaskClaimed{}.EventType(),
-		events.TaskCompleted{}.EventType(), events.TaskUnblocked{}.EventType()))
+	// Only a schedule's own events move its next firing.
+	wake, unsubscribe := s.cfg.Hub.SubscribeTo(func(t string) bool { return strings.HasPrefix(t, "schedule.") })
 	defer unsubscribe()
 	timer := time.NewTimer(0) // look at once
 	defer timer.Stop()

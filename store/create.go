@@ -211,7 +211,16 @@ func (db *DB) createTasks(ctx context.Context, q Querier, reqs []createRequest) 
 	claimable := slices.ContainsFunc(tasks, func(t *events.Task) bool {
 		return t.Status == events.StatusPending && !t.Scheduled && t.AssignedTo == nil
 	})
-	carried, carrying := db.carryNotify(ctx, q, b, claimable)
+	// Only a create of a rate-limited type may wait for a window's end.
+	rated := slices.ContainsFunc(reqs, func(r createRequest) bool {
+		tt := r.params.TaskType
+		if tt == nil {
+			tt = read.types[canonicalUUID(r.params.TaskTypeID)]
+		}
+		return tt != nil && tt.RateLimit != nil
+	})
+	types := wokenTypes(evs, rated)
+	carried, carrying := db.carryNotify(ctx, q, b, types, claimable)
 	if err := q.SendBatch(ctx, b).Close(); err != nil {
 		return nil, fmt.Errorf("create task: %w", err)
 	}
@@ -220,7 +229,7 @@ func (db *DB) createTasks(ctx context.Context, q Querier, reqs []createRequest) 
 		db.onCommit(q, func() { db.metrics.observe(evs, nil) })
 		carried()
 	} else {
-		db.wrote(q, evs, nil)
+		db.wroteNaming(q, evs, nil, types)
 	}
 	if claimable {
 		// As for a completion that unblocks tasks: a waiting claim here may

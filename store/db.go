@@ -133,8 +133,8 @@ type DB struct {
 	txMu    sync.Mutex
 	txHooks map[pgx.Tx][]func() // run at WithTx's commit (onCommit)
 	// txCarry: the transactions WithTx began and will commit: zero, or
-	// when the notifier let them carry their NOTIFY (carryNotify).
-	txCarry map[pgx.Tx]time.Time
+	// what they carried (carryNotify).
+	txCarry map[pgx.Tx]carriedNotify
 
 	claims *batcher[claimRequest, []*TaskWithType]
 	// limited is whether the last claim saw an unpaused limited type, so
@@ -186,7 +186,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*DB, error) {
 	}
 	db := &DB{pool: &Conn{pool}, projector: cfg.Projector, now: cfg.Now, afterCommit: cfg.AfterCommit,
 		afterUnblock: cfg.AfterUnblock, offlineAfter: cfg.OfflineAfter, scheduleMinInterval: cfg.ScheduleMinInterval, freshnessMinAge: cfg.FreshnessMinAge,
-		txHooks: map[pgx.Tx][]func(){}, txCarry: map[pgx.Tx]time.Time{}, prices: cfg.Prices, day: cfg.Day, notifier: cfg.Notifier}
+		txHooks: map[pgx.Tx][]func(){}, txCarry: map[pgx.Tx]carriedNotify{}, prices: cfg.Prices, day: cfg.Day, notifier: cfg.Notifier}
 	var err error
 	if db.metrics, err = newStoreMetrics(cfg.Registerer, pool); err != nil {
 		return nil, err
@@ -240,7 +240,7 @@ func (db *DB) WithTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 		return fmt.Errorf("begin: %w", err)
 	}
 	db.txMu.Lock()
-	db.txCarry[tx] = time.Time{}
+	db.txCarry[tx] = carriedNotify{}
 	db.txMu.Unlock()
 	defer func() {
 		_ = tx.Rollback(context.WithoutCancel(ctx))
@@ -256,8 +256,10 @@ func (db *DB) WithTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 	for _, hook := range db.takeHooks(tx) {
 		hook()
 	}
-	if at, ok := db.takeCarried(tx); ok {
-		db.notifier.carriedCommit(at) // wakes every subscriber
+	if c, ok := db.takeCarried(tx); ok {
+		// Its other writes' hooks woke theirs; NoEvents wakes those
+		// that follow more than events, as below.
+		db.notifier.carriedCommit(c.at, append(c.types, NoEvents)...)
 	} else {
 		// Its events' writes woke their subscribers (wrote); this wakes
 		// those that follow more than events (an outbox, the claim gate).
@@ -276,7 +278,8 @@ func (db *DB) WithTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 // carried after b succeeds: at once on the pool, at its commit for a
 // transaction (WithTx then reports it to the notifier instead of
 // AfterCommit).
-func (db *DB) carryNotify(ctx context.Context, q Querier, b *pgx.Batch, claimable bool) (carried func(), ok bool) {
+// types are the event types b writes.
+func (db *DB) carryNotify(ctx context.Context, q Querier, b *pgx.Batch, types []string, claimable bool) (carried func(), ok bool) {
 	if db.notifier == nil {
 		return nil, false
 	}
@@ -296,29 +299,36 @@ func (db *DB) carryNotify(ctx context.Context, q Querier, b *pgx.Batch, claimabl
 			return nil, false
 		}
 	}
-	at, ok := db.notifier.carry()
+	at, payload, ok := db.notifier.carry(types, claimable)
 	if !ok {
 		return nil, false
 	}
-	b.Queue(notifyStatement, Channel, notifyPayload(db.notifier.cfg.InstanceID, claimable))
+	b.Queue(notifyStatement, Channel, payload)
 	if !inTx {
-		return func() { db.notifier.carriedCommit(at) }, true
+		return func() { db.notifier.carriedCommit(at, types...) }, true
 	}
 	return func() {
 		db.txMu.Lock()
-		db.txCarry[tx] = at
+		db.txCarry[tx] = carriedNotify{at: at, types: types}
 		db.txMu.Unlock()
 	}, true
 }
 
+// carriedNotify is a transaction's carried NOTIFY: when the notifier let
+// it carry one (zero: it did not), and the event types of its write.
+type carriedNotify struct {
+	at    time.Time
+	types []string
+}
+
 // takeCarried forgets tx, WithTx's, and returns when the notifier let it
 // carry its NOTIFY, if it did.
-func (db *DB) takeCarried(tx pgx.Tx) (at time.Time, ok bool) {
+func (db *DB) takeCarried(tx pgx.Tx) (c carriedNotify, ok bool) {
 	db.txMu.Lock()
 	defer db.txMu.Unlock()
-	at = db.txCarry[tx]
+	c = db.txCarry[tx]
 	delete(db.txCarry, tx)
-	return at, !at.IsZero()
+	return c, !c.at.IsZero()
 }
 
 // WithTxRetrying is WithTx for a command that reads what it decides on in

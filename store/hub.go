@@ -107,15 +107,39 @@ var (
 	claimedType   = events.TaskClaimed{}.EventType()
 	completedType = events.TaskCompleted{}.EventType()
 	unblockedType = events.TaskUnblocked{}.EventType()
+	createdType   = events.TaskCreated{}.EventType()
 )
+
+func waitsForRunAt(p events.Payload) bool {
+	switch c := p.(type) {
+	case events.TaskCreated:
+		return c.AvailableAt != nil
+	case *events.TaskCreated:
+		return c.AvailableAt != nil
+	}
+	return true // not decoded: it may
+}
 
 // NoEvents names, in a wake, a commit that wrote no event (a reactor's
 // checkpoint, an outbox row): only subscribers that want every wake get it.
 const NoEvents = "(no events)"
 
-// wokenTypes are the event types a wake for evs names: theirs, and those
-// of the dependency effects written with them (queueDependencyEffects).
-func wokenTypes(evs []events.Envelope) []string {
+// TimedCreate names, in a wake, a create of a task that waits for a time:
+// its run_at, or the end of a rate window (any create while a limited type
+// exists). Only the due timer, which arms for those times, wants it; a
+// create of tasks claimable at once does not wake it.
+const TimedCreate = "(timed create)"
+
+// wokenTypes are the event types a wake for evs names (db.wokenTypes).
+func (db *DB) wokenTypes(evs []events.Envelope) []string {
+	return wokenTypes(evs, db.limited.Load())
+}
+
+// wokenTypes are the event types a wake for evs names: theirs, those of
+// the dependency effects written with them (queueDependencyEffects), and
+// TimedCreate for a create that waits for a time; limited says that any
+// create may (a limited type exists).
+func wokenTypes(evs []events.Envelope, limited bool) []string {
 	var types []string
 	add := func(t string) {
 		if !slices.Contains(types, t) {
@@ -127,6 +151,10 @@ func wokenTypes(evs []events.Envelope) []string {
 		switch e.Type {
 		case completedType:
 			add(unblockedType)
+		case createdType:
+			if limited || waitsForRunAt(e.Payload) {
+				add(TimedCreate)
+			}
 		case events.TaskFailed{}.EventType(), events.TaskCancelled{}.EventType(),
 			events.TaskRetrySkipped{}.EventType(), events.TaskRetriesExhausted{}.EventType():
 			add(events.TaskCancelled{}.EventType())

@@ -3,6 +3,7 @@ package store
 import (
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -73,6 +74,11 @@ func TestCommitsNameTheirEventTypes(t *testing.T) {
 
 	id := e.task(t, "alone", events.PriorityMedium, "")
 	require.Equal(t, [][]string{{"task.created"}}, take())
+	runAt := time.Now().Add(time.Hour)
+	_, err = e.db.CreateTask(e.ctx, e.db.Pool(), NewTaskParams{TaskTypeID: e.typeID, NewTaskParams: events.NewTaskParams{
+		Title: "later", Params: json.RawMessage(`{}`), AvailableAt: &runAt}}, e.admin)
+	require.NoError(t, err)
+	require.Equal(t, [][]string{{"task.created", TimedCreate}}, take(), "a task that waits for its run_at: the due timer arms for it")
 
 	require.NoError(t, e.db.WithTx(e.ctx, func(tx pgx.Tx) error {
 		_, err := e.db.CreateTask(e.ctx, tx, NewTaskParams{TaskTypeID: e.typeID, NewTaskParams: events.NewTaskParams{
@@ -109,4 +115,7 @@ func TestClaimOfALimitedTypeWakesEveryone(t *testing.T) {
 	e.db.afterCommit = func(types ...string) { got = append(got, types) }
 	require.Len(t, e.claim(t, a, 1), 1)
 	require.Equal(t, [][]string{nil}, got, "the claim's wake names no type")
+	got = nil
+	e.taskOf(t, rated, `{}`, "")
+	require.Equal(t, [][]string{{"task.created", TimedCreate}}, got, "while a limited type exists, a create may wait for a window's end")
 }

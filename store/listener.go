@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,11 +27,37 @@ const Channel = "task_events"
 // which it is.
 const claimableHint = ";claimable"
 
-func notifyPayload(instanceID string, claimable bool) string {
-	if claimable {
-		return instanceID + claimableHint
+// typesTag precedes, in a NOTIFY's payload, the event types of the commits
+// it announces (ADR 033), so the instances that hear it wake only the
+// subscribers those types concern, as a local commit does. Without it
+// (an older instance, or a commit that named none) every subscriber
+// wakes. It comes before claimableHint, which an older instance looks for
+// at the end.
+const typesTag = ";types="
+
+// maxPayloadTypes bounds the types a payload names (PostgreSQL takes 8,000
+// bytes); past it the NOTIFY names none and wakes everyone.
+const maxPayloadTypes = 2000
+
+func notifyPayload(instanceID string, types []string, claimable bool) string {
+	p := instanceID
+	if t := strings.Join(types, ","); len(types) > 0 && len(t) <= maxPayloadTypes {
+		p += typesTag + t
 	}
-	return instanceID
+	if claimable {
+		p += claimableHint
+	}
+	return p
+}
+
+// parsePayload reads notifyPayload; types nil means every subscriber.
+func parsePayload(p string) (from string, types []string, claimable bool) {
+	p, claimable = strings.CutSuffix(p, claimableHint)
+	if i := strings.LastIndex(p, typesTag); i >= 0 {
+		types = strings.Split(p[i+len(typesTag):], ",")
+		p = p[:i]
+	}
+	return p, types, claimable
 }
 
 // ListenerConfig configures a Listener.
@@ -189,15 +216,17 @@ func (l *Listener) session(ctx context.Context) (wasUp bool, err error) {
 		cancel()
 		switch {
 		case err == nil:
-			from, claimable := strings.CutSuffix(n.Payload, claimableHint)
+			from, types, claimable := parsePayload(n.Payload)
 			if from != "" && from == l.cfg.InstanceID {
 				continue
 			}
 			l.received.Add(1)
-			l.cfg.Hub.Wake()
+			// The waiting claim first: the subscribers woken next read
+			// the database too, and none of them is waited on.
 			if claimable {
 				l.cfg.Hub.Unblocked()
 			}
+			l.cfg.Hub.Wake(types...)
 		case ctx.Err() != nil:
 			return true, ctx.Err()
 		case errors.Is(err, context.DeadlineExceeded) && !conn.IsClosed():
@@ -246,6 +275,10 @@ type Notifier struct {
 
 	mu    sync.Mutex
 	pacer notifyPacer
+	// The event types of the commits the pending NOTIFY announces;
+	// untyped when one of them named none (it wakes everyone).
+	types   map[string]struct{}
+	untyped bool
 }
 
 // NewNotifier checks cfg and fills its defaults; it starts nothing.
@@ -259,7 +292,7 @@ func NewNotifier(cfg NotifierConfig) (*Notifier, error) {
 	if cfg.Interval <= 0 {
 		cfg.Interval = 50 * time.Millisecond
 	}
-	n := &Notifier{cfg: cfg, kick: make(chan struct{}, 1), pacer: newNotifyPacer(cfg.Interval)}
+	n := &Notifier{cfg: cfg, kick: make(chan struct{}, 1), pacer: newNotifyPacer(cfg.Interval), types: map[string]struct{}{}}
 	if cfg.Registerer != nil {
 		// Operators read the NOTIFY rate from it: one per quiet moment plus
 		// one per interval at most.
@@ -285,6 +318,7 @@ func (n *Notifier) Committed(types ...string) {
 	n.cfg.Hub.Wake(types...)
 	n.mu.Lock()
 	sooner := n.pacer.commit(time.Now())
+	n.addTypes(types)
 	n.mu.Unlock()
 	if !sooner {
 		return // the NOTIFY already due covers it
@@ -293,6 +327,35 @@ func (n *Notifier) Committed(types ...string) {
 	case n.kick <- struct{}{}:
 	default:
 	}
+}
+
+// addTypes records the types of a commit the pending NOTIFY announces.
+// Call it with n.mu held.
+func (n *Notifier) addTypes(types []string) {
+	if len(types) == 0 {
+		n.untyped = true
+	}
+	for _, t := range types {
+		n.types[t] = struct{}{}
+	}
+}
+
+// takeTypes returns the pending NOTIFY's types (nil: untyped), and
+// forgets them when it is sent. Call it with n.mu held.
+func (n *Notifier) takeTypes(forget bool) []string {
+	var types []string
+	if !n.untyped {
+		types = make([]string, 0, len(n.types))
+		for t := range n.types {
+			types = append(types, t)
+		}
+		slices.Sort(types)
+	}
+	if forget {
+		n.untyped = false
+		clear(n.types)
+	}
+	return types
 }
 
 // Sent counts the NOTIFYs sent.
@@ -313,20 +376,33 @@ const notifyStatement = `SELECT pg_notify($1, $2)`
 // commit of its own after it (ADR 032). It must then call carriedCommit
 // after the commit instead of Committed; if the transaction fails, nothing
 // (nothing committed, nothing to announce). at is the time to give it.
-func (n *Notifier) carry() (at time.Time, ok bool) {
+// The payload names types, the write's own event types, and those of the
+// commits still pending, which it may cover (carried).
+func (n *Notifier) carry(types []string, claimable bool) (at time.Time, payload string, ok bool) {
 	at = time.Now()
 	n.mu.Lock()
-	ok = n.pacer.carry(at)
-	n.mu.Unlock()
-	return at, ok
+	defer n.mu.Unlock()
+	if !n.pacer.carry(at) {
+		return at, "", false
+	}
+	if !n.pacer.pending {
+		return at, notifyPayload(n.cfg.InstanceID, types, claimable), true
+	}
+	pending := n.takeTypes(false)
+	if pending != nil && len(types) > 0 {
+		pending = append(pending, types...)
+	}
+	return at, notifyPayload(n.cfg.InstanceID, pending, claimable), true
 }
 
 // carriedCommit is Committed for a commit that carried its NOTIFY (carry
-// said ok at at).
-func (n *Notifier) carriedCommit(at time.Time) {
-	n.cfg.Hub.Wake()
+// said ok at at); types are what it wrote, for this instance's hub.
+func (n *Notifier) carriedCommit(at time.Time, types ...string) {
+	n.cfg.Hub.Wake(types...)
 	n.mu.Lock()
-	n.pacer.carried(at, time.Now())
+	if n.pacer.carried(at, time.Now()) {
+		n.takeTypes(true)
+	}
 	n.mu.Unlock()
 	n.sent.Add(1)
 	n.carried.Add(1)
@@ -342,13 +418,15 @@ func (n *Notifier) Run(ctx context.Context) error {
 		n.mu.Lock()
 		pending, due, now := n.pacer.pending, n.pacer.due, time.Now()
 		sendNow := pending && !now.Before(due)
+		var types []string
 		if sendNow {
 			// Recorded before the NOTIFY: a commit from here on needs the next.
 			n.pacer.sending(now)
+			types = n.takeTypes(true)
 		}
 		n.mu.Unlock()
 		if sendNow {
-			n.send(ctx)
+			n.send(ctx, types)
 			continue
 		}
 		if pending {
@@ -358,9 +436,10 @@ func (n *Notifier) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			n.mu.Lock()
 			last := n.pacer.pending
+			types := n.takeTypes(true)
 			n.mu.Unlock()
 			if last {
-				n.send(context.WithoutCancel(ctx))
+				n.send(context.WithoutCancel(ctx), types)
 			}
 			return nil
 		case <-n.kick:
@@ -430,9 +509,9 @@ func (p *notifyPacer) carry(now time.Time) bool {
 // carried records that the transaction carry let at at committed at now,
 // its NOTIFY with it. That NOTIFY covers every commit recorded before at
 // (they committed before it did): a NOTIFY pending only for them is not
-// needed any more. Commits recorded since may have committed after it and
-// keep theirs.
-func (p *notifyPacer) carried(at, now time.Time) {
+// needed any more; covered says so. Commits recorded since may have
+// committed after it and keep theirs.
+func (p *notifyPacer) carried(at, now time.Time) (covered bool) {
 	if now.After(p.lastCommit) {
 		p.lastCommit = now
 	}
@@ -441,7 +520,9 @@ func (p *notifyPacer) carried(at, now time.Time) {
 	}
 	if p.pending && p.lastPending.Before(at) {
 		p.pending = false
+		return true
 	}
+	return false
 }
 
 // sending records that a NOTIFY for every commit so far goes out at now.
@@ -449,10 +530,10 @@ func (p *notifyPacer) sending(now time.Time) {
 	p.lastSent, p.pending = now, false
 }
 
-func (n *Notifier) send(ctx context.Context) {
+func (n *Notifier) send(ctx context.Context, types []string) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if _, err := n.cfg.Querier.Exec(ctx, notifyStatement, Channel, n.cfg.InstanceID); err != nil {
+	if _, err := n.cfg.Querier.Exec(ctx, notifyStatement, Channel, notifyPayload(n.cfg.InstanceID, types, false)); err != nil {
 		// A lost NOTIFY costs other instances latency (their catch-up ticker
 		// still runs), never data.
 		n.cfg.Logger.Warn().Err(err).Msg("NOTIFY failed")

@@ -103,6 +103,22 @@ func TestListener(t *testing.T) {
 	require.Equal(t, int64(2), l.Received())
 	require.Empty(t, unblocked, "only that NOTIFY said so")
 
+	// A NOTIFY that names the event types of the commits it announces wakes
+	// only the subscribers that want one of them, as a local commit does.
+	schedules, unsubscribeSchedules := hub.SubscribeTo(func(t string) bool { return t == "schedule.created" })
+	defer unsubscribeSchedules()
+	completions, unsubscribeCompletions := hub.SubscribeTo(func(t string) bool { return t == "task.completed" })
+	defer unsubscribeCompletions()
+	drainWakes(wake)
+	_, err = pool.Exec(ctx, `SELECT pg_notify('task_events', 'other;types=schedule.created,task.claimed')`)
+	require.NoError(t, err)
+	waitWake(t, schedules, 30*time.Second, "a subscriber that wants a type the NOTIFY names")
+	waitWake(t, wake, 30*time.Second, "a subscriber that wants every type")
+	require.Empty(t, completions, "a subscriber that wants none of them sleeps on")
+	_, err = pool.Exec(ctx, `SELECT pg_notify('task_events', 'other')`)
+	require.NoError(t, err)
+	waitWake(t, completions, 30*time.Second, "a NOTIFY that names no types (an older instance) wakes everyone")
+
 	// The connection dies: the listener reconnects, wakes the hub (what was
 	// sent meanwhile is lost) and hears NOTIFYs again.
 	drainWakes(wake)
@@ -224,7 +240,7 @@ func TestNotifyCarriedByCreate(t *testing.T) {
 
 	db, n, wake := instance("plain")
 	create(db, "first", "")
-	require.Equal(t, "plain;claimable", heard("the first create's NOTIFY, carried, saying its task is claimable"))
+	require.Equal(t, "plain;types=task.created;claimable", heard("the first create's NOTIFY, carried, saying its task is claimable"))
 	waitWake(t, wake, time.Second, "the local hub at the commit")
 	require.Equal(t, int64(1), n.Sent())
 	require.Equal(t, int64(1), n.Carried())
@@ -235,13 +251,13 @@ func TestNotifyCarriedByCreate(t *testing.T) {
 	senderCtx, stopSender := context.WithCancel(ctx)
 	stopSender() // it sends what is pending, then returns
 	require.NoError(t, n.Run(senderCtx))
-	require.Equal(t, "plain", heard("the second create's NOTIFY, from the sender (no hint: it covers any commits)"))
+	require.Equal(t, "plain;types=task.created", heard("the second create's NOTIFY, from the sender, naming what the commits it covers wrote (no hint: it covers any commits)"))
 	require.Equal(t, int64(2), n.Sent())
 
 	// With a unique key the create is a transaction; its commit carries the NOTIFY too.
 	keyed, kn, _ := instance("keyed")
 	create(keyed, "keyed", "k1")
-	require.Equal(t, "keyed;claimable", heard("the keyed create's NOTIFY, carried"))
+	require.Equal(t, "keyed;types=task.created;claimable", heard("the keyed create's NOTIFY, carried"))
 	require.Equal(t, int64(1), kn.Carried())
 
 	// A task not claimable yet (run_at ahead): carried, without the hint.
@@ -250,7 +266,7 @@ func TestNotifyCarriedByCreate(t *testing.T) {
 	_, err = later.CreateTask(ctx, pool, store.NewTaskParams{TaskTypeID: tt.ID, NewTaskParams: events.NewTaskParams{
 		Title: "later", Params: json.RawMessage(`{}`), AvailableAt: &runAt}}, admin)
 	require.NoError(t, err)
-	require.Equal(t, "later", heard("the scheduled create's NOTIFY, carried, no hint"))
+	require.Equal(t, "later;types=task.created,(timed create)", heard("the scheduled create's NOTIFY, carried, no hint"))
 	require.Equal(t, int64(1), ln.Carried())
 }
 

@@ -174,7 +174,11 @@ func (db *DB) onCommit(q Querier, fn func()) {
 // wrote runs, once q's write of evs commits, what follows every event
 // write: their metrics, and the wake that names their types (Hub.Wake).
 func (db *DB) wrote(q Querier, evs []events.Envelope, task *events.Task) {
-	types := wokenTypes(evs)
+	db.wroteNaming(q, evs, task, db.wokenTypes(evs))
+}
+
+// wroteNaming is wrote for a write that knows the types its wake names.
+func (db *DB) wroteNaming(q Querier, evs []events.Envelope, task *events.Task, types []string) {
 	db.onCommit(q, func() {
 		db.metrics.observe(evs, task)
 		db.afterCommit(types...)
