@@ -57,9 +57,21 @@ type TaskWithType struct {
 // Whether any unpaused limited type exists is asked by every lock statement
 // (limitsLive): a batch runs the claim with the limited branch only while
 // one does (see runClaims), so types without controls pay nothing for it.
+//
+// Without the limited branch, a batch locks only the workers a claim could
+// serve: a row lock gives the transaction an xid, and its commit a WAL
+// flush, which the empty claim a worker makes as it starts each long-poll
+// need not pay, nor make the next claim wait behind (claimable). A worker
+// left out for that counts as locked, so it is not claimed for again
+// alone, and the claim, which serves only locked workers, gives it nothing.
 func lockStatement(waiting, limited bool) string {
 	lock, rows := `FOR NO KEY UPDATE SKIP LOCKED`, `u.id, l.id IS NOT NULL`
 	from := `FROM users u LEFT JOIN locked l ON l.id = u.id WHERE u.id = ANY($1::uuid[]) AND u.is_worker`
+	serves := ""
+	if !limited {
+		serves = ` AND ` + claimable("users.id")
+		rows = `u.id, l.id IS NOT NULL OR NOT ` + claimable("u.id")
+	}
 	if waiting {
 		lock, rows, from = `FOR NO KEY UPDATE`, `id, true`, `FROM locked`
 	}
@@ -69,12 +81,20 @@ func lockStatement(waiting, limited bool) string {
 		gateSet = `set_config('` + claimGatesSetting + `', (SELECT COALESCE(array_agg(id), '{}')::text FROM gates), true)`
 	}
 	return `WITH locked AS MATERIALIZED (
-    SELECT id FROM users WHERE id = ANY($1::uuid[]) AND is_worker ORDER BY id ` + lock + `
+    SELECT id FROM users WHERE id = ANY($1::uuid[]) AND is_worker` + serves + ` ORDER BY id ` + lock + `
 )` + gates + `
 SELECT ` + rows + `,
        set_config('` + claimWorkersSetting + `', (SELECT COALESCE(array_agg(id), '{}')::text FROM locked), true),
        ` + gateSet + `, ` + limitsLive + `
   ` + from
+}
+
+// claimable is whether a claim without the limited branch could find a
+// task for worker: one probe each of worker_tasks_queue and
+// worker_tasks_preassigned, whose predicates these are.
+func claimable(worker string) string {
+	return `(EXISTS (SELECT 1 FROM worker_tasks q WHERE q.status = 'pending' AND q.assigned_to IS NULL AND NOT q.scheduled AND NOT q.gated)
+      OR EXISTS (SELECT 1 FROM worker_tasks a WHERE a.assigned_to = ` + worker + ` AND a.status = 'pending' AND NOT a.scheduled AND NOT a.gated))`
 }
 
 const (
