@@ -77,8 +77,11 @@ func (b *syncBuffer) String() string {
 // baseEnv is a clean environment: nothing from the developer's shell (an
 // ANTHROPIC_API_KEY, a DATABASE_URL) leaks into the binary under test.
 func baseEnv(extra ...string) []string {
+	// No daily digest unless a test asks for one (a later DIGEST_AT wins):
+	// a test with Telegram on that starts just after 09:00, the default,
+	// would get the day's digest among the messages it counts.
 	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.TempDir(), "LOG_FORMAT=json",
-		"DATA_DIR=" + filepath.Join(os.TempDir(), "task-service-e2e-data")}
+		"DATA_DIR=" + filepath.Join(os.TempDir(), "task-service-e2e-data"), "DIGEST_AT=off"}
 	return append(env, extra...)
 }
 
