@@ -122,6 +122,14 @@ func (t *Task) HeldBy(workerID string) bool {
 func (t *Task) Apply(e Envelope) {
 	at := e.OccurredAt
 	switch p := e.Payload.(type) {
+	case TaskCompacted:
+		// A snapshot: the state as it was, at the compaction's version.
+		*t = p.Task
+		if string(t.Result) == "null" { // the result was dropped
+			t.Result = nil
+		}
+		t.Version = e.Version
+		return
 	case TaskCreated:
 		*t = Task{
 			ID: e.StreamID, Title: p.Title, Description: p.Description, TaskTypeID: p.TaskTypeID,

@@ -30,6 +30,7 @@ func (Projector) Task(b *pgx.Batch, before, t *events.Task, evs []events.Envelop
 		queueTaskAssignment(b, e)
 		queueTaskData(b, e)
 		queueTaskCheckpoint(b, e)
+		queueCompaction(b, e)
 	}
 }
 

@@ -29,6 +29,10 @@ type fold struct {
 	workflows   map[key]*events.Workflow
 	ruleKeys    map[key]map[string]events.KeyState // each rule's watchlist
 	held        map[key][]events.Envelope          // events waiting for their predecessor
+	// compacted is the version of each task's task.compacted (the latest):
+	// the rows its earlier events made (thread, assignments) are dropped,
+	// as the compaction dropped them live.
+	compacted map[key]int
 	events      int64
 	skipped     int64 // events of streams no projection reads
 }
@@ -64,6 +68,7 @@ func newFold() *fold {
 		workflows:   map[key]*events.Workflow{},
 		ruleKeys:    map[key]map[string]events.KeyState{},
 		held:        map[key][]events.Envelope{},
+		compacted:   map[key]int{},
 	}
 }
 
@@ -120,6 +125,9 @@ func (f *fold) next(e events.Envelope, k key) (bool, error) {
 		}
 		e.StreamID = t.ID
 		t.Apply(e)
+		if p, ok := e.Payload.(events.TaskCompacted); ok {
+			f.applyCompacted(e, k, p)
+		}
 		if row := projections.UpdateRow(e); row != nil {
 			f.updates = append(f.updates, row)
 		}
@@ -208,6 +216,14 @@ func (f *fold) inOrder(e events.Envelope, k key, exists bool, have func() int) (
 	switch {
 	case e.Version == v+1:
 		return true, nil
+	case e.Version > v+1 && e.Type == compactedType:
+		// A snapshot: the events it replaced are gone from the log (or,
+		// read from an archive, came first).
+		return true, nil
+	case e.Version <= f.compacted[k]:
+		// Replaced by a compaction already folded: an archived event read
+		// after it adds nothing.
+		return false, nil
 	case e.Version > v+1:
 		f.held[k] = append(f.held[k], e)
 		return false, nil
@@ -260,6 +276,52 @@ func (f *fold) version(streamType string, k key) int {
 		}
 	}
 	return 0
+}
+
+var compactedType = events.TaskCompacted{}.EventType()
+
+// applyCompacted folds a compaction's rows: its data rows are the task's,
+// its checkpoint is gone, and the events it replaced that still wait
+// (read out of order from an archive) never will be folded.
+func (f *fold) applyCompacted(e events.Envelope, k key, p events.TaskCompacted) {
+	f.compacted[k] = e.Version
+	if c := f.checkpoints[k]; c != nil && c.Version < e.Version {
+		delete(f.checkpoints, k)
+	}
+	for i := range p.Data {
+		d := p.Data[i]
+		if dk, err := parseKey(d.ID); err == nil {
+			f.data[dk] = &d
+		}
+	}
+	if held := f.held[k]; len(held) > 0 {
+		held = slices.DeleteFunc(held, func(h events.Envelope) bool { return h.Version < e.Version })
+		if len(held) == 0 {
+			delete(f.held, k)
+		} else {
+			f.held[k] = held
+		}
+	}
+}
+
+// uncompacted drops from rows (one per event: task id at column idCol,
+// its version at versionCol) those a compaction replaced.
+func (f *fold) uncompacted(rows [][]any, idCol, versionCol int) [][]any {
+	if len(f.compacted) == 0 {
+		return rows
+	}
+	out := make([][]any, 0, len(rows))
+	for _, r := range rows {
+		id, _ := r[idCol].(string)
+		k, err := parseKey(id)
+		if err == nil {
+			if cv, ok := f.compacted[k]; ok && r[versionCol].(int) < cv {
+				continue
+			}
+		}
+		out = append(out, r)
+	}
+	return out
 }
 
 func knownStream(t string) bool {

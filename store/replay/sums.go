@@ -19,6 +19,15 @@ import (
 
 var sumTables = projections.SumTables()
 
+// countedEvents is the log as the sum tables count it: every event but a
+// compaction, and in place of each compaction the events it replaced that
+// the sums count (events.TaskCompacted.Counted), at its own position.
+const countedEvents = `(SELECT seq, tx_id, stream_id, type, data, occurred_at FROM task_events WHERE type <> 'task.compacted'
+UNION ALL
+SELECT c.seq, c.tx_id, c.stream_id, x->>'type', x->'data', (x->>'occurred_at')::timestamptz
+  FROM task_events c CROSS JOIN LATERAL jsonb_array_elements(coalesce(c.data->'counted', '[]')) x
+ WHERE c.type = 'task.compacted')`
+
 // eventSums selects t's rows as the sums of its events meeting where.
 func eventSums(t projections.SumTable, where string) string {
 	cond := "e.type IN ('" + strings.Join(t.Events, "', '") + "') AND " + where
@@ -29,7 +38,7 @@ func eventSums(t projections.SumTable, where string) string {
 	for i := range t.Key {
 		group[i] = fmt.Sprint(i + 1)
 	}
-	return fmt.Sprintf(`SELECT %s, %s FROM task_events e WHERE %s GROUP BY %s`,
+	return fmt.Sprintf(`SELECT %s, %s FROM `+countedEvents+` e WHERE %s GROUP BY %s`,
 		strings.Join(t.KeySQL, ", "), strings.Join(t.SumsSQL, ", "), cond, strings.Join(group, ", "))
 }
 

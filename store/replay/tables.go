@@ -97,7 +97,10 @@ func tables() []table {
 		},
 		{
 			name: "worker_task_updates", columns: projections.UpdateColumns, key: []string{"id"}, stream: "task_id",
-			rows: func(f *fold) (int, pgx.CopyFromSource) { return len(f.updates), pgx.CopyFromRows(f.updates) },
+			rows: func(f *fold) (int, pgx.CopyFromSource) {
+				rows := f.uncompacted(f.updates, 1, 5)
+				return len(rows), pgx.CopyFromRows(rows)
+			},
 		},
 		{
 			name: "task_data", columns: projections.DataColumns, key: []string{"id"}, stream: "task_id",
@@ -113,7 +116,10 @@ func tables() []table {
 		},
 		{
 			name: "task_assignments", columns: projections.AssignmentColumns, key: []string{"task_id", "version"}, stream: "task_id",
-			rows: func(f *fold) (int, pgx.CopyFromSource) { return len(f.assignments), pgx.CopyFromRows(f.assignments) },
+			rows: func(f *fold) (int, pgx.CopyFromSource) {
+				rows := f.uncompacted(f.assignments, 0, 1)
+				return len(rows), pgx.CopyFromRows(rows)
+			},
 		},
 		{
 			name: "schedules", columns: projections.ScheduleColumns, key: []string{"id"}, stream: "id",

@@ -74,6 +74,10 @@ type VerifyConfig struct {
 	// PartitionEvents bounds the events folded at once (default
 	// DefaultPartitionEvents).
 	PartitionEvents int
+	// EventsSchema, when set, folds that schema's task_events instead of
+	// the live log (ArchiveSchema: the archive plus the live log, after
+	// LoadArchive); the projections compared are the live ones.
+	EventsSchema string
 }
 
 // Verify folds the log and diffs the result both ways against the live
@@ -100,6 +104,11 @@ func Verify(ctx context.Context, pool *pgxpool.Pool, cfg VerifyConfig) (*Report,
 	defer conn.Close(context.WithoutCancel(ctx))
 	if err := setSession(ctx, conn); err != nil {
 		return nil, fmt.Errorf("verify: %w", err)
+	}
+	if cfg.EventsSchema != "" {
+		if err := useEvents(ctx, conn, cfg.EventsSchema); err != nil {
+			return nil, fmt.Errorf("verify: %w", err)
+		}
 	}
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {

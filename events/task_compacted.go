@@ -1,0 +1,196 @@
+package events
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// TaskCompacted replaces a finished task's events once they are past the
+// retention and in a verified archive (ADR 035): the compaction appends it
+// at the end of the log and deletes the events before it in the same
+// transaction. It is a snapshot: folding it alone gives the task's final
+// state, less the big payloads (params, result, thread messages,
+// checkpoint), whose size and hash it keeps.
+type TaskCompacted struct {
+	// Task is the final state, params {} and result left out.
+	Task Task `json:"task"`
+	// Events is how many events it replaced, versions 1 to Task.Version,
+	// seqs FirstSeq to LastSeq; Archives are the archive objects that hold
+	// them in full.
+	Events   int      `json:"events"`
+	FirstSeq int64    `json:"first_seq"`
+	LastSeq  int64    `json:"last_seq"`
+	Archives []string `json:"archives,omitempty"`
+	// Attempts are the task's claims, oldest first.
+	Attempts []Attempt `json:"attempts,omitempty"`
+	// Params, Result and Checkpoint describe the dropped payloads.
+	Params     *Digest `json:"params,omitempty"`
+	Result     *Digest `json:"result,omitempty"`
+	Checkpoint *Digest `json:"checkpoint,omitempty"`
+	// Updates counts the dropped thread messages, UpdateBytes their text.
+	Updates     int `json:"updates,omitempty"`
+	UpdateBytes int `json:"update_bytes,omitempty"`
+	// Data are the task's data objects (the index; the objects stay in the
+	// data store until their own retention removes them).
+	Data []TaskData `json:"data,omitempty"`
+	// Counted are the replaced events that the sum tables count (usage,
+	// completions per worker and day, the per-minute counters), with only
+	// the fields those sums read: replay sums them as if they were the
+	// events themselves.
+	Counted []Counted `json:"counted,omitempty"`
+}
+
+// Attempt is one claim of a task: who held it, for how long, how it ended.
+type Attempt struct {
+	WorkerID  string     `json:"worker_id"`
+	ClaimedAt time.Time  `json:"claimed_at"`
+	EndedAt   *time.Time `json:"ended_at,omitempty"`
+	// DurationMS is EndedAt - ClaimedAt.
+	DurationMS int64 `json:"duration_ms"`
+	// Outcome: completed, failed, released or cancelled.
+	Outcome     string `json:"outcome"`
+	FailureKind string `json:"failure_kind,omitempty"`
+	Reason      string `json:"reason,omitempty"`
+}
+
+// Digest is the size and SHA-256 of a dropped JSON payload, as stored.
+type Digest struct {
+	Size   int    `json:"size_bytes"`
+	SHA256 string `json:"sha256"`
+}
+
+// Counted is a replaced event that a sum table counts.
+type Counted struct {
+	Type       string          `json:"type"`
+	OccurredAt time.Time       `json:"occurred_at"`
+	Data       json.RawMessage `json:"data"`
+}
+
+func (TaskCompacted) EventType() string { return "task.compacted" }
+
+func init() { register[TaskCompacted]() }
+
+// Compactable says why a finished task's stream may not be compacted, or
+// "" when it may: it has ended for good (a failure's retry is decided) and
+// nothing happened to it since cutoff.
+func (t *Task) Compactable(cutoff time.Time) string {
+	switch {
+	case !t.Status.Terminal():
+		return "the task is " + string(t.Status)
+	case t.Status == StatusFailed && t.RetryOutcome == nil:
+		return "its retry is not decided yet"
+	case !t.UpdatedAt.Before(cutoff):
+		return "it changed after the retention's start"
+	}
+	return ""
+}
+
+// CompactTask builds the event that replaces stream, a task's whole
+// history in version order (no earlier compaction in it but as its first
+// event). seqs are the events' positions.
+func CompactTask(stream []Envelope, archives []string) (TaskCompacted, error) {
+	if len(stream) == 0 {
+		return TaskCompacted{}, fmt.Errorf("compact: empty stream")
+	}
+	var out TaskCompacted
+	t := &Task{}
+	var checkpoint json.RawMessage
+	for i, e := range stream {
+		if e.Version != i+1 && !(i == 0 && e.Type == (TaskCompacted{}).EventType()) {
+			return out, fmt.Errorf("compact task %s: event %d is version %d, expected %d", e.StreamID, e.Seq, e.Version, i+1)
+		}
+		t.Apply(e)
+		switch p := e.Payload.(type) {
+		case TaskCompacted:
+			// An earlier compaction's record carries on (a manual retry
+			// after it appended more).
+			out.Attempts = append(out.Attempts, p.Attempts...)
+			out.Params, out.Result, out.Checkpoint = p.Params, p.Result, p.Checkpoint
+			out.Updates, out.UpdateBytes = p.Updates, p.UpdateBytes
+			out.Counted = append(out.Counted, p.Counted...)
+			out.Archives = append(out.Archives, p.Archives...)
+			out.Events += p.Events
+			out.FirstSeq = p.FirstSeq
+		case TaskClaimed:
+			out.Attempts = append(out.Attempts, Attempt{WorkerID: p.WorkerID, ClaimedAt: e.OccurredAt})
+		case TaskReleased:
+			endAttempt(&out, e.OccurredAt, "released", "", p.Reason)
+		case TaskCompleted:
+			endAttempt(&out, e.OccurredAt, "completed", "", "")
+			out.Counted = append(out.Counted, counted(e, map[string]any{"worker_id": p.WorkerID}))
+		case TaskFailed:
+			endAttempt(&out, e.OccurredAt, "failed", p.Kind, p.Reason)
+			out.Counted = append(out.Counted, counted(e, map[string]any{"kind": p.Kind}))
+		case TaskCancelled:
+			endAttempt(&out, e.OccurredAt, "cancelled", "", p.Reason)
+		case TaskCreated:
+			if p.RetryCount > 0 {
+				out.Counted = append(out.Counted, counted(e, map[string]any{"retry_count": p.RetryCount}))
+			}
+		case TaskUsageReported:
+			out.Counted = append(out.Counted, Counted{Type: e.Type, OccurredAt: e.OccurredAt, Data: e.Data})
+		case TaskUpdatePosted:
+			out.Updates++
+			out.UpdateBytes += len(p.Message)
+		case TaskCheckpointed:
+			checkpoint = p.State
+		}
+		if e.Type != (TaskCompacted{}).EventType() {
+			out.Events++
+			if out.FirstSeq == 0 {
+				out.FirstSeq = e.Seq
+			}
+		}
+		out.LastSeq = e.Seq
+	}
+	if len(t.Params) > 0 && string(t.Params) != "{}" {
+		out.Params = digest(t.Params)
+	}
+	if len(t.Result) > 0 {
+		out.Result = digest(t.Result)
+	}
+	if len(checkpoint) > 0 {
+		out.Checkpoint = digest(checkpoint)
+	}
+	t.Params = json.RawMessage(`{}`)
+	t.Result = nil
+	out.Task = *t
+	out.Archives = dedupe(out.Archives, archives)
+	return out, nil
+}
+
+func endAttempt(out *TaskCompacted, at time.Time, outcome, kind, reason string) {
+	n := len(out.Attempts)
+	if n == 0 || out.Attempts[n-1].EndedAt != nil {
+		return // no claim open (a cancel or release of a pending task)
+	}
+	a := &out.Attempts[n-1]
+	a.EndedAt = &at
+	a.DurationMS = at.Sub(a.ClaimedAt).Milliseconds()
+	a.Outcome, a.FailureKind, a.Reason = outcome, kind, cut(reason, 500)
+}
+
+func counted(e Envelope, data map[string]any) Counted {
+	b, _ := json.Marshal(data)
+	return Counted{Type: e.Type, OccurredAt: e.OccurredAt, Data: b}
+}
+
+func digest(b []byte) *Digest {
+	sum := sha256.Sum256(b)
+	return &Digest{Size: len(b), SHA256: hex.EncodeToString(sum[:])}
+}
+
+func dedupe(a, b []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, s := range append(append([]string(nil), a...), b...) {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
+}

@@ -1,0 +1,2 @@
+DROP TABLE IF EXISTS event_compaction;
+DROP TABLE IF EXISTS event_archives;

@@ -1,0 +1,419 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/clawdbot/task-service/events"
+)
+
+// CompactConfig configures one compaction pass (ADR 035).
+type CompactConfig struct {
+	// Retention: a retry chain whose tasks all last changed longer ago is
+	// compacted (at least a day).
+	Retention time.Duration
+	// Period is the archive's period kind (day or week): only events in
+	// verified archives of that kind are deleted.
+	Period string
+	// Batch is the chains one transaction looks at (default 100).
+	Batch int
+	// MaxChains bounds the chains one pass looks at (default 10,000).
+	MaxChains int
+	// Pause is slept between two transactions, so a pass leaves the
+	// database to the readers (default 0).
+	Pause time.Duration
+}
+
+// CompactReport says what one pass did.
+type CompactReport struct {
+	Chains int64 `json:"chains"` // chains compacted
+	Tasks  int64 `json:"tasks"`  // task.compacted events appended
+	Events int64 `json:"events"` // events deleted
+	Looked int64 `json:"looked"` // chains looked at
+	// Left counts the chains left for a later pass, by reason.
+	Left map[string]int64 `json:"left,omitempty"`
+	// Done: the pass reached the retention's start; false when MaxChains
+	// stopped it first.
+	Done bool `json:"done"`
+	// Skipped: another instance was compacting.
+	Skipped bool `json:"skipped"`
+}
+
+// compactLockKey is the advisory lock a pass holds: one instance compacts
+// at a time.
+const compactLockKey = 7035_0002
+
+// MinRetention is the shortest EVENT_RETENTION.
+const MinRetention = 24 * time.Hour
+
+// compactionActor appends the task.compacted events.
+var compactionActor = events.Meta{Actor: events.System("compaction")}
+
+// Compact runs one compaction pass: it visits retry chains by their first
+// task's (created_at, id), from where the last pass had to leave one,
+// until the retention's start, and in each transaction of cfg.Batch chains
+// replaces every task's events of the chains that qualify by one
+// task.compacted event. A chain qualifies when every task of it is
+// finished for good, nothing happened to any before the retention's start,
+// no task of it belongs to a running workflow, and every one of its events
+// is in a verified archive (archive.Run).
+func (db *DB) Compact(ctx context.Context, cfg CompactConfig) (CompactReport, error) {
+	rep := CompactReport{Left: map[string]int64{}}
+	if cfg.Retention < MinRetention {
+		return rep, fmt.Errorf("compact: retention %s is shorter than a day", cfg.Retention)
+	}
+	if cfg.Batch <= 0 {
+		cfg.Batch = 100
+	}
+	if cfg.MaxChains <= 0 {
+		cfg.MaxChains = 10_000
+	}
+	conn, err := db.pool.Acquire(ctx)
+	if err != nil {
+		return rep, mapErr(fmt.Errorf("compact: %w", err))
+	}
+	defer conn.Release()
+	var locked bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, compactLockKey).Scan(&locked); err != nil {
+		return rep, mapErr(fmt.Errorf("compact: lock: %w", err))
+	}
+	if !locked {
+		rep.Skipped = true
+		return rep, nil
+	}
+	defer func() {
+		if _, err := conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, compactLockKey); err != nil {
+			_ = conn.Conn().Close(context.WithoutCancel(ctx))
+		}
+	}()
+	cutoff := db.Now().Add(-cfg.Retention)
+	var at time.Time
+	var id string
+	if err := conn.QueryRow(ctx, `SELECT resume_at, resume_id::text FROM event_compaction`).Scan(&at, &id); err != nil {
+		return rep, mapErr(fmt.Errorf("compact: %w", err))
+	}
+	// The first chain left open: the next pass starts there.
+	var leftAt *time.Time
+	var leftID string
+	for rep.Looked < int64(cfg.MaxChains) {
+		roots, err := chainRoots(ctx, conn, at, id, cutoff, cfg.Batch)
+		if err != nil {
+			return rep, err
+		}
+		if len(roots) == 0 {
+			rep.Done = true
+			break
+		}
+		var left []chainRoot
+		err = db.WithTx(ctx, func(tx pgx.Tx) error {
+			var err error
+			left, err = db.compactChains(ctx, tx, roots, cutoff, cfg.Period, &rep)
+			return err
+		})
+		if err != nil {
+			return rep, fmt.Errorf("compact: %w", err)
+		}
+		rep.Looked += int64(len(roots))
+		if len(left) > 0 && leftAt == nil {
+			leftAt, leftID = &left[0].createdAt, left[0].id
+		}
+		last := roots[len(roots)-1]
+		at, id = last.createdAt, last.id
+		resumeAt, resumeID := at, id
+		if leftAt != nil {
+			resumeAt, resumeID = *leftAt, leftID
+		}
+		// Resume just before the first chain left: the condition is >.
+		if _, err := conn.Exec(ctx, `UPDATE event_compaction SET resume_at = $1, resume_id = $2::uuid, updated_at = now()`,
+			resumeAt, prevID(resumeID, leftAt != nil)); err != nil {
+			return rep, mapErr(fmt.Errorf("compact: %w", err))
+		}
+		if cfg.Pause > 0 {
+			select {
+			case <-ctx.Done():
+				return rep, ctx.Err()
+			case <-time.After(cfg.Pause):
+			}
+		}
+	}
+	if rep.Done && leftAt == nil {
+		// Everything before the cutoff is compacted or was never a
+		// chain's start: the next pass starts where this one ended.
+		_, _ = conn.Exec(ctx, `UPDATE event_compaction SET updated_at = now()`)
+	}
+	return rep, nil
+}
+
+// prevID returns the id a resume condition "(created_at, id) > (at, x)"
+// should hold so that id itself is visited again: id less one when left.
+func prevID(id string, left bool) string {
+	if !left {
+		return id
+	}
+	b := []byte(id)
+	// Decrement the hex number (ids are never all zeros).
+	for i := len(b) - 1; i >= 0; i-- {
+		if b[i] == '-' {
+			continue
+		}
+		if b[i] == '0' {
+			b[i] = 'f'
+			continue
+		}
+		switch {
+		case b[i] == 'a':
+			b[i] = '9'
+		default:
+			b[i]--
+		}
+		break
+	}
+	return string(b)
+}
+
+type chainRoot struct {
+	id        string
+	createdAt time.Time
+}
+
+// chainRoots reads the next n first tasks of chains after (at, id) created
+// before cutoff, in the listing index's order.
+func chainRoots(ctx context.Context, q Querier, at time.Time, id string, cutoff time.Time, n int) ([]chainRoot, error) {
+	rows, err := q.Query(ctx, `SELECT id::text, created_at FROM worker_tasks
+		WHERE (created_at, id) > ($1, $2::uuid) AND created_at < $3 AND parent_task_id IS NULL
+		ORDER BY created_at, id LIMIT $4`, at, id, cutoff, n)
+	if err != nil {
+		return nil, mapErr(fmt.Errorf("compact: read chains: %w", err))
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (chainRoot, error) {
+		var c chainRoot
+		err := r.Scan(&c.id, &c.createdAt)
+		return c, err
+	})
+}
+
+// compactChains compacts those of roots' chains that qualify, in tx, and
+// returns the roots of those left for later.
+func (db *DB) compactChains(ctx context.Context, tx pgx.Tx, roots []chainRoot, cutoff time.Time, period string, rep *CompactReport) ([]chainRoot, error) {
+	ids := make([]string, len(roots))
+	for i, r := range roots {
+		ids[i] = r.id
+	}
+	// Every task of the chains, locked in id order (a writer of one of
+	// them waits, or this waits for it), with what disqualifies it.
+	rows, err := tx.Query(ctx, `WITH RECURSIVE chain(root, id) AS (
+    SELECT id, id FROM worker_tasks WHERE id = ANY($1::uuid[])
+  UNION ALL
+    SELECT c.root, w.retry_task_id FROM chain c JOIN worker_tasks w ON w.id = c.id WHERE w.retry_task_id IS NOT NULL
+), locked AS (
+    SELECT w.id, w.workflow_id FROM worker_tasks w WHERE w.id IN (SELECT id FROM chain) ORDER BY w.id FOR UPDATE OF w
+)
+SELECT c.root::text, c.id::text,
+       EXISTS (SELECT 1 FROM worker_tasks o WHERE l.workflow_id IS NOT NULL AND o.workflow_id = l.workflow_id
+               AND (o.status IN ('blocked', 'pending', 'in_progress') OR (o.status = 'failed' AND o.retry_outcome IS NULL)))
+  FROM chain c JOIN locked l ON l.id = c.id`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("read chains: %w", err)
+	}
+	type member struct {
+		id          string
+		runningFlow bool
+	}
+	chains := map[string][]member{}
+	for rows.Next() {
+		var root string
+		var m member
+		if err := rows.Scan(&root, &m.id, &m.runningFlow); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("read chains: %w", err)
+		}
+		chains[root] = append(chains[root], m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read chains: %w", err)
+	}
+	var all []string
+	for _, ms := range chains {
+		for _, m := range ms {
+			all = append(all, m.id)
+		}
+	}
+	// Their events, each with the archive that holds it (none: "").
+	erows, err := tx.Query(ctx, `SELECT `+eventColumns+`, coalesce(a.object_key, '')
+		FROM task_events e
+		LEFT JOIN LATERAL (
+		    SELECT a.object_key FROM event_archives a
+		     WHERE a.period = $2 AND a.verified_at IS NOT NULL
+		       AND a.period_start = (date_trunc($2, e.occurred_at AT TIME ZONE 'UTC'))::date
+		       AND e.seq BETWEEN a.seq_lo AND a.seq_hi AND pg_visible_in_snapshot(e.tx_id, a.snapshot)
+		) a ON true
+		WHERE e.stream_id = ANY($1::uuid[]) ORDER BY e.stream_id, e.version`, all, period)
+	if err != nil {
+		return nil, fmt.Errorf("read events: %w", err)
+	}
+	streams := map[string][]events.Envelope{}
+	archivesOf := map[string][]string{}
+	unarchived := map[string]bool{}
+	for erows.Next() {
+		var e events.Envelope
+		var txID int64
+		var object string
+		if err := erows.Scan(&e.Seq, &txID, &e.StreamType, &e.StreamID, &e.Version, &e.Type, &e.SchemaVersion,
+			&e.Data, &e.Meta, &e.OccurredAt, &object); err != nil {
+			erows.Close()
+			return nil, fmt.Errorf("read events: %w", err)
+		}
+		e.TxID, e.OccurredAt = uint64(txID), e.OccurredAt.UTC()
+		if err := e.Decode(); err != nil {
+			erows.Close()
+			return nil, err
+		}
+		streams[e.StreamID] = append(streams[e.StreamID], e)
+		if object == "" {
+			unarchived[e.StreamID] = true
+		} else if as := archivesOf[e.StreamID]; len(as) == 0 || as[len(as)-1] != object {
+			archivesOf[e.StreamID] = append(as, object)
+		}
+	}
+	if err := erows.Err(); err != nil {
+		return nil, fmt.Errorf("read events: %w", err)
+	}
+
+	b := &pgx.Batch{}
+	var appended []events.Envelope
+	var delIDs []string
+	var delBelow []int32
+	var left []chainRoot
+	for _, r := range roots {
+		ms := chains[r.id]
+		why := ""
+		if len(ms) == 0 {
+			why = "gone" // deleted meanwhile: nothing to keep
+		}
+		var todo []string
+		for _, m := range ms {
+			stream := streams[m.id]
+			t := events.FoldTask(stream)
+			switch {
+			case t == nil:
+				why = "no events"
+			case m.runningFlow:
+				why = "its workflow is running"
+			case t.Compactable(cutoff) != "":
+				why = t.Compactable(cutoff)
+			case unarchived[m.id]:
+				why = "not archived yet"
+			}
+			if why != "" {
+				break
+			}
+			if !(len(stream) == 1 && stream[0].Type == (events.TaskCompacted{}).EventType()) {
+				todo = append(todo, m.id)
+			}
+		}
+		if why != "" {
+			rep.Left[why]++
+			if why != "gone" && why != "no events" {
+				left = append(left, r)
+			}
+			continue
+		}
+		if len(todo) == 0 {
+			continue // compacted before
+		}
+		rep.Chains++
+		for _, id := range todo {
+			stream := streams[id]
+			before := events.FoldTask(stream)
+			p, err := events.CompactTask(stream, archivesOf[id])
+			if err != nil {
+				return nil, err
+			}
+			p.Data = foldData(stream)
+			_, evs, err := projectStream[events.Task](b, db.Now(), events.StreamTask, id, before, []events.Payload{p}, compactionActor,
+				func(b *pgx.Batch, before, after *events.Task, evs []events.Envelope) {
+					db.projector.Task(b, before, after, evs)
+				})
+			if err != nil {
+				return nil, err
+			}
+			if err := queueEvents(b, evs); err != nil {
+				return nil, err
+			}
+			appended = append(appended, evs...)
+			delIDs = append(delIDs, id)
+			delBelow = append(delBelow, int32(evs[0].Version))
+			rep.Tasks++
+		}
+	}
+	if len(delIDs) == 0 {
+		return left, nil
+	}
+	b.Queue(`WITH gone AS (
+    DELETE FROM task_events e USING unnest($1::uuid[], $2::int[]) AS d(id, v) WHERE e.stream_id = d.id AND e.version < d.v
+    RETURNING 1
+) UPDATE event_compaction SET tasks = tasks + $3, events = events + (SELECT count(*) FROM gone)
+RETURNING (SELECT count(*) FROM gone)`, delIDs, delBelow, len(delIDs))
+	br := tx.SendBatch(ctx, b)
+	for range b.Len() - 1 {
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return nil, mapErr(err)
+		}
+	}
+	var deleted int64
+	if err := br.QueryRow().Scan(&deleted); err != nil {
+		br.Close()
+		return nil, mapErr(err)
+	}
+	if err := br.Close(); err != nil {
+		return nil, mapErr(err)
+	}
+	rep.Events += deleted
+	db.wrote(tx, appended, nil)
+	return left, nil
+}
+
+// foldData is the task_data rows a stream's data events leave.
+func foldData(stream []events.Envelope) []events.TaskData {
+	var out []events.TaskData
+	for _, e := range stream {
+		switch p := e.Payload.(type) {
+		case events.TaskCompacted:
+			out = append(out[:0], p.Data...)
+		case events.TaskDataUploaded:
+			i := indexData(out, p.DataID)
+			var d events.TaskData
+			if i >= 0 {
+				d = out[i]
+			}
+			d.ApplyUpload(e, p)
+			if i >= 0 {
+				out[i] = d
+			} else {
+				out = append(out, d)
+			}
+		case events.TaskDataDeleted:
+			if i := indexData(out, p.DataID); i >= 0 {
+				out = append(out[:i], out[i+1:]...)
+			}
+		}
+	}
+	return out
+}
+
+func indexData(ds []events.TaskData, id string) int {
+	for i, d := range ds {
+		if d.ID == id {
+			return i
+		}
+	}
+	return -1
+}
+
+// ErrRetentionTooShort: EVENT_RETENTION under a day.
+var ErrRetentionTooShort = errors.New("event retention must be at least a day")

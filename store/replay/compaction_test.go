@@ -1,0 +1,179 @@
+package replay_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/clawdbot/task-service/events"
+	"github.com/clawdbot/task-service/projections"
+	"github.com/clawdbot/task-service/store"
+	"github.com/clawdbot/task-service/store/archive"
+	"github.com/clawdbot/task-service/store/blob"
+	"github.com/clawdbot/task-service/store/replay"
+	"github.com/clawdbot/task-service/store/storetest"
+)
+
+// After a random workload (and a task with usage, data, a checkpoint, a
+// result and a thread), 40 days later with a 30-day retention: the archive
+// holds every period, compaction replaces every finished chain's events by
+// one task.compacted each, and every projection (tasks, counts, sums,
+// thread, assignments, data, checkpoints) still equals the fold of the
+// compacted log, of a rebuild from it, and of the archive plus the live
+// log. A tampered archive object is refused by name, and the load from
+// the archive writes nothing.
+func TestCompactionKeepsProjections(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := storetest.NewPool(t)
+	w := newWorkload(t, pool, 8)
+	w.runConcurrently(ctx, t, 4, 500, 7)
+	w.decideRetries(ctx, t)
+	rich := richTask(ctx, t, w)
+
+	later := func() time.Time { return time.Now().Add(40 * 24 * time.Hour) }
+	db, err := store.New(pool, store.Config{Projector: projections.Projector{}, Now: later})
+	require.NoError(t, err)
+	dir := t.TempDir()
+	bs, err := blob.NewFS(dir)
+	require.NoError(t, err)
+
+	before := count(t, pool, `SELECT count(*) FROM task_events`)
+	finished := count(t, pool, `SELECT count(*) FROM worker_tasks WHERE status IN ('completed', 'cancelled')
+		OR (status = 'failed' AND retry_outcome IS NOT NULL)`)
+
+	// Without an archive nothing is compacted.
+	rep, err := db.Compact(ctx, store.CompactConfig{Retention: 30 * 24 * time.Hour, Period: archive.Day})
+	require.NoError(t, err)
+	require.Zero(t, rep.Tasks)
+	require.Positive(t, rep.Left["not archived yet"])
+
+	arep, err := archive.Run(ctx, archive.Config{Pool: pool, Store: bs, Kind: archive.Day, Now: later})
+	require.NoError(t, err)
+	require.Positive(t, arep.Periods)
+	require.Equal(t, before, arep.Events, "every event is in the archive")
+
+	for {
+		rep, err = db.Compact(ctx, store.CompactConfig{Retention: 30 * 24 * time.Hour, Period: archive.Day, Batch: 37})
+		require.NoError(t, err)
+		if rep.Done {
+			break
+		}
+	}
+	compacted := count(t, pool, `SELECT count(*) FROM task_events WHERE type = 'task.compacted'`)
+	require.Positive(t, compacted)
+	t.Logf("events %d -> %d; %d task.compacted; %d finished tasks; left %v", before,
+		count(t, pool, `SELECT count(*) FROM task_events`), compacted, finished, rep.Left)
+	require.Zero(t, count(t, pool, `SELECT count(*) FROM task_events e JOIN worker_tasks w ON w.id = e.stream_id
+		WHERE e.type <> 'task.compacted' AND w.status = 'completed' AND e.version < w.version`),
+		"a completed task keeps one event")
+	require.Zero(t, count(t, pool, `SELECT count(*) FROM worker_tasks WHERE status IN ('pending', 'in_progress', 'blocked')
+		AND id IN (SELECT stream_id FROM task_events WHERE type = 'task.compacted')`), "no open task is compacted")
+
+	// What the rich task keeps.
+	var p events.TaskCompacted
+	stream, err := db.Stream(ctx, pool, rich)
+	require.NoError(t, err)
+	require.Len(t, stream, 1)
+	p = stream[0].Payload.(events.TaskCompacted)
+	require.Equal(t, events.StatusCompleted, p.Task.Status)
+	require.Len(t, p.Attempts, 1)
+	require.Equal(t, "completed", p.Attempts[0].Outcome)
+	require.NotNil(t, p.Result)
+	require.NotNil(t, p.Params)
+	require.NotNil(t, p.Checkpoint)
+	require.Equal(t, 1, p.Updates)
+	require.Len(t, p.Data, 1)
+	require.Contains(t, typesOf(p.Counted), "task.usage_reported")
+	require.Zero(t, count(t, pool, `SELECT count(*) FROM worker_task_updates WHERE task_id = $1`, rich))
+	require.Zero(t, count(t, pool, `SELECT count(*) FROM task_checkpoints WHERE task_id = $1`, rich))
+	require.Equal(t, int64(1), count(t, pool, `SELECT count(*) FROM task_data WHERE task_id = $1`, rich))
+	require.Equal(t, int64(1), count(t, pool, `SELECT count(*) FROM llm_usage_tasks WHERE task_id = $1`, rich))
+
+	requireClean(t, verify(t, pool))
+
+	// A second pass finds nothing new.
+	rep, err = db.Compact(ctx, store.CompactConfig{Retention: 30 * 24 * time.Hour, Period: archive.Day})
+	require.NoError(t, err)
+	require.Zero(t, rep.Tasks)
+
+	// The archive plus the live log folds to the live projections too.
+	load, err := replay.LoadArchive(ctx, pool, bs, archive.Day)
+	require.NoError(t, err)
+	require.Equal(t, before, load.Events)
+	vrep, err := replay.Verify(ctx, pool, replay.VerifyConfig{EventsSchema: replay.ArchiveSchema})
+	require.NoError(t, err)
+	requireClean(t, vrep)
+	require.Greater(t, vrep.Events, count(t, pool, `SELECT count(*) FROM task_events`))
+
+	// A rebuild from the compacted log verifies clean.
+	_, err = replay.Rebuild(ctx, pool, replay.RebuildConfig{})
+	require.NoError(t, err)
+	requireClean(t, verify(t, pool))
+
+	// One byte changed in an object: verify names it; the load refuses
+	// before writing anything.
+	periods, err := archive.List(ctx, bs, archive.Day)
+	require.NoError(t, err)
+	obj := filepath.Join(dir, filepath.FromSlash(periods[0].Key()))
+	b, err := os.ReadFile(obj)
+	require.NoError(t, err)
+	b[len(b)/2] ^= 0xff
+	require.NoError(t, os.WriteFile(obj, b, 0o600))
+	_, err = archive.Verify(ctx, bs, periods[0])
+	require.Error(t, err)
+	require.True(t, errors.Is(err, archive.ErrMismatch), "%v", err)
+	require.Contains(t, err.Error(), periods[0].Key())
+	_, err = pool.Exec(ctx, `DROP SCHEMA replay_archive CASCADE`)
+	require.NoError(t, err)
+	_, err = replay.LoadArchive(ctx, pool, bs, archive.Day)
+	require.Error(t, err)
+	require.Zero(t, count(t, pool, `SELECT count(*) FROM pg_namespace WHERE nspname = 'replay_archive'`))
+}
+
+func typesOf(cs []events.Counted) []string {
+	var out []string
+	for _, c := range cs {
+		out = append(out, c.Type)
+	}
+	return out
+}
+
+// richTask runs one task through everything a compaction drops or keeps:
+// params, a thread message, a checkpoint, a data object, usage, a result.
+func richTask(ctx context.Context, t *testing.T, w *workload) string {
+	t.Helper()
+	db := w.db
+	worker := w.workers[0]
+	wm := w.workerMeta(worker)
+	tk, err := db.CreateTask(ctx, db.Pool(), store.NewTaskParams{TaskTypeID: w.types[0], NewTaskParams: events.NewTaskParams{
+		Title: "rich", Params: []byte(`{"url": "https://example.com/a"}`), AssignedTo: worker}}, w.admin)
+	require.NoError(t, err)
+	_, _, err = db.UpdateTask(ctx, db.Pool(), tk.ID, wm, func(t *events.Task) ([]events.Payload, error) { return t.Claim(worker) })
+	require.NoError(t, err)
+	_, _, err = db.UpdateTask(ctx, db.Pool(), tk.ID, wm, func(t *events.Task) ([]events.Payload, error) {
+		return t.PostUpdate(uuid.NewString(), worker, "half way", true)
+	})
+	require.NoError(t, err)
+	_, err = db.SaveTaskCheckpoint(ctx, tk.ID, worker, []byte(`{"page": 3}`), wm)
+	require.NoError(t, err)
+	_, err = db.RecordDataUpload(ctx, store.DataUpload{TaskID: tk.ID, WorkerID: worker, DataType: "posts", Filename: "a.jsonl",
+		Key: events.DataKey(tk.ID, "posts", "a.jsonl"), Size: 3, SHA256: "abc", ContentType: "application/x-ndjson",
+		NewID: uuid.NewString()}, wm, func(context.Context) error { return nil })
+	require.NoError(t, err)
+	_, _, err = db.ReportUsage(ctx, tk.ID, worker, events.UsageReport{Model: "claude-sonnet-4-5", InputTokens: 100, OutputTokens: 50}, wm)
+	require.NoError(t, err)
+	_, _, err = db.UpdateTask(ctx, db.Pool(), tk.ID, wm, func(t *events.Task) ([]events.Payload, error) {
+		return t.PostResult(worker, []byte(`{"posts": 3}`))
+	})
+	require.NoError(t, err)
+	_, _, err = db.CompleteTask(ctx, tk.ID, worker, wm)
+	require.NoError(t, err)
+	return tk.ID
+}
