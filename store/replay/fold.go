@@ -33,8 +33,8 @@ type fold struct {
 	// the rows its earlier events made (thread, assignments) are dropped,
 	// as the compaction dropped them live.
 	compacted map[key]int
-	events      int64
-	skipped     int64 // events of streams no projection reads
+	events    int64
+	skipped   int64 // events of streams no projection reads
 }
 
 // key is a stream id's 16 bytes: cheaper to hash than its 36-character
