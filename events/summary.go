@@ -29,6 +29,8 @@ func Summary(e Envelope, names func(userID string) string) string {
 			s += ", scheduled for " + p.AvailableAt.UTC().Format("2006-01-02T15:04:05Z")
 		}
 		return s
+	case TaskCompacted:
+		return compactedSummary(p, who)
 	case TaskAssigned:
 		return withText(fmt.Sprintf("assigned to %s by %s", who(p.WorkerID), who(p.By)), p.Reason)
 	case TaskClaimed:

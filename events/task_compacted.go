@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -193,4 +194,62 @@ func dedupe(a, b []string) []string {
 		}
 	}
 	return out
+}
+
+// compactedSummary says what a compaction kept and dropped, for the
+// timeline of a compacted task.
+func compactedSummary(p TaskCompacted, who func(string) string) string {
+	s := fmt.Sprintf("compacted %d events", p.Events)
+	if len(p.Archives) > 0 {
+		s += " (in full in the archive " + strings.Join(p.Archives, ", ") + ")"
+	}
+	kept := []string{"final state " + string(p.Task.Status)}
+	if n := len(p.Attempts); n > 0 {
+		parts := make([]string, 0, n)
+		for _, a := range p.Attempts {
+			d := a.Outcome
+			if a.FailureKind != "" {
+				d += " (" + a.FailureKind + ")"
+			}
+			parts = append(parts, fmt.Sprintf("%s %s in %s", who(a.WorkerID), d, time.Duration(a.DurationMS)*time.Millisecond))
+		}
+		kept = append(kept, fmt.Sprintf("%d attempts: %s", n, strings.Join(parts, "; ")))
+	}
+	if p.Result != nil {
+		kept = append(kept, fmt.Sprintf("result size %d bytes, sha256 %s", p.Result.Size, p.Result.SHA256))
+	}
+	var reports, tokens int64
+	for _, c := range p.Counted {
+		if c.Type == (TaskUsageReported{}).EventType() {
+			var u TaskUsageReported
+			if json.Unmarshal(c.Data, &u) == nil {
+				reports++
+				tokens += u.InputTokens + u.OutputTokens + u.CacheReadTokens + u.CacheWriteTokens
+			}
+		}
+	}
+	if reports > 0 {
+		kept = append(kept, fmt.Sprintf("usage %d reports, %d tokens", reports, tokens))
+	}
+	if len(p.Data) > 0 {
+		kept = append(kept, fmt.Sprintf("%d data objects", len(p.Data)))
+	}
+	var dropped []string
+	if p.Params != nil {
+		dropped = append(dropped, fmt.Sprintf("params (%d bytes)", p.Params.Size))
+	}
+	if p.Result != nil {
+		dropped = append(dropped, "the result")
+	}
+	if p.Updates > 0 {
+		dropped = append(dropped, fmt.Sprintf("%d thread messages", p.Updates))
+	}
+	if p.Checkpoint != nil {
+		dropped = append(dropped, fmt.Sprintf("the checkpoint (%d bytes)", p.Checkpoint.Size))
+	}
+	s += "; kept " + strings.Join(kept, ", ")
+	if len(dropped) > 0 {
+		s += "; dropped " + strings.Join(dropped, ", ")
+	}
+	return s
 }
