@@ -8,6 +8,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,6 +20,7 @@ import (
 	"github.com/clawdbot/task-service/cmd/internal/settings"
 	"github.com/clawdbot/task-service/reactors"
 	"github.com/clawdbot/task-service/store"
+	"github.com/clawdbot/task-service/store/blob"
 )
 
 // backgroundConfig configures what runs beside the API: the listener and
@@ -58,6 +61,14 @@ type backgroundConfig struct {
 	// freshnessMinAge lowers the one-minute floor of a rule's max age;
 	// only tests set it (TASK_SERVICE_TEST_MIN_FRESHNESS_AGE).
 	freshnessMinAge time.Duration
+
+	// The event log's retention by compaction and its archive (ADR 035).
+	eventRetentionText string
+	eventRetention     time.Duration // 0: off
+	eventPartition     string
+	compactionEvery    time.Duration
+	compactionBatch    int
+	compactionPause    time.Duration
 }
 
 func (c *backgroundConfig) register(fs *flag.FlagSet) {
@@ -83,6 +94,47 @@ func (c *backgroundConfig) register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.freshness, "freshness", true, "create the tasks of freshness rules for stale keys on this instance (env FRESHNESS)")
 	fs.DurationVar(&c.freshnessCatchUp, "freshness-catch-up", 30*time.Second, "freshness rules are looked at this often even without a wake (env FRESHNESS_CATCH_UP)")
 	c.monitor.register(fs)
+	fs.StringVar(&c.eventRetentionText, "event-retention", "", "past this age (days, such as 90d, at least 1d) a finished retry chain's events are archived and replaced by one task.compacted event per task; unset keeps every event (env EVENT_RETENTION)")
+	settings.Choice(fs, &c.eventPartition, "event-partition", "day", []string{"day", "week"}, "the event log's period, UTC day or ISO week: archive objects (and partitions) are one per period (env EVENT_PARTITION)")
+	fs.DurationVar(&c.compactionEvery, "event-compaction-interval", 10*time.Minute, "how often an instance archives ended periods and compacts, when EVENT_RETENTION is set (env EVENT_COMPACTION_INTERVAL)")
+	fs.IntVar(&c.compactionBatch, "event-compaction-batch", 100, "retry chains one compaction transaction looks at (env EVENT_COMPACTION_BATCH)")
+	fs.DurationVar(&c.compactionPause, "event-compaction-pause", 20*time.Millisecond, "pause after each compaction transaction, leaving the database to the readers (env EVENT_COMPACTION_PAUSE)")
+}
+
+// checkCompaction reads EVENT_RETENTION (days, or a Go duration) and
+// refuses a retention under a day and bounds that would do nothing.
+func (c *backgroundConfig) checkCompaction() error {
+	var errs []error
+	if v := strings.TrimSpace(c.eventRetentionText); v != "" {
+		d, err := parseRetention(v)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("EVENT_RETENTION=%q: want a number of days such as 90d (or a duration such as 2160h); leave it unset to keep every event", v))
+		case d < store.MinRetention:
+			errs = append(errs, fmt.Errorf("EVENT_RETENTION=%s: want at least a day (1d), such as 90d; leave it unset to keep every event", v))
+		default:
+			c.eventRetention = d
+		}
+	}
+	if c.compactionEvery < time.Second {
+		errs = append(errs, fmt.Errorf("EVENT_COMPACTION_INTERVAL=%s: want a duration of at least 1s, such as 10m", c.compactionEvery))
+	}
+	if c.compactionBatch < 1 || c.compactionBatch > 10_000 {
+		errs = append(errs, fmt.Errorf("EVENT_COMPACTION_BATCH=%d: want a whole number from 1 to 10000", c.compactionBatch))
+	}
+	return errors.Join(errs...)
+}
+
+// parseRetention reads 90d (whole days) or a Go duration (2160h).
+func parseRetention(v string) (time.Duration, error) {
+	if days, ok := strings.CutSuffix(v, "d"); ok {
+		n, err := strconv.Atoi(days)
+		if err != nil || n < 0 || n > 100*366 {
+			return 0, fmt.Errorf("not a number of days: %q", v)
+		}
+		return time.Duration(n) * 24 * time.Hour, nil
+	}
+	return time.ParseDuration(v)
 }
 
 // checkScheduleHistory refuses limits that would keep nothing.
@@ -121,6 +173,8 @@ type background struct {
 	// telegram is the outbox's sender when this instance runs the
 	// reactors: an answer to a command pokes it.
 	telegram *reactors.TelegramSender
+	// data is the task-data store, where the event archive goes too.
+	data blob.Store
 
 	workers []func(context.Context) error // stopped first
 	infra   []func(context.Context) error // stopped last
@@ -209,6 +263,17 @@ func (b *background) addWorkers(cfg config, db *store.DB, reg prometheus.Registe
 			return err
 		}
 		b.workers = append(b.workers, history.Run)
+	}
+	if bg.eventRetention > 0 {
+		comp, err := reactors.NewCompaction(reactors.CompactionConfig{DB: db, Store: b.data, Retention: bg.eventRetention,
+			Period: bg.eventPartition, Every: bg.compactionEvery, Batch: bg.compactionBatch, Pause: bg.compactionPause,
+			Registerer: reg, Logger: log})
+		if err != nil {
+			return err
+		}
+		b.workers = append(b.workers, comp.Run)
+		log.Info().Dur("retention", bg.eventRetention).Str("period", bg.eventPartition).
+			Msg("event retention is on: finished chains past it are archived and compacted")
 	}
 	if bg.freshness {
 		fresh, err := reactors.NewFreshness(reactors.FreshnessConfig{DB: db, Hub: b.hub, Check: api.NewParamsCheck(),

@@ -168,6 +168,9 @@ func loadSettings(fs *flag.FlagSet, cfg *config, args []string, lookup func(stri
 	if err := cfg.bg.checkScheduleHistory(); err != nil {
 		return err
 	}
+	if err := cfg.bg.checkCompaction(); err != nil {
+		return err
+	}
 	return cfg.bg.readTestKnobs(lookup)
 }
 
@@ -302,6 +305,7 @@ func serve(ctx context.Context, cfg config, log zerolog.Logger) error {
 	}
 	pages.Register(srv.Echo())
 
+	bg.data = bs
 	if err := bg.addWorkers(cfg, db, reg, log); err != nil {
 		return err
 	}

@@ -120,22 +120,7 @@ func (a *app) dataEnv(ctx context.Context, dbURL string) (*store.DB, blob.Store,
 	if dbURL == "" {
 		return nil, nil, nil, usagef("no database: give --database-url or set DATABASE_URL")
 	}
-	pathStyle, err := settings.EnvBool(func(k string) (string, bool) { v := a.getenv(k); return v, v != "" }, "DATA_S3_PATH_STYLE", false)
-	if err != nil {
-		return nil, nil, nil, usagef("%v", err)
-	}
-	cfg := blob.Config{Dir: a.getenv("DATA_DIR"), S3: blob.S3Config{
-		Bucket: a.getenv("DATA_S3_BUCKET"), Endpoint: a.getenv("DATA_S3_ENDPOINT"), Region: a.getenv("DATA_S3_REGION"),
-		PathStyle: pathStyle}}
-	if cfg.Dir == "" {
-		cfg.Dir = "task-data" // task-service's default
-	}
-	if cfg.S3.Bucket == "" {
-		if _, err := os.Stat(cfg.Dir); err != nil {
-			return nil, nil, nil, usagef("data directory %s: %v (set DATA_DIR as task-service has it, or DATA_S3_BUCKET)", cfg.Dir, err)
-		}
-	}
-	bs, err := blob.Open(ctx, cfg)
+	bs, err := a.blobEnv(ctx)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -149,6 +134,26 @@ func (a *app) dataEnv(ctx context.Context, dbURL string) (*store.DB, blob.Store,
 		return nil, nil, nil, err
 	}
 	return db, bs, pool.Close, nil
+}
+
+// blobEnv opens the task-data store as task-service's settings name it.
+func (a *app) blobEnv(ctx context.Context) (blob.Store, error) {
+	pathStyle, err := settings.EnvBool(func(k string) (string, bool) { v := a.getenv(k); return v, v != "" }, "DATA_S3_PATH_STYLE", false)
+	if err != nil {
+		return nil, usagef("%v", err)
+	}
+	cfg := blob.Config{Dir: a.getenv("DATA_DIR"), S3: blob.S3Config{
+		Bucket: a.getenv("DATA_S3_BUCKET"), Endpoint: a.getenv("DATA_S3_ENDPOINT"), Region: a.getenv("DATA_S3_REGION"),
+		PathStyle: pathStyle}}
+	if cfg.Dir == "" {
+		cfg.Dir = "task-data" // task-service's default
+	}
+	if cfg.S3.Bucket == "" {
+		if _, err := os.Stat(cfg.Dir); err != nil {
+			return nil, usagef("data directory %s: %v (set DATA_DIR as task-service has it, or DATA_S3_BUCKET)", cfg.Dir, err)
+		}
+	}
+	return blob.Open(ctx, cfg)
 }
 
 var dataPruneSpec = cmdSpec{

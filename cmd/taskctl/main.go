@@ -37,6 +37,7 @@ func commands() map[string]command {
 		"digest":     {summary: "today's daily digest, as the Telegram chat gets it (--preview)", run: entry((*app).digest)},
 		"data":       {summary: "task data: prune by retention, verify objects, sweep orphans (database and store access)", run: entry(dataCommand)},
 		"replay":     {summary: "rebuild the projections from the events, or --verify them (database access)", run: entry((*app).replay)},
+		"events":     {summary: "the event log's archive: verify its objects against their manifests (store access)", run: entry(eventsCommand)},
 		"version":    {summary: "print the version and VCS revision of this binary", run: printVersion},
 		"completion": {summary: "print a shell completion script: bash, zsh or fish", run: runCompletion},
 

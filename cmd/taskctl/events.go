@@ -1,0 +1,121 @@
+package main
+
+import (
+	"cmp"
+	"fmt"
+
+	"github.com/clawdbot/task-service/events"
+	"github.com/clawdbot/task-service/store/archive"
+)
+
+var eventsCommand = group("events", "The event log's archive (ADR 035), with direct access to the task-data store: the settings\n"+
+	"of task-service name it (DATA_DIR, or DATA_S3_BUCKET with DATA_S3_ENDPOINT, DATA_S3_REGION,\n"+
+	"DATA_S3_PATH_STYLE and the AWS credential chain).", map[string]subcommand{
+	"archive": {"the archive: `taskctl events archive verify` re-reads every object and checks it", func(a *app, args []string) int {
+		return eventsArchiveCommand(a, args)
+	}},
+})
+
+var eventsArchiveCommand = group("events archive", "The archive of the event log: one gzipped JSON lines object per period (EVENT_PARTITION: day or\n"+
+	"week) under events/, each with a manifest of its event count, size and SHA-256.", map[string]subcommand{
+	"verify": {"re-read archive objects and check each against its manifest (count, size, SHA-256)", (*app).eventsArchiveVerify},
+})
+
+var eventsArchiveVerifySpec = cmdSpec{
+	name: "events archive verify", args: "[PERIOD...] [--event-partition day|week] [--json]",
+	summary: "Re-read archive objects of the event log and check each against its manifest: the SHA-256 and size\n" +
+		"of the object, and its number of events (each a JSON object of the period). Every period that has a\n" +
+		"manifest, or only the PERIODs given (2026-11-20, or day/2026-11-20). A mismatch names the object and\n" +
+		"what differs, and the exit status is 1. It only reads.",
+	example: "DATA_DIR=/var/lib/task-service/data taskctl events archive verify\n" +
+		"taskctl events archive verify day/2026-11-20",
+}
+
+// archiveCheck is one object's outcome.
+type archiveCheck struct {
+	Period string `json:"period"`
+	Object string `json:"object"`
+	Events int64  `json:"events"`
+	Bytes  int64  `json:"bytes"`
+	SHA256 string `json:"sha256"`
+	Error  string `json:"error,omitempty"`
+}
+
+func (a *app) eventsArchiveVerify(args []string) int {
+	spec := eventsArchiveVerifySpec
+	fs := flagSet(spec)
+	kind := fs.String("event-partition", cmp.Or(a.getenv("EVENT_PARTITION"), archive.Day), "the archive's period: day or week (default $EVENT_PARTITION, else day)")
+	asJSON := fs.Bool("json", false, "print the checks as JSON")
+	pos, code, ok := a.parse(fs, spec, args)
+	if !ok {
+		return code
+	}
+	if _, err := archive.ParseKind(*kind); err != nil {
+		return a.fail(spec.name, usagef("--event-partition: %v", err))
+	}
+	var periods []archive.Period
+	for _, s := range pos {
+		p, err := archive.ParsePeriod(*kind, s)
+		if err != nil {
+			return a.fail(spec.name, usagef("%v", err))
+		}
+		periods = append(periods, p)
+	}
+	ctx, cancel := a.signalContext()
+	defer cancel()
+	bs, err := a.blobEnv(ctx)
+	if err != nil {
+		return a.fail(spec.name, err)
+	}
+	if len(periods) == 0 {
+		if periods, err = archive.List(ctx, bs, *kind); err != nil {
+			return a.fail(spec.name, err)
+		}
+	}
+	var checks []archiveCheck
+	bad := 0
+	for _, p := range periods {
+		m, err := archive.Verify(ctx, bs, p)
+		c := archiveCheck{Period: p.String(), Object: p.Key(), Events: m.Events, Bytes: m.Bytes, SHA256: m.SHA256}
+		if err != nil {
+			c.Error = err.Error()
+			bad++
+			if !*asJSON {
+				fmt.Fprintf(a.stderr, "taskctl %s: %v\n", spec.name, err)
+			}
+		}
+		checks = append(checks, c)
+	}
+	if *asJSON {
+		if code := a.printJSON(checks); code != exitOK {
+			return code
+		}
+	} else {
+		tw := a.table()
+		fmt.Fprintln(tw, "PERIOD\tEVENTS\tSIZE\tSHA-256\tCHECK")
+		for _, c := range checks {
+			verdict := "ok"
+			if c.Error != "" {
+				verdict = "MISMATCH"
+			}
+			sum := c.SHA256
+			if len(sum) > 12 {
+				sum = sum[:12] + "…"
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", c.Period, c.Events, events.HumanBytes(c.Bytes), sum, verdict)
+		}
+		tw.Flush()
+		switch {
+		case len(checks) == 0:
+			fmt.Fprintf(a.stdout, "No archive objects of kind %s in the store.\n", *kind)
+		case bad == 0:
+			fmt.Fprintf(a.stdout, "%d archive objects match their manifests.\n", len(checks))
+		default:
+			fmt.Fprintf(a.stdout, "%d of %d archive objects do not match their manifests.\n", bad, len(checks))
+		}
+	}
+	if bad > 0 {
+		return exitFailure
+	}
+	return exitOK
+}
