@@ -180,12 +180,16 @@ type chainRoot struct {
 	createdAt time.Time
 }
 
+// chainRootsSQL walks worker_tasks_listing (backwards) from the cursor:
+// the page of first tasks only, never the history behind it.
+const chainRootsSQL = `SELECT w.id::text AS root, w.created_at FROM worker_tasks w
+		WHERE (w.created_at, w.id) > ($1, $2::uuid) AND w.created_at < $3 AND w.parent_task_id IS NULL
+		ORDER BY w.created_at, w.id LIMIT $4`
+
 // chainRoots reads the next n first tasks of chains after (at, id) created
 // before cutoff, in the listing index's order.
 func chainRoots(ctx context.Context, q Querier, at time.Time, id string, cutoff time.Time, n int) ([]chainRoot, error) {
-	rows, err := q.Query(ctx, `SELECT id::text, created_at FROM worker_tasks
-		WHERE (created_at, id) > ($1, $2::uuid) AND created_at < $3 AND parent_task_id IS NULL
-		ORDER BY created_at, id LIMIT $4`, at, id, cutoff, n)
+	rows, err := q.Query(ctx, chainRootsSQL, at, id, cutoff, n)
 	if err != nil {
 		return nil, mapErr(fmt.Errorf("compact: read chains: %w", err))
 	}
@@ -195,6 +199,19 @@ func chainRoots(ctx context.Context, q Querier, at time.Time, id string, cutoff 
 		return c, err
 	})
 }
+
+// compactEventsSQL reads the chains' events, each with the verified
+// archive that holds it ("" for none): by the streams' index, and one
+// event_archives row by its key each.
+const compactEventsSQL = `SELECT ` + eventColumns + `, coalesce(a.object_key, '')
+		FROM task_events e
+		LEFT JOIN LATERAL (
+		    SELECT a.object_key FROM event_archives a
+		     WHERE a.period = $2 AND a.verified_at IS NOT NULL
+		       AND a.period_start = (date_trunc($2, e.occurred_at AT TIME ZONE 'UTC'))::date
+		       AND e.seq BETWEEN a.seq_lo AND a.seq_hi AND pg_visible_in_snapshot(e.tx_id, a.snapshot)
+		) a ON true
+		WHERE e.stream_id = ANY($1::uuid[]) ORDER BY e.stream_id, e.version`
 
 // compactChains compacts those of roots' chains that qualify, in tx, and
 // returns the roots of those left for later.
@@ -243,15 +260,7 @@ SELECT c.root::text, c.id::text,
 		}
 	}
 	// Their events, each with the archive that holds it (none: "").
-	erows, err := tx.Query(ctx, `SELECT `+eventColumns+`, coalesce(a.object_key, '')
-		FROM task_events e
-		LEFT JOIN LATERAL (
-		    SELECT a.object_key FROM event_archives a
-		     WHERE a.period = $2 AND a.verified_at IS NOT NULL
-		       AND a.period_start = (date_trunc($2, e.occurred_at AT TIME ZONE 'UTC'))::date
-		       AND e.seq BETWEEN a.seq_lo AND a.seq_hi AND pg_visible_in_snapshot(e.tx_id, a.snapshot)
-		) a ON true
-		WHERE e.stream_id = ANY($1::uuid[]) ORDER BY e.stream_id, e.version`, all, period)
+	erows, err := tx.Query(ctx, compactEventsSQL, all, period)
 	if err != nil {
 		return nil, fmt.Errorf("read events: %w", err)
 	}

@@ -214,4 +214,13 @@ func TestFlatReadPlans(t *testing.T) {
 	require.Regexp(t, `Limit [^\n]*\n *->  [^\n]*Index Scan using users_by_name`, p)
 	require.NotContains(t, p, "Sort", p)
 	require.NotContains(t, p, "Seq Scan on users", p)
+
+	// Compaction (ADR 035): the next page of chains walks the listing
+	// index from its cursor; their events are read by stream.
+	p = plan(chainRootsSQL, time.Now().Add(-30*24*time.Hour), uuid.NewString(), time.Now().Add(-20*24*time.Hour), 100)
+	require.Contains(t, p, "worker_tasks_listing", p)
+	require.NotContains(t, p, "Seq Scan", p)
+	require.NotContains(t, p, "Sort", p)
+	p = plan(compactEventsSQL, []string{uuid.NewString(), uuid.NewString()}, "day")
+	require.NotContains(t, p, "Seq Scan on task_events", p)
 }

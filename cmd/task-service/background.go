@@ -272,7 +272,7 @@ func (b *background) addWorkers(cfg config, db *store.DB, reg prometheus.Registe
 			return err
 		}
 		b.workers = append(b.workers, comp.Run)
-		log.Info().Dur("retention", bg.eventRetention).Str("period", bg.eventPartition).
+		log.Info().Str("retention", bg.eventRetention.String()).Str("period", bg.eventPartition).
 			Msg("event retention is on: finished chains past it are archived and compacted")
 	}
 	if bg.freshness {

@@ -511,6 +511,12 @@ func TestHelpAndConfigErrors(t *testing.T) {
 		"SCHEDULE_HISTORY_RUNS=0":            `SCHEDULE_HISTORY_RUNS=0: want a whole number of executions, at least 1`,
 		"SCHEDULE_HISTORY_DAYS=1.5":          `SCHEDULE_HISTORY_DAYS="1.5": want a whole number`,
 		"SCHEDULE_HISTORY_PRUNE_INTERVAL=0s": `SCHEDULE_HISTORY_PRUNE_INTERVAL=0s: want a duration of at least 1s`,
+		"EVENT_RETENTION=12h":                `EVENT_RETENTION=12h: want at least a day (1d), such as 90d; leave it unset to keep every event`,
+		"EVENT_RETENTION=0d":                 `EVENT_RETENTION=0d: want at least a day (1d)`,
+		"EVENT_RETENTION=soon":               `EVENT_RETENTION="soon": want a number of days such as 90d`,
+		"EVENT_PARTITION=month":              `EVENT_PARTITION="month": want one of day, week`,
+		"EVENT_COMPACTION_BATCH=0":           `EVENT_COMPACTION_BATCH=0: want a whole number from 1 to 10000`,
+		"EVENT_COMPACTION_INTERVAL=0s":       `EVENT_COMPACTION_INTERVAL=0s: want a duration of at least 1s`,
 	} {
 		code, out = runCmd(t, baseEnv("DATABASE_URL="+dbURL, "LISTEN_ADDR="+freeAddr(t), "JWT_SECRET=e2e-secret-0123456789abcdef", env))
 		require.Equal(t, 2, code, out)
