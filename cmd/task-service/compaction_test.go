@@ -132,7 +132,9 @@ func seedOldHistory(ctx context.Context, t *testing.T, dbURL string, at time.Tim
 	require.NoError(t, err)
 	steps := []store.TaskDecision{
 		func(t *events.Task) ([]events.Payload, error) { return t.Claim(w.ID) },
-		func(t *events.Task) ([]events.Payload, error) { return t.PostUpdate(uuid.NewString(), w.ID, "half way", true) },
+		func(t *events.Task) ([]events.Payload, error) {
+			return t.PostUpdate(uuid.NewString(), w.ID, "half way", true)
+		},
 		func(t *events.Task) ([]events.Payload, error) { return t.PostResult(w.ID, []byte(`{"pages": 3}`)) },
 	}
 	for _, step := range steps {
