@@ -22,14 +22,16 @@ CREATE TABLE event_archives (
     PRIMARY KEY (period, period_start)
 );
 
--- Where the next compaction pass starts: retry chains are visited by their
--- first task's (created_at, id), in the task listing's index order, and a
--- pass resumes at the first chain it had to leave (still open, or not
--- archived yet).
+-- Where compaction is: a sweep visits retry chains by their first task's
+-- (created_at, id), in the task listing's index order, from resume_at/id to
+-- the retention's start; left_at/id is the first chain this sweep had to
+-- leave (still open, or not archived yet), where the next sweep starts.
 CREATE TABLE event_compaction (
     id          boolean     PRIMARY KEY DEFAULT true CHECK (id),
     resume_at   timestamptz NOT NULL DEFAULT '1970-01-01T00:00:00Z',
     resume_id   uuid        NOT NULL DEFAULT '00000000-0000-0000-0000-000000000000',
+    left_at     timestamptz,
+    left_id     uuid,
     tasks       bigint      NOT NULL DEFAULT 0,
     events      bigint      NOT NULL DEFAULT 0,
     updated_at  timestamptz

@@ -93,19 +93,28 @@ func (db *DB) Compact(ctx context.Context, cfg CompactConfig) (CompactReport, er
 	cutoff := db.Now().Add(-cfg.Retention)
 	var at time.Time
 	var id string
-	if err := conn.QueryRow(ctx, `SELECT resume_at, resume_id::text FROM event_compaction`).Scan(&at, &id); err != nil {
+	var leftAt *time.Time
+	var leftID *string
+	if err := conn.QueryRow(ctx, `SELECT resume_at, resume_id::text, left_at, left_id::text FROM event_compaction`).
+		Scan(&at, &id, &leftAt, &leftID); err != nil {
 		return rep, mapErr(fmt.Errorf("compact: %w", err))
 	}
-	// The first chain left open: the next pass starts there.
-	var leftAt *time.Time
-	var leftID string
 	for rep.Looked < int64(cfg.MaxChains) {
 		roots, err := chainRoots(ctx, conn, at, id, cutoff, cfg.Batch)
 		if err != nil {
 			return rep, err
 		}
 		if len(roots) == 0 {
+			// The sweep reached the retention's start: the next one starts
+			// at the first chain this one left, or goes on from here.
 			rep.Done = true
+			if leftAt != nil {
+				at, id = *leftAt, prevID(*leftID)
+			}
+			if _, err := conn.Exec(ctx, `UPDATE event_compaction SET resume_at = $1, resume_id = $2::uuid, left_at = NULL,
+				left_id = NULL, updated_at = now()`, at, id); err != nil {
+				return rep, mapErr(fmt.Errorf("compact: %w", err))
+			}
 			break
 		}
 		var left []chainRoot
@@ -119,17 +128,12 @@ func (db *DB) Compact(ctx context.Context, cfg CompactConfig) (CompactReport, er
 		}
 		rep.Looked += int64(len(roots))
 		if len(left) > 0 && leftAt == nil {
-			leftAt, leftID = &left[0].createdAt, left[0].id
+			leftAt, leftID = &left[0].createdAt, &left[0].id
 		}
 		last := roots[len(roots)-1]
 		at, id = last.createdAt, last.id
-		resumeAt, resumeID := at, id
-		if leftAt != nil {
-			resumeAt, resumeID = *leftAt, leftID
-		}
-		// Resume just before the first chain left: the condition is >.
-		if _, err := conn.Exec(ctx, `UPDATE event_compaction SET resume_at = $1, resume_id = $2::uuid, updated_at = now()`,
-			resumeAt, prevID(resumeID, leftAt != nil)); err != nil {
+		if _, err := conn.Exec(ctx, `UPDATE event_compaction SET resume_at = $1, resume_id = $2::uuid, left_at = $3,
+			left_id = $4::uuid, updated_at = now()`, at, id, leftAt, leftID); err != nil {
 			return rep, mapErr(fmt.Errorf("compact: %w", err))
 		}
 		if cfg.Pause > 0 {
@@ -140,20 +144,12 @@ func (db *DB) Compact(ctx context.Context, cfg CompactConfig) (CompactReport, er
 			}
 		}
 	}
-	if rep.Done && leftAt == nil {
-		// Everything before the cutoff is compacted or was never a
-		// chain's start: the next pass starts where this one ended.
-		_, _ = conn.Exec(ctx, `UPDATE event_compaction SET updated_at = now()`)
-	}
 	return rep, nil
 }
 
 // prevID returns the id a resume condition "(created_at, id) > (at, x)"
-// should hold so that id itself is visited again: id less one when left.
-func prevID(id string, left bool) string {
-	if !left {
-		return id
-	}
+// should hold so that id itself is visited again: id less one.
+func prevID(id string) string {
 	b := []byte(id)
 	// Decrement the hex number (ids are never all zeros).
 	for i := len(b) - 1; i >= 0; i-- {
@@ -306,6 +302,9 @@ SELECT c.root::text, c.id::text,
 		var todo []string
 		for _, m := range ms {
 			stream := streams[m.id]
+			if len(stream) == 1 && stream[0].Type == (events.TaskCompacted{}).EventType() {
+				continue // compacted before, nothing since
+			}
 			t := events.FoldTask(stream)
 			switch {
 			case t == nil:
@@ -320,9 +319,7 @@ SELECT c.root::text, c.id::text,
 			if why != "" {
 				break
 			}
-			if !(len(stream) == 1 && stream[0].Type == (events.TaskCompacted{}).EventType()) {
-				todo = append(todo, m.id)
-			}
+			todo = append(todo, m.id)
 		}
 		if why != "" {
 			rep.Left[why]++

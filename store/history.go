@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -26,6 +27,20 @@ func (db *DB) TaskAt(ctx context.Context, q Querier, id string, at time.Time) (*
 	if len(evs) == 0 || evs[0].StreamType != events.StreamTask {
 		return nil, events.NotFound("task", id)
 	}
+	if c, ok := evs[0].Payload.(events.TaskCompacted); ok && evs[0].OccurredAt.After(at) {
+		// Compacted: the snapshot holds from the task's last change on;
+		// before it, only the archive knows.
+		final := c.Task.UpdatedAt
+		if at.Before(c.Task.CreatedAt) {
+			return nil, fmt.Errorf("%w: task %s did not exist yet at %s (created %s)", events.ErrNotFound, id,
+				at.UTC().Format(time.RFC3339Nano), c.Task.CreatedAt.Format(time.RFC3339Nano))
+		}
+		if at.Before(final) {
+			return nil, fmt.Errorf("%w: %w: task %s was compacted at %s: only its final state (from %s) is kept here; its events before are in the archive (%s)",
+				events.ErrNotFound, ErrCompacted, id, evs[0].OccurredAt.Format(time.RFC3339Nano), final.Format(time.RFC3339Nano), strings.Join(c.Archives, ", "))
+		}
+		return events.FoldTask(evs[:1]), nil
+	}
 	n := 0
 	for n < len(evs) && !evs[n].OccurredAt.After(at) {
 		n++
@@ -36,6 +51,10 @@ func (db *DB) TaskAt(ctx context.Context, q Querier, id string, at time.Time) (*
 	}
 	return events.FoldTask(evs[:n]), nil
 }
+
+// ErrCompacted: the task's events before a time were compacted (ADR 035);
+// it comes with events.ErrNotFound.
+var ErrCompacted = errors.New("compacted")
 
 // WorkerRef names a user (the worker of an attempt, the author of an update).
 type WorkerRef struct {

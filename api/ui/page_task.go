@@ -119,6 +119,10 @@ func (u *UI) renderTask(c echo.Context, status int, action string, errs formErro
 				return u.fail(c, err)
 			}
 			d.AtError = "The task did not exist yet at " + at + "."
+			if errors.Is(err, store.ErrCompacted) {
+				d.AtError = "The task was compacted past the event retention: only its final state is kept here; its state at " +
+					at + " is in the archive (see its timeline)."
+			}
 		}
 	}
 	return u.render(c, status, "task", d)

@@ -3,10 +3,13 @@ package main_test
 import (
 	"context"
 	"errors"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -49,7 +52,7 @@ func TestCompactionThroughTheBinaries(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	sum := timeline[0].Summary
-	for _, part := range []string{"compacted 8 events", "events/day/", "final state completed", "1 attempts",
+	for _, part := range []string{"compacted 8 events", "events/day/", "final state completed", "1 attempts: Old Worker completed in",
 		"result size", "usage 1 reports, 150 tokens", "dropped params", "1 thread messages"} {
 		require.Contains(t, sum, part)
 	}
@@ -63,6 +66,27 @@ func TestCompactionThroughTheBinaries(t *testing.T) {
 		require.False(t, time.Now().After(deadline), "the compaction's progress is not in the logs:\n%s", s.logs.String())
 		time.Sleep(50 * time.Millisecond)
 	}
+
+	// The UI's task page says it was compacted and what was kept; the
+	// state at a time before its last change is the archive's to tell.
+	cookie, _ := loginCookie(t, s.base)
+	req, err := http.NewRequest(http.MethodGet, s.base+"/tasks/"+done, nil)
+	require.NoError(t, err)
+	req.Header.Set("Cookie", strings.Split(cookie, ";")[0])
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	page, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Contains(t, string(page), `id="task-compacted"`)
+	require.Contains(t, string(page), "final state completed")
+	req.URL.RawQuery = "at=" + task.CreatedAt.Add(time.Second).Format(time.RFC3339Nano)
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	page, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Contains(t, string(page), "was compacted past the event retention")
 
 	taskctl := buildBinary(t, "taskctl")
 	run := func(args ...string) (string, int) {
@@ -118,7 +142,14 @@ func seedOldHistory(ctx context.Context, t *testing.T, dbURL string, at time.Tim
 	pool, err := store.Connect(ctx, dbURL, 2)
 	require.NoError(t, err)
 	defer pool.Close()
-	db, err := store.New(pool, store.Config{Projector: projections.Projector{}, Now: func() time.Time { return at }})
+	var mu sync.Mutex
+	tick := func() time.Time { // a second a call: the history has an order
+		mu.Lock()
+		defer mu.Unlock()
+		at = at.Add(time.Second)
+		return at
+	}
+	db, err := store.New(pool, store.Config{Projector: projections.Projector{}, Now: tick})
 	require.NoError(t, err)
 	sys := events.Meta{Actor: events.System("test")}
 	w, err := db.CreateUser(ctx, events.UserRegistered{Email: "old@example.com", FullName: "Old Worker", IsWorker: true,

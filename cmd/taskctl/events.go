@@ -11,15 +11,20 @@ import (
 var eventsCommand = group("events", "The event log's archive (ADR 035), with direct access to the task-data store: the settings\n"+
 	"of task-service name it (DATA_DIR, or DATA_S3_BUCKET with DATA_S3_ENDPOINT, DATA_S3_REGION,\n"+
 	"DATA_S3_PATH_STYLE and the AWS credential chain).", map[string]subcommand{
-	"archive": {"the archive: `taskctl events archive verify` re-reads every object and checks it", func(a *app, args []string) int {
-		return eventsArchiveCommand(a, args)
-	}},
+	"archive": {"`taskctl events archive verify`: re-read archive objects, check each against its manifest", (*app).eventsArchive},
 })
 
-var eventsArchiveCommand = group("events archive", "The archive of the event log: one gzipped JSON lines object per period (EVENT_PARTITION: day or\n"+
-	"week) under events/, each with a manifest of its event count, size and SHA-256.", map[string]subcommand{
-	"verify": {"re-read archive objects and check each against its manifest (count, size, SHA-256)", (*app).eventsArchiveVerify},
-})
+// eventsArchive runs `events archive verify`, the archive's one action.
+func (a *app) eventsArchive(args []string) int {
+	switch {
+	case len(args) > 0 && args[0] == "verify":
+		return a.eventsArchiveVerify(args[1:])
+	case len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help"):
+		return a.eventsArchiveVerify([]string{"--help"})
+	}
+	fmt.Fprintf(a.stderr, "taskctl events archive: say `taskctl events archive verify`; run `taskctl events archive verify --help`\n")
+	return exitUsage
+}
 
 var eventsArchiveVerifySpec = cmdSpec{
 	name: "events archive verify", args: "[PERIOD...] [--event-partition day|week] [--json]",
