@@ -98,7 +98,7 @@ func (c *backgroundConfig) register(fs *flag.FlagSet) {
 	settings.Choice(fs, &c.eventPartition, "event-partition", "day", []string{"day", "week"}, "the event log's period, UTC day or ISO week: archive objects (and partitions) are one per period (env EVENT_PARTITION)")
 	fs.DurationVar(&c.compactionEvery, "event-compaction-interval", 10*time.Minute, "how often an instance archives ended periods and compacts, when EVENT_RETENTION is set (env EVENT_COMPACTION_INTERVAL)")
 	fs.IntVar(&c.compactionBatch, "event-compaction-batch", 100, "retry chains one compaction transaction looks at (env EVENT_COMPACTION_BATCH)")
-	fs.DurationVar(&c.compactionPause, "event-compaction-pause", 20*time.Millisecond, "pause after each compaction transaction, leaving the database to the readers (env EVENT_COMPACTION_PAUSE)")
+	fs.DurationVar(&c.compactionPause, "event-compaction-pause", 20*time.Millisecond, "least pause after each compaction transaction; it rests at least as long as the transaction took, leaving the database to the readers (env EVENT_COMPACTION_PAUSE)")
 }
 
 // checkCompaction reads EVENT_RETENTION (days, or a Go duration) and
