@@ -118,8 +118,9 @@ func (s *Server) changePassword(c echo.Context) error {
 		return err
 	}
 	s.guard.checks.Inc()
-	if bcrypt.CompareHashAndPassword([]byte(hash), []byte(req.CurrentPassword)) != nil {
-		return events.Invalid("current_password", "is wrong")
+	if bcrypt.CompareHashAndPassword([]byte(hash), events.BcryptInput(req.CurrentPassword)) != nil {
+		// A well-formed request the account's state refuses: not a 400.
+		return &httpError{status: http.StatusForbidden, body: ErrorBody{Code: "forbidden", Message: "current_password: is wrong", Field: "current_password"}}
 	}
 	s.guard.succeeded(email, client, now)
 	newHash, err := s.newPasswordHash("new_password", req.NewPassword)
@@ -144,8 +145,8 @@ func (s *Server) changePassword(c echo.Context) error {
 
 // newPasswordHash validates and hashes a new password sent as field.
 func (s *Server) newPasswordHash(field, password string) (string, error) {
-	if len(password) < events.MinPasswordLen || len(password) > events.MaxPasswordLen {
-		return "", events.Invalid(field, "must be %d to %d bytes", events.MinPasswordLen, events.MaxPasswordLen)
+	if err := events.CheckPassword(field, password); err != nil {
+		return "", err
 	}
 	return s.HashPassword(password)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/clawdbot/task-service/api"
 	"github.com/clawdbot/task-service/api/client"
@@ -185,7 +186,7 @@ func testAccounts(t *testing.T, b *bundle, cached bool) {
 	require.NoError(t, err)
 	before := w.Token()
 	_, err = w.ChangePassword(ctx, "wrong-current", "my-own-password")
-	requireStatus(t, err, http.StatusBadRequest, "validation_failed")
+	requireStatus(t, err, http.StatusForbidden, "forbidden")
 	_, err = w.ChangePassword(ctx, "reset-password-1", "my-own-password")
 	require.NoError(t, err)
 	_, err = w.MyTasks(ctx, false)
@@ -199,7 +200,7 @@ func testAccounts(t *testing.T, b *bundle, cached bool) {
 	requireStatus(t, err, http.StatusConflict, "invalid_transition")
 	no := false
 	_, err = b.admin.UpdateWorker(ctx, b.adminID, client.WorkerEdit{IsAdmin: &no})
-	requireStatus(t, err, http.StatusBadRequest, "validation_failed")
+	requireStatus(t, err, http.StatusConflict, "conflict") // an admin-only account would be neither: its state refuses
 
 	require.Equal(t, []string{"user.registered", "user.updated", "user.updated", "user.deactivated",
 		"user.reactivated", "user.password_changed", "user.password_changed"}, eventTypes(t, b, w.ID))
@@ -260,4 +261,38 @@ func TestListWorkersPages(t *testing.T) {
 	all, err := b.admin.Accounts(b.ctx, "worker")
 	require.NoError(t, err)
 	require.Len(t, all, 6, "the client reads every page")
+}
+
+// A password counts characters, as the document's maxLength does: 72 of
+// three bytes each (past bcrypt's 72 bytes) is a password, and only it logs
+// in; a wrong current one is a 403 naming the field, not a 400.
+func TestPasswordOfManyBytes(t *testing.T) {
+	t.Parallel()
+	b := setupHub(t)
+	ctx := b.ctx
+	long := strings.Repeat("日", events.MaxPasswordLen)
+	u, err := b.admin.CreateWorker(ctx, client.NewWorker{Email: "kanji@workers.example.com", Password: long, FullName: "Kanji"})
+	require.NoError(t, err)
+	c := client.New(b.url, b.http)
+	_, err = c.Login(ctx, "kanji@workers.example.com", long)
+	require.NoError(t, err)
+	_, err = client.New(b.url, b.http).Login(ctx, "kanji@workers.example.com", strings.Repeat("日", events.MaxPasswordLen-1)+"月")
+	require.Error(t, err, "a password differing past bcrypt's 72 bytes is another password")
+
+	var apiErr *client.Error
+	_, err = c.ChangePassword(ctx, "wrong-password", workerPass)
+	require.ErrorAs(t, err, &apiErr)
+	require.Equal(t, http.StatusForbidden, apiErr.Status)
+	require.Equal(t, "current_password", apiErr.Field)
+
+	_, err = b.admin.CreateWorker(ctx, client.NewWorker{Email: "kanji2@workers.example.com", Password: long + "日", FullName: "Kanji"})
+	require.ErrorAs(t, err, &apiErr)
+	require.Equal(t, "password", apiErr.Field)
+
+	// A short password (the hash of every account before) is bcrypt's own.
+	_, err = c.ChangePassword(ctx, long, workerPass)
+	require.NoError(t, err)
+	_, hash, err := b.db.CredentialsByID(ctx, u.ID)
+	require.NoError(t, err)
+	require.NoError(t, bcrypt.CompareHashAndPassword([]byte(hash), []byte(workerPass)))
 }

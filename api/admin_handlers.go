@@ -80,7 +80,7 @@ type taskTypeRequest struct {
 	RetryBackoffSeconds int               `json:"retry_backoff_seconds,omitempty" openapi:"min=0,max=3600" doc:"a retry becomes claimable this long after the failure"`
 	MaxInProgress       *int              `json:"max_in_progress,omitempty" openapi:"min=1,max=100000" doc:"the most tasks of the type in progress across the fleet at once (leave out: no limit)"`
 	RateLimit           *events.RateLimit `json:"rate_limit,omitempty" doc:"the most claims of the type in any sliding window: {count, per} with per a duration such as 1m"`
-	ConcurrencyKey      string            `json:"concurrency_key,omitempty" openapi:"maxLength=200,pattern=^(\\$.*)?$" doc:"a JSON path into params, such as $.ticker: tasks with the same value there share max_in_progress_per_key"`
+	ConcurrencyKey      string            `json:"concurrency_key,omitempty" openapi:"maxLength=200,pattern=^(\\$(\\.[A-Za-z_][A-Za-z0-9_]*|\\[\"[^\"\\\\\\x00]+\"\\]|\\[[0-9]{1,18}\\]){1,16})?$" doc:"a JSON path into params, such as $.ticker: tasks with the same value there share max_in_progress_per_key"`
 	MaxInProgressPerKey *int              `json:"max_in_progress_per_key,omitempty" openapi:"min=1,max=100000" doc:"with concurrency_key: the most tasks of one key in progress at once"`
 	Alias               string            `json:"alias,omitempty" openapi:"maxLength=32,pattern=^([A-Za-z][A-Za-z0-9_-]*)?$" doc:"a short unique name people type, as in the Telegram command /add reddit NVDA: lower case letters, digits, '_' and '-'"`
 	ParamsTemplate      json.RawMessage   `json:"params_template,omitempty" doc:"the params of a task made from a key (/add reddit NVDA): a JSON object with {{key}} (the bare word) and {{name}} (name=value) placeholders inside its strings, such as {\"ticker\": \"{{key}}\"}"`
@@ -233,8 +233,8 @@ type createTaskRequest struct {
 	Priority    events.Priority `json:"priority,omitempty" doc:"default medium"`
 	AssignedTo  *string         `json:"assigned_to,omitempty" openapi:"format=uuid" doc:"a worker to assign the task to at once"`
 	Reason      string          `json:"reason,omitempty" openapi:"maxLength=10000" doc:"why it is assigned"`
-	UniqueKey   string          `json:"unique_key,omitempty" openapi:"maxLength=200" doc:"no other task of the type with this key may be pending or in progress (409 duplicate_task)"`
-	UniqueFor   string          `json:"unique_for,omitempty" doc:"with unique_key: also refuse the key for this long after the last completed task with it, as a duration such as 6h or 90m"`
+	UniqueKey   string          `json:"unique_key,omitempty" openapi:"maxLength=200,nonblankOrEmpty" doc:"no other task of the type with this key may be pending or in progress (409 duplicate_task)"`
+	UniqueFor   string          `json:"unique_for,omitempty" openapi:"duration=0s..8784h,maxLength=100" doc:"with unique_key: also refuse the key for this long after the last completed task with it, as a duration such as 6h or 90m"`
 	OnDuplicate string          `json:"on_duplicate,omitempty" openapi:"enum=error|existing" doc:"what a duplicate gets: error (409 duplicate_task, the default) or existing (200 and the task that holds the key)"`
 	RunAt       *string         `json:"run_at,omitempty" openapi:"format=date-time" doc:"RFC 3339, years 1970-9999: the task stays pending and is not claimable before then (scheduled)"`
 	DependsOn   []string        `json:"depends_on,omitempty" openapi:"maxItems=100,uniqueItems,itemFormat=uuid" doc:"task ids this task waits for: it stays blocked (not claimable) until each one's retry chain completed"`
@@ -256,7 +256,7 @@ func (r createTaskRequest) uniqueFor() (time.Duration, error) {
 		return 0, nil
 	}
 	d, err := time.ParseDuration(r.UniqueFor)
-	if err != nil {
+	if err != nil || d < 0 {
 		return 0, events.Invalid("unique_for", "must be a duration such as 6h, 90m or 1h30m")
 	}
 	return d, nil

@@ -799,7 +799,7 @@ func TestAdminQueries(t *testing.T) {
 	require.NoError(t, b.admin.Do(ctx, http.MethodPost, "/api/v1/admin/workers/task-types/"+other.ID+"/archive", nil, nil))
 	_, err = b.admin.CreateTask(ctx, client.NewTask{Title: "archived", TaskTypeID: other.ID})
 	require.ErrorAs(t, err, &apiErr)
-	require.Equal(t, 400, apiErr.Status)
+	require.Equal(t, 409, apiErr.Status, "a state answer, not one about the request's shape")
 	require.Equal(t, "task_type_id", apiErr.Field)
 	listed, err := b.admin.TaskTypes(ctx, false)
 	require.NoError(t, err)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/labstack/echo/v4"
@@ -241,7 +242,7 @@ func (s *Server) checkPassword(c echo.Context, email, password string) (*events.
 		}
 		// Spend the same time as a real check so timing does not reveal emails.
 		s.guard.checks.Inc()
-		_ = bcrypt.CompareHashAndPassword(s.dummyHash, []byte(password))
+		_ = bcrypt.CompareHashAndPassword(s.dummyHash, events.BcryptInput(password))
 		if n := s.guard.failed(email); n > 0 {
 			s.guard.lockUnknown(email, n, now)
 		}
@@ -254,7 +255,7 @@ func (s *Server) checkPassword(c echo.Context, email, password string) (*events.
 		return nil, err
 	}
 	s.guard.checks.Inc()
-	if bcrypt.CompareHashAndPassword([]byte(hash), []byte(password)) != nil {
+	if bcrypt.CompareHashAndPassword([]byte(hash), events.BcryptInput(password)) != nil {
 		if n := s.guard.failed(email); n > 0 {
 			locked, err := s.db.LockOut(ctx, u.ID, n, client, s.guard.cfg.policy(),
 				events.Meta{Actor: events.System("login"), RequestID: requestID(c)})
@@ -276,9 +277,9 @@ func (s *Server) checkPassword(c echo.Context, email, password string) (*events.
 
 // HashPassword hashes with the configured bcrypt cost.
 func (s *Server) HashPassword(password string) (string, error) {
-	if len(password) > events.MaxPasswordLen {
-		return "", events.Invalid("password", "is longer than %d bytes", events.MaxPasswordLen)
+	if utf8.RuneCountInString(password) > events.MaxPasswordLen {
+		return "", events.Invalid("password", "is longer than %d characters", events.MaxPasswordLen)
 	}
-	h, err := bcrypt.GenerateFromPassword([]byte(password), s.cfg.BcryptCost)
+	h, err := bcrypt.GenerateFromPassword(events.BcryptInput(password), s.cfg.BcryptCost)
 	return string(h), err
 }

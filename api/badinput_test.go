@@ -427,7 +427,7 @@ func TestBadInput(t *testing.T) {
 		{"schedule: interval and cron", "POST", S, admin, sched(`"cron":"@daily","interval":{"every":1,"unit":"days"}`), 400, "validation_failed", "cron"},
 		{"schedule: end before start", "POST", S, admin, sched(`"interval":{"every":1,"unit":"days"},"start_at":"2030-01-02T00:00:00Z","end_at":"2030-01-01T00:00:00Z"`), 400, "validation_failed", "end_at"},
 		{"schedule: one time without start", "POST", S, admin, sched(``), 400, "validation_failed", "start_at"},
-		{"schedule: archived type", "POST", S, admin, schedOf(oldType.ID, `{"days":1}`, `"cron":"@daily"`), 400, "validation_failed", "task.task_type_id"},
+		{"schedule: archived type", "POST", S, admin, schedOf(oldType.ID, `{"days":1}`, `"cron":"@daily"`), 409, "conflict", "task.task_type_id"},
 		{"schedule: unknown type", "POST", S, admin, schedOf(unknown, `{"days":1}`, `"cron":"@daily"`), 422, "unknown_reference", "task.task_type_id"},
 		{"schedule: bad type id", "POST", S, admin, schedOf("42", `{"days":1}`, `"cron":"@daily"`), 400, "validation_failed", "task.task_type_id"},
 		{"schedule: params break the schema", "POST", S, admin, schedOf(tt.ID, `{"days":"seven"}`, `"cron":"@daily"`), 400, "validation_failed", "task.params.days"},

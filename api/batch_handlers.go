@@ -86,6 +86,10 @@ type finishItems []finishItem
 
 func (finishItems) itemBounds() (int, int) { return 1, maxFinishItems }
 
+// An item names a task once: JSON Schema's uniqueItems compares whole
+// items, so the document says it with x-unique-by (ADR 029).
+func (finishItems) uniqueBy() string { return "id" }
+
 func (s *Server) finishMany(c echo.Context) error {
 	items, err := decodeFinishItems(c)
 	if err != nil {

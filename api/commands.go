@@ -26,8 +26,8 @@ type (
 
 // CreateWorker registers a worker user.
 func (s *Server) CreateWorker(ctx context.Context, req CreateWorkerRequest, meta events.Meta) (*events.User, error) {
-	if len(req.Password) < events.MinPasswordLen || len(req.Password) > events.MaxPasswordLen {
-		return nil, events.Invalid("password", "must be %d to %d bytes", events.MinPasswordLen, events.MaxPasswordLen)
+	if err := events.CheckPassword("password", req.Password); err != nil {
+		return nil, err
 	}
 	hash, err := s.HashPassword(req.Password)
 	if err != nil {
@@ -175,7 +175,7 @@ func (s *Server) taskParams(ctx context.Context, req CreateTaskRequest, meta eve
 		return store.NewTaskParams{}, events.UnknownReference("task_type_id", "task type", typeID)
 	}
 	if tt.Archived { // before the schema: no params can make this task valid
-		return store.NewTaskParams{}, events.Invalid("task_type_id", "task type %s is archived", tt.Name)
+		return store.NewTaskParams{}, events.Unusable("task_type_id", "task type %s is archived", tt.Name)
 	}
 	if err := s.schemas.validate(tt, req.Params); err != nil {
 		return store.NewTaskParams{}, err

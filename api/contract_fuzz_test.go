@@ -73,14 +73,11 @@ func TestContractFuzz(t *testing.T) {
 	}
 	t.Logf("contract fuzz: %d operations, %d requests (%d valid, %d invalid) in %s, seed %d, %d checks per operation and role",
 		len(f.ops), f.valid+f.invalid, f.valid, f.invalid, time.Since(start).Round(time.Millisecond), seed, checks)
-	for _, c := range keysOf(f.knownSeen) {
-		t.Logf("known mismatch: %s [%d times]\n\te.g. %s", c, f.counts[c], f.knownSeen[c])
-	}
 	classes := f.summary()
 	for _, c := range classes {
 		t.Logf("failure class: %s [%d times]\n\te.g. %s", c, f.counts[c], f.classes[c])
 	}
-	t.Logf("contract fuzz: %d failure classes, %d known mismatches (ADR 029)", len(classes), len(f.knownSeen))
+	t.Logf("contract fuzz: %d failure classes", len(classes))
 	require.Empty(t, classes, "failure classes")
 }
 
@@ -91,21 +88,20 @@ type fuzzOp struct {
 }
 
 type contractFuzzer struct {
-	t         *testing.T
-	b         *bundle
-	ops       []fuzzOp
-	router    routers.Router
-	answers   *apitest.Contract // every answer checked against the document
-	tokens    map[string]string
-	ids       []string // ids that name something: a type, a task, a worker
-	options   *openapi3filter.Options
-	mu        sync.Mutex
-	classes   map[string]string // failure class -> its first request and answer
-	knownSeen map[string]string // known mismatches met
-	counts    map[string]int
-	valid     int
-	invalid   int
-	patterns  map[string]*regexp.Regexp
+	t        *testing.T
+	b        *bundle
+	ops      []fuzzOp
+	router   routers.Router
+	answers  *apitest.Contract // every answer checked against the document
+	tokens   map[string]string
+	ids      []string // ids that name something: a type, a task, a worker
+	options  *openapi3filter.Options
+	mu       sync.Mutex
+	classes  map[string]string // failure class -> its first request and answer
+	counts   map[string]int
+	valid    int
+	invalid  int
+	patterns map[string]*regexp.Regexp
 }
 
 func newContractFuzzer(t *testing.T, b *bundle) *contractFuzzer {
@@ -135,16 +131,21 @@ func newContractFuzzer(t *testing.T, b *bundle) *contractFuzzer {
 	require.NoError(t, err)
 
 	f := &contractFuzzer{t: t, b: b, router: router, answers: answers,
-		tokens:    map[string]string{"admin": b.admin.Token(), "worker": w.Token()},
-		ids:       []string{tt.ID, task.ID, other.ID},
-		classes:   map[string]string{},
-		knownSeen: map[string]string{},
-		counts:    map[string]int{},
-		patterns:  map[string]*regexp.Regexp{},
+		tokens:   map[string]string{"admin": b.admin.Token(), "worker": w.Token()},
+		ids:      []string{tt.ID, task.ID, other.ID},
+		classes:  map[string]string{},
+		counts:   map[string]int{},
+		patterns: map[string]*regexp.Regexp{},
 		options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc,
 			SchemaValidationOptions: []openapi3.SchemaValidationOption{openapi3.WithStringFormatValidators(map[string]openapi3.StringFormatValidator{
 				"uuid":  openapi3.NewRegexpFormatValidator(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`),
 				"email": openapi3.NewCallbackValidator(isEmailAddress),
+				// The document's own formats (ADR 029), as its descriptions say.
+				"go-duration":         openapi3.NewCallbackValidator(func(s string) error { _, err := time.ParseDuration(s); return err }),
+				"days-or-go-duration": openapi3.NewCallbackValidator(func(s string) error { _, err := parseDaysOrDuration(s); return err }),
+				"time-zone":           openapi3.NewCallbackValidator(isTimeZone),
+				"cron":                openapi3.NewCallbackValidator(isCron),
+				"regex":               openapi3.NewCallbackValidator(func(s string) error { _, err := regexp.Compile(s); return err }),
 			})}},
 	}
 	for path, item := range doc.Paths.Map() {
@@ -204,12 +205,7 @@ func (f *contractFuzzer) one(rt *rapid.T, op fuzzOp, role string) {
 	case status >= 500:
 		f.fail(fmt.Sprintf("%s: %d", id, status), desc())
 	case valid && status == http.StatusBadRequest && !onlyHandedOut[errorOf(body).Field]:
-		class := fmt.Sprintf("%s: a valid request refused, field %q (%s)", id, errorOf(body).Field, errorOf(body).Code)
-		if why := knownMismatch(errorOf(body).Message); why != "" {
-			f.known(class+": "+why, desc())
-			break
-		}
-		f.fail(class, desc())
+		f.fail(fmt.Sprintf("%s: a valid request refused, field %q (%s)", id, errorOf(body).Field, errorOf(body).Code), desc())
 	case !valid && status < 400 && !refusesAnItem(body):
 		f.fail(fmt.Sprintf("%s: an invalid request accepted (%s)", id, d.broke), desc()+"; the document says: "+why)
 	}
@@ -220,15 +216,6 @@ func (f *contractFuzzer) one(rt *rapid.T, op fuzzOp, role string) {
 	if after := f.answers.Failures(); len(after) > before {
 		f.fail(fmt.Sprintf("%s: an answer outside the document (%d)", id, status), after[len(after)-1])
 	}
-}
-
-func (f *contractFuzzer) known(class, example string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if _, seen := f.knownSeen[class]; !seen {
-		f.knownSeen[class] = example
-	}
-	f.counts[class]++
 }
 
 func (f *contractFuzzer) fail(class, example string) {
@@ -288,36 +275,6 @@ func errorOf(body []byte) errorAnswer {
 	return e.Error
 }
 
-// knownMismatches are the refusals of valid requests this test has found
-// and that are not fixed yet, by the server's message; each is a line of
-// ADR 029. They are counted and listed, and do not fail the test: a new
-// class does.
-var knownMismatches = []struct {
-	message *regexp.Regexp
-	why     string
-}{
-	{regexp.MustCompile(`^(new_)?password: (must be \d+ to \d+|is longer than \d+) bytes`), "a password's limit is bcrypt's 72 bytes, the document's maxLength counts characters"},
-	{regexp.MustCompile(`^current_password: is wrong$`), "a wrong current password is a 400"},
-	{regexp.MustCompile(`only applies to status failed|needs depends_on|say why these tasks|a retry's hint|at least one criterion|must be after start_at|repeats the id of item|either interval or cron|for a one-time schedule|with max_in_progress_per_key|an admin, a worker or both`), "a rule across fields the document does not state"},
-	{regexp.MustCompile(`duration|whole seconds|seconds from|unknown time zone|is not a JSON path|cron:`), "a duration, time zone, cron expression or JSON path the document types as any string"},
-	{regexp.MustCompile(`^(task\.title|task\.task_type_id|max_age): is required`), "create and edit share a schema, so what only a create needs is not marked required"},
-	{regexp.MustCompile(`is archived`), "an archived task type is a 400"},
-	{regexp.MustCompile(`^interval: must be at least `), "the shortest schedule interval is a setting (a minute by default), not in the document"},
-	{regexp.MustCompile(`^params: got `), "params against the task type's own param_schema, data the document cannot know"},
-	{regexp.MustCompile(`NUL character`), "PostgreSQL's text holds no NUL, which the document does not say"},
-	{regexp.MustCompile(`^(filename|data_type): is required`), "a raw upload needs data_type and filename, which the document cannot tie to the media type"},
-	{regexp.MustCompile(`^policy: (is not valid JSON|must be|has more than one JSON value)`), "the what-if policy is a JSON object in a query parameter the document types as a string"},
-}
-
-func knownMismatch(message string) string {
-	for _, k := range knownMismatches {
-		if k.message.MatchString(message) {
-			return k.why
-		}
-	}
-	return ""
-}
-
 // validate asks the document whether d is a request it allows.
 func (f *contractFuzzer) validate(d drawn) (bool, string) {
 	req := f.request(d, "")
@@ -328,6 +285,9 @@ func (f *contractFuzzer) validate(d drawn) (bool, string) {
 	err = openapi3filter.ValidateRequest(context.Background(), &openapi3filter.RequestValidationInput{
 		Request: req, PathParams: params, Route: route, Options: f.options})
 	if err != nil {
+		return false, err.Error()
+	}
+	if err := checkExtensions(route.Operation, d); err != nil {
 		return false, err.Error()
 	}
 	return true, ""
@@ -404,14 +364,22 @@ func (f *contractFuzzer) draw(rt *rapid.T, op fuzzOp) drawn {
 			}
 			path = strings.ReplaceAll(path, "{"+pv.Name+"}", url.PathEscape(v))
 		case "query":
-			s := pv.Schema.Value
+			s, asJSON := paramSchema(pv)
+			text := queryText
+			if asJSON {
+				text = func(v any) string { raw, _ := json.Marshal(v); return string(raw) }
+			}
 			if breakAt == (site{"query", pv.Name}) {
-				v, how := f.broken(rt, pv.Name, s, true)
+				v, how := f.broken(rt, pv.Name, s, !asJSON)
 				d.broke = "query " + pv.Name + ": " + how
-				d.query.Set(pv.Name, queryText(v))
+				d.query.Set(pv.Name, text(v))
 				continue
 			}
 			if !pv.Required && (onlyHandedOut[pv.Name] || !rapid.Bool().Draw(rt, "with "+pv.Name)) {
+				continue
+			}
+			if asJSON {
+				d.query.Set(pv.Name, text(f.value(rt, pv.Name, s, 0)))
 				continue
 			}
 			if s.Type.Is("array") {
@@ -550,6 +518,21 @@ func (f *contractFuzzer) text(rt *rapid.T, name string, s *openapi3.Schema) stri
 		return at.Format(time.RFC3339)
 	case "email":
 		return rapid.StringMatching(`[a-z][a-z0-9]{0,10}@[a-z]{1,10}\.(com|org|de)`).Draw(rt, name)
+	case "go-duration", "days-or-go-duration":
+		var fits []string
+		for _, c := range []string{"1s", "30s", "1m", "90m", "1h30m", "6h", "24h", "12h", "30d", "7d"} {
+			if _, err := parseDaysOrDuration(c); err == nil && (s.Format == "days-or-go-duration" || !strings.HasSuffix(c, "d")) &&
+				durationBounds(s, c) == nil && (s.Pattern == "" || f.pattern(s.Pattern).MatchString(c)) {
+				fits = append(fits, c)
+			}
+		}
+		return rapid.SampledFrom(fits).Draw(rt, name)
+	case "time-zone":
+		return rapid.SampledFrom([]string{"UTC", "Europe/Berlin", "America/New_York", "Asia/Tokyo"}).Draw(rt, name)
+	case "cron":
+		return rapid.SampledFrom([]string{"0 9 * * 1-5", "*/15 * * * *", "@daily", "@hourly", "0 0 1 * *"}).Draw(rt, name)
+	case "regex":
+		return rapid.SampledFrom([]string{"^HTTP 404", "timeout", "(a|b)+"}).Draw(rt, name)
 	}
 	lo, hi := int(s.MinLength), int(s.MinLength)+24
 	if s.MaxLength != nil && int(*s.MaxLength) < hi {
@@ -724,6 +707,9 @@ func (f *contractFuzzer) broken(rt *rapid.T, name string, s *openapi3.Schema, in
 		return items, how
 	}
 	if strings.HasPrefix(how, "a bad ") {
+		if s.Format == "regex" {
+			return "(unclosed", how
+		}
 		return "not-a-" + s.Format, how
 	}
 	return "!! ", how // not matching a pattern

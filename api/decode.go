@@ -106,6 +106,9 @@ func refuseNulls(raw []byte, t reflect.Type, path string) error {
 		}
 		for name, val := range obj {
 			if f, found := jsonField(t, name); found {
+				if f.Type == rawType && string(val) == "null" && !rawTakesNull(f) {
+					return events.Invalid(events.FieldPath(path, name), "must not be null: leave it out instead")
+				}
 				if err := check(val, f.Type, events.FieldPath(path, name)); err != nil {
 					return err
 				}
@@ -123,6 +126,13 @@ func refuseNulls(raw []byte, t reflect.Type, path string) error {
 		}
 	}
 	return nil
+}
+
+// rawTakesNull says a raw JSON field of a request takes null: one tagged
+// openapi:"any" (a result). The others are objects (params, a schema, a
+// template), and the document says so (docGen.schema).
+func rawTakesNull(f reflect.StructField) bool {
+	return parseRules(f.Tag.Get("openapi"))["any"] != ""
 }
 
 // takesNull says a type decides about null itself: raw JSON (params,

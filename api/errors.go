@@ -82,6 +82,10 @@ func classify(err error) (int, ErrorBody) {
 	if errors.As(err, &ur) {
 		return statusUnknownRef, ErrorBody{Code: "unknown_reference", Message: ur.Error(), Field: ur.Field}
 	}
+	var st *events.StateError
+	if errors.As(err, &st) {
+		return http.StatusConflict, ErrorBody{Code: "conflict", Message: st.Error(), Field: st.Field}
+	}
 	var tl *events.TooLargeError
 	if errors.As(err, &tl) {
 		return http.StatusRequestEntityTooLarge, ErrorBody{Code: "too_large", Message: tl.Message, Field: tl.Field}

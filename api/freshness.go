@@ -28,17 +28,17 @@ type FreshnessRuleRequest struct {
 // FreshnessRuleEdit is what an edit (PUT) takes: a rule's fields but its
 // keys.
 type FreshnessRuleEdit struct {
-	Name       string `json:"name,omitempty"`
-	TaskTypeID string `json:"task_type_id,omitempty"`
+	Name       string `json:"name,omitempty" openapi:"maxLength=200"`
+	TaskTypeID string `json:"task_type_id,omitempty" openapi:"format=uuid"`
 	// TitleTemplate is the title of each key's task, e.g. "Reddit crawl for {{key}}".
 	TitleTemplate string `json:"title_template,omitempty"`
 	// ParamsTemplate is a JSON object with {{key}} inside its strings, e.g.
 	// {"ticker": "{{key}}"} (or that object's text as a JSON string).
 	ParamsTemplate json.RawMessage `json:"params_template,omitempty"`
 	// MaxAge: a key whose newest completed task is older gets a task, e.g. "6h" or "90m".
-	MaxAge      string                     `json:"max_age,omitempty"`
+	MaxAge      string                     `json:"max_age,omitempty" openapi:"duration=$freshnessMinAge..8784h,wholeSeconds,maxLength=100" doc:"a duration such as 6h, 90m or 30s: at least the shortest (FRESHNESS_MIN_AGE), at most 366 days"`
 	Thresholds  *events.PriorityThresholds `json:"thresholds,omitempty"`
-	RisingBoost float64                    `json:"rising_boost,omitempty"`
+	RisingBoost *float64                   `json:"rising_boost,omitempty" openapi:"min=1,max=100" doc:"default 2"`
 }
 
 // FreshnessKeysRequest is the whole new watchlist.
@@ -82,8 +82,11 @@ func (r FreshnessRuleRequest) apply(spec *events.FreshnessSpec) error {
 	if r.Thresholds != nil {
 		spec.Thresholds = *r.Thresholds
 	}
-	if r.RisingBoost != 0 {
-		spec.RisingBoost = r.RisingBoost
+	if r.RisingBoost != nil {
+		if b := *r.RisingBoost; b < 1 || b > 100 { // 0 would read as "the default"
+			return events.Invalid("rising_boost", "must be between 1 and 100")
+		}
+		spec.RisingBoost = *r.RisingBoost
 	}
 	return nil
 }
@@ -258,7 +261,7 @@ func (s *Server) freshnessRoutes() []route {
 	large := http.StatusRequestEntityTooLarge
 	return []route{
 		{method: http.MethodPost, path: p, id: "createFreshnessRule", idempotent: true, summary: "Create a freshness rule: a task type, a watchlist of keys with weights, title and params templates filled with each key, and a max age; a key whose newest completed task is older (and that has none open) gets a task", role: roleAdmin, handler: s.createFreshnessRule, tag: tag,
-			request: FreshnessRuleRequest{}, status: http.StatusCreated, response: events.FreshnessRule{}, errors: []int{bad, large}, bodyLimit: MaxFreshnessBodyBytes},
+			request: FreshnessRuleRequest{}, status: http.StatusCreated, response: events.FreshnessRule{}, errors: []int{bad, conflict, large}, bodyLimit: MaxFreshnessBodyBytes},
 		{method: http.MethodGet, path: p, id: "listFreshnessRules", summary: "List freshness rules, newest first (at most 500)", role: roleAdmin, handler: s.listFreshnessRules, tag: tag,
 			status: okay, response: []events.FreshnessRule{}, errors: []int{}},
 		{method: http.MethodGet, path: p + "/:id", id: "getFreshnessRule", summary: "Read a freshness rule", role: roleAdmin, handler: s.getFreshnessRule, tag: tag,

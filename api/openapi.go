@@ -33,34 +33,37 @@ const (
 type param struct {
 	name, doc string
 	schema    map[string]any
+	// asJSON: the value is JSON text (content application/json), such as
+	// the what-if policy, an object no query style can carry.
+	asJSON bool
 }
 
 func intParam(name string, min, max int, doc string) param {
-	return param{name, doc, map[string]any{"type": "integer", "minimum": min, "maximum": max}}
+	return param{name: name, doc: doc, schema: map[string]any{"type": "integer", "minimum": min, "maximum": max}}
 }
 
 func boolParam(name, doc string) param {
-	return param{name, doc, map[string]any{"type": "boolean", "default": false}}
+	return param{name: name, doc: doc, schema: map[string]any{"type": "boolean", "default": false}}
 }
 
 func uuidParam(name, doc string) param {
-	return param{name, doc, map[string]any{"type": "string", "format": "uuid"}}
+	return param{name: name, doc: doc, schema: map[string]any{"type": "string", "format": "uuid"}}
 }
 
 func timeParam(name, doc string) param {
-	return param{name, doc, map[string]any{"type": "string", "format": "date-time"}}
+	return param{name: name, doc: doc, schema: map[string]any{"type": "string", "format": "date-time"}}
 }
 
 func stringParam(name, doc string) param {
-	return param{name, doc, map[string]any{"type": "string"}}
+	return param{name: name, doc: doc, schema: map[string]any{"type": "string"}}
 }
 
 func patternParam(name, pattern string, maxLength int, doc string) param {
-	return param{name, doc, map[string]any{"type": "string", "pattern": pattern, "maxLength": maxLength}}
+	return param{name: name, doc: doc, schema: map[string]any{"type": "string", "pattern": pattern, "maxLength": maxLength}}
 }
 
 func enumParam[T ~string](name, doc string, values ...T) param {
-	return param{name, doc, map[string]any{"type": "string", "enum": values}}
+	return param{name: name, doc: doc, schema: map[string]any{"type": "string", "enum": values}}
 }
 
 // orNull marks a response whose data may be null (a claim that found nothing).
@@ -145,7 +148,8 @@ const apiVersion = "1.0.0"
 // what is registered (a test checks that against the router; the API tests
 // validate every response against it).
 func (s *Server) OpenAPI() map[string]any {
-	g := &docGen{schemas: map[string]any{}, names: map[string]reflect.Type{}, errorsUsed: map[int]bool{}}
+	g := &docGen{schemas: map[string]any{}, names: map[string]reflect.Type{}, errorsUsed: map[int]bool{},
+		limits: s.docLimits()}
 	paths := map[string]map[string]any{}
 	tags := map[string]bool{}
 	for _, r := range s.routes {
@@ -174,6 +178,10 @@ func (s *Server) OpenAPI() map[string]any {
 		}
 		for _, q := range r.query {
 			pm := map[string]any{"name": q.name, "in": "query", "description": q.doc, "schema": q.schema}
+			if q.asJSON {
+				delete(pm, "schema")
+				pm["content"] = jsonContent(q.schema)
+			}
 			if q.schema["type"] == "array" {
 				pm["style"], pm["explode"] = "form", true
 			}
@@ -193,6 +201,11 @@ func (s *Server) OpenAPI() map[string]any {
 			op["parameters"] = params
 		}
 		if r.rawBody {
+			// A raw body's name and kind travel as query parameters, which
+			// OpenAPI 3.0 cannot require for one media type only: the
+			// extension says it (ADR 029); a multipart body's data_type
+			// may be a field instead.
+			op["x-required-query-by-media-type"] = map[string]any{"application/octet-stream": []string{"data_type", "filename"}}
 			binary := map[string]any{"type": "string", "format": "binary"}
 			op["requestBody"] = map[string]any{"required": true, "content": map[string]any{
 				"application/octet-stream": map[string]any{"schema": binary},
@@ -389,6 +402,22 @@ type docGen struct {
 	schemas    map[string]any
 	names      map[string]reflect.Type
 	errorsUsed map[int]bool
+	limits     docLimits
+}
+
+// docLimits are the settings the document states: a request's bounds that
+// an operator may change.
+type docLimits struct {
+	scheduleMinInterval time.Duration
+	freshnessMinAge     time.Duration
+}
+
+func (s *Server) docLimits() docLimits {
+	l := docLimits{scheduleMinInterval: events.DefaultMinInterval, freshnessMinAge: events.DefaultMinFreshAge}
+	if s.db != nil {
+		l.scheduleMinInterval, l.freshnessMinAge = s.db.ScheduleMinInterval(), s.db.FreshnessMinAge()
+	}
+	return l
 }
 
 var (
@@ -412,7 +441,11 @@ func (g *docGen) schema(t reflect.Type, in bool) map[string]any {
 		return map[string]any{"type": "string", "format": "date-time"}
 	case t == rawType:
 		// encoding/json's raw values: objects here (params, metadata,
-		// event data), unless a field's tag says openapi:"any".
+		// event data), unless a field's tag says openapi:"any". A request
+		// leaves an object out rather than send null (decode refuses it).
+		if in {
+			return map[string]any{"type": "object", "additionalProperties": true}
+		}
 		return map[string]any{"type": "object", "nullable": true, "additionalProperties": true}
 	}
 	switch t.Kind() {
@@ -426,6 +459,10 @@ func (g *docGen) schema(t reflect.Type, in bool) map[string]any {
 		}
 		return nullable(s)
 	case reflect.String:
+		if in {
+			// PostgreSQL's text holds no NUL: a request's text may not carry one.
+			return map[string]any{"type": "string", "pattern": noNULPattern}
+		}
 		return map[string]any{"type": "string"}
 	case reflect.Int, reflect.Int64, reflect.Int32:
 		return map[string]any{"type": "integer"}
@@ -437,6 +474,9 @@ func (g *docGen) schema(t reflect.Type, in bool) map[string]any {
 		out := map[string]any{"type": "array", "items": g.schema(t.Elem(), in)}
 		if b, bounded := reflect.Zero(t).Interface().(itemBounds); bounded {
 			out["minItems"], out["maxItems"] = b.itemBounds()
+		}
+		if u, keyed := reflect.Zero(t).Interface().(interface{ uniqueBy() string }); keyed {
+			out["x-unique-by"] = u.uniqueBy()
 		}
 		return out
 	case reflect.Map:
@@ -473,6 +513,17 @@ func (g *docGen) structSchema(t reflect.Type, in bool) map[string]any {
 // itemBounds is a list body's least and most items.
 type itemBounds interface{ itemBounds() (min, max int) }
 
+// createNeeds marks a create request whose type an edit shares in part:
+// the fields a create must carry that its tags leave optional.
+type createNeeds interface{ createNeeds() []string }
+
+// crossRules marks a request with rules across its fields: each schema it
+// returns matches a combination the server refuses. The document states
+// them as "not": {"anyOf": [...]}, which JSON Schema validators (and the
+// contract fuzz test) apply and client generators ignore: their types stay
+// the plain object.
+type crossRules interface{ forbidden(l docLimits) []any }
+
 // openObject marks a type whose objects carry more fields than it reads:
 // another party's objects (Telegram's), which grow over time.
 type openObject interface{ openObject() }
@@ -485,6 +536,14 @@ func (g *docGen) object(t reflect.Type, in bool) map[string]any {
 	out := map[string]any{"type": "object", "properties": props, "additionalProperties": false}
 	if t.Implements(reflect.TypeFor[openObject]()) {
 		out["additionalProperties"] = true
+	}
+	if in {
+		if c, needs := reflect.Zero(t).Interface().(createNeeds); needs {
+			required = append(required, c.createNeeds()...)
+		}
+		if c, rules := reflect.Zero(t).Interface().(crossRules); rules {
+			out["not"] = map[string]any{"anyOf": c.forbidden(g.limits)}
+		}
 	}
 	if required != nil {
 		sort.Strings(required)
@@ -508,7 +567,7 @@ func (g *docGen) fields(t reflect.Type, in bool, props map[string]any, required 
 		s := g.schema(f.Type, in)
 		rules := parseRules(f.Tag.Get("openapi"))
 		if len(rules) > 0 || f.Tag.Get("doc") != "" {
-			s = withRules(s, rules, f.Tag.Get("doc"))
+			s = g.withRules(s, rules, f.Tag.Get("doc"))
 		}
 		props[name] = s
 		if in && rules["required"] != "" || !in && !strings.Contains(opts, "omitempty") {
@@ -518,8 +577,13 @@ func (g *docGen) fields(t reflect.Type, in bool, props map[string]any, required 
 }
 
 // parseRules reads an openapi tag: required,enum=a|b,min=1,max=9,maxLength=99,format=uuid,itemFormat=uuid.
+// A pattern comes last: it may hold commas ({1,16}), so it takes the rest.
 func parseRules(tag string) map[string]string {
 	out := map[string]string{}
+	if before, pattern, found := strings.Cut(tag, "pattern="); found && (before == "" || strings.HasSuffix(before, ",")) {
+		out["pattern"] = pattern
+		tag = strings.TrimSuffix(before, ",")
+	}
 	for _, part := range strings.Split(tag, ",") {
 		if part == "" {
 			continue
@@ -533,7 +597,7 @@ func parseRules(tag string) map[string]string {
 	return out
 }
 
-func withRules(s map[string]any, rules map[string]string, doc string) map[string]any {
+func (g *docGen) withRules(s map[string]any, rules map[string]string, doc string) map[string]any {
 	out := map[string]any{}
 	for k, v := range s {
 		out[k] = v
@@ -556,19 +620,55 @@ func withRules(s map[string]any, rules map[string]string, doc string) map[string
 				out["description"] = doc
 			}
 		case "nonblank": // the server trims spaces before it checks
-			out["pattern"] = nonBlankPattern
+			out["pattern"] = nonBlankText
 			if out["minLength"] == nil {
 				out["minLength"] = 1
 			}
+		case "nonblankOrEmpty": // empty for none, else not only spaces
+			out["pattern"] = "^(" + strings.TrimSuffix(strings.TrimPrefix(nonBlankText, "^"), "$") + ")?$"
 		case "pattern":
 			out["pattern"] = v
 		case "enum":
 			out["enum"] = strings.Split(v, "|")
+			delete(out, "pattern") // the values say it
 			if out["nullable"] == true {
 				out = nullable(out)
 			}
 		case "format":
 			out["format"] = v
+			if out["pattern"] == noNULPattern {
+				delete(out, "pattern") // the format says it
+			}
+		// Rules JSON Schema cannot state, as extensions the contract fuzz
+		// test reads (ADR 029): a value compared with a sibling's, a
+		// duration's bounds, a list's items unique by one member.
+		case "greater":
+			out["x-greater-than"] = v
+		case "atLeast":
+			out["x-at-least"] = v
+		case "exclusiveMin": // with min: above it
+			out["exclusiveMinimum"] = true
+		case "uniqueBy":
+			out["x-unique-by"] = v
+		case "duration": // MIN..MAX, Go durations; $freshnessMinAge is the setting
+			if out["pattern"] == noNULPattern {
+				delete(out, "pattern") // the format says it
+			}
+			lo, hi, _ := strings.Cut(v, "..")
+			if lo == "$freshnessMinAge" {
+				lo = shortDuration(g.limits.freshnessMinAge)
+			}
+			if out["format"] == nil {
+				out["format"] = "go-duration"
+			}
+			if lo != "" {
+				out["x-duration-min"] = lo
+			}
+			if hi != "" {
+				out["x-duration-max"] = hi
+			}
+		case "wholeSeconds":
+			out["x-whole-seconds"] = true
 		case "uniqueItems":
 			out["uniqueItems"] = true
 		case "itemFormat": // a list of UUIDs, say
@@ -577,6 +677,9 @@ func withRules(s map[string]any, rules map[string]string, doc string) map[string
 				items[k] = v
 			}
 			items["format"] = v
+			if items["pattern"] == noNULPattern {
+				delete(items, "pattern")
+			}
 			out["items"] = items
 		case "min", "max", "maxLength", "minLength", "maxItems", "minItems":
 			key := map[string]string{"min": "minimum", "max": "maximum"}[k]
@@ -596,6 +699,25 @@ func withRules(s map[string]any, rules map[string]string, doc string) map[string
 	}
 	return out
 }
+
+// shortDuration writes d as people do: 1m, not 1m0s.
+func shortDuration(d time.Duration) string {
+	out := d.String()
+	for _, cut := range []string{"m0s", "h0m"} {
+		if strings.HasSuffix(out, cut) {
+			out = strings.TrimSuffix(out, cut[1:])
+		}
+	}
+	return out
+}
+
+// noNULPattern is any text without the NUL character, which PostgreSQL's
+// text cannot hold (the server refuses it in any JSON string, jsoncheck.go).
+const noNULPattern = "^[^\x00]*$"
+
+// nonBlankText is text with a character that is not white space
+// (nonBlankPattern) and no NUL.
+const nonBlankText = "^[^\x00]*" + nonBlankPattern + "[^\x00]*$"
 
 // nonBlankPattern matches text with a character that is not white space
 // as strings.TrimSpace sees it. RE2's \s (and so \S) knows only ASCII

@@ -112,7 +112,7 @@ func (s *Server) table() []route {
 		{method: http.MethodPost, path: a + "/tasks/batch", id: "createTasks", summary: "Create up to 1,000 tasks in one transaction; each item is checked on its own (schema, unique key) and answered in order with its own status and the task's id or its error", role: roleAdmin, handler: s.createTasks,
 			request: createTasksRequest{}, status: okay, response: CreatedBatch{}, errors: []int{bad}, idempotent: true, bodyLimit: MaxBatchBodyBytes},
 		{method: http.MethodPost, path: a + "/workflows", id: "createWorkflow", summary: "Create a workflow: its whole graph of tasks at once, or nothing (a cycle, an unknown ref or an invalid item is a 400 naming the item); tasks with dependencies start blocked", role: roleAdmin, handler: s.createWorkflow,
-			request: createWorkflowRequest{}, status: created, response: store.WorkflowView{}, errors: []int{bad, statusUnknownRef}, bodyLimit: MaxBatchBodyBytes},
+			request: createWorkflowRequest{}, status: created, response: store.WorkflowView{}, errors: []int{bad, conflict, statusUnknownRef}, bodyLimit: MaxBatchBodyBytes},
 		{method: http.MethodGet, path: a + "/workflows", id: "listWorkflows", summary: "List workflows, newest first, with their status, progress and duration", role: roleAdmin, handler: s.listWorkflows,
 			query:  []param{stringParam("after", "the next_cursor of the previous page"), intParam("limit", 1, 200, "page size (default 50)")},
 			status: okay, response: store.WorkflowPage{}, errors: []int{bad}},

@@ -17,8 +17,9 @@ import (
 // Schedules (issue 13): recurring work that creates tasks on its own. The
 // commands below are called by the JSON handlers and by the admin UI.
 
-// ScheduleRequest creates a schedule, or edits one: in an edit every field
-// is optional and a field left out keeps its value (null clears it).
+// ScheduleRequest creates a schedule (its task is required), or edits one
+// (ScheduleEdit): in an edit every field is optional and a field left out
+// keeps its value (null clears it).
 type ScheduleRequest struct {
 	Name string                   `json:"name,omitempty" openapi:"maxLength=200"`
 	Task *events.ScheduleTemplate `json:"task,omitempty"`
@@ -26,10 +27,10 @@ type ScheduleRequest struct {
 	// expression (or @daily, @hourly...) in TimeZone (IANA, default UTC).
 	// Neither: a one-time schedule at StartAt.
 	Interval *events.Interval `json:"interval,omitempty"`
-	Cron     string           `json:"cron,omitempty"`
-	TimeZone string           `json:"time_zone,omitempty"`
+	Cron     string           `json:"cron,omitempty" openapi:"format=cron,maxLength=200" doc:"five fields (minute hour day-of-month month day-of-week) or a descriptor (@daily, @hourly, @every 2h at least the shortest interval)"`
+	TimeZone string           `json:"time_zone,omitempty" openapi:"format=time-zone,maxLength=100" doc:"an IANA time zone such as Europe/Berlin (default UTC)"`
 	StartAt  *time.Time       `json:"start_at,omitempty"`
-	EndAt    *time.Time       `json:"end_at,omitempty"`
+	EndAt    *time.Time       `json:"end_at,omitempty" openapi:"greater=start_at" doc:"after start_at"`
 	MaxRuns  int              `json:"max_runs,omitempty" openapi:"min=0,max=1000000000"`
 	// Overlap: skip (default) or allow a firing while the previous
 	// execution's retry chain has not ended.
@@ -38,6 +39,10 @@ type ScheduleRequest struct {
 	// (default 3; 0 never).
 	MaxFailures *int `json:"max_failures,omitempty" openapi:"min=0,max=100"`
 }
+
+// ScheduleEdit is the body of an edit: ScheduleRequest's fields, each
+// optional.
+type ScheduleEdit ScheduleRequest
 
 // spec is the request as a new schedule's definition.
 func (r ScheduleRequest) spec() events.ScheduleSpec {
@@ -234,7 +239,7 @@ func (s *Server) updateSchedule(c echo.Context) error {
 	}
 	// Check the body's shape before touching the schedule: unknown fields
 	// and wrong types answer 400 whatever the schedule's state.
-	var probe ScheduleRequest
+	var probe ScheduleEdit
 	if err := decodeJSON(bytes.NewReader(body), &probe, false); err != nil {
 		return err
 	}
@@ -342,7 +347,7 @@ func (s *Server) scheduleRoutes() []route {
 	states := []any{events.ScheduleStateActive, events.ScheduleStatePaused, events.ScheduleStateCancelled, events.ScheduleStateFinished}
 	return []route{
 		{method: http.MethodPost, path: p, id: "createSchedule", idempotent: true, summary: "Create a schedule: a task template with an interval, a cron expression in a time zone, or one time", role: roleAdmin, handler: s.createSchedule, tag: tag,
-			request: ScheduleRequest{}, status: http.StatusCreated, response: events.Schedule{}, errors: []int{bad}},
+			request: ScheduleRequest{}, status: http.StatusCreated, response: events.Schedule{}, errors: []int{bad, conflict}},
 		{method: http.MethodGet, path: p, id: "listSchedules", summary: "List schedules, newest first", role: roleAdmin, handler: s.listSchedules, tag: tag,
 			query: []param{
 				{name: "state", doc: "only schedules in this state", schema: map[string]any{"type": "string", "enum": states}},
@@ -356,7 +361,7 @@ func (s *Server) scheduleRoutes() []route {
 		{method: http.MethodGet, path: p + "/:id", id: "getSchedule", summary: "Read a schedule", role: roleAdmin, handler: s.getSchedule, tag: tag,
 			status: okay, response: events.Schedule{}, errors: []int{bad, notFound}},
 		{method: http.MethodPut, path: p + "/:id", id: "updateSchedule", summary: "Edit a schedule: the fields given replace the current ones", role: roleAdmin, handler: s.updateSchedule, tag: tag,
-			request: ScheduleRequest{}, status: okay, response: events.Schedule{}, errors: []int{bad, notFound, conflict, statusUnknownRef}},
+			request: ScheduleEdit{}, status: okay, response: events.Schedule{}, errors: []int{bad, notFound, conflict, statusUnknownRef}},
 		{method: http.MethodPost, path: p + "/:id/pause", id: "pauseSchedule", summary: "Pause an active schedule", role: roleAdmin, handler: s.pauseSchedule, tag: tag,
 			request: scheduleReasonRequest{}, emptyBody: true, status: okay, response: events.Schedule{}, errors: []int{bad, notFound, conflict}},
 		{method: http.MethodPost, path: p + "/:id/resume", id: "resumeSchedule", summary: "Resume a paused schedule from its next slot", role: roleAdmin, handler: s.resumeSchedule, tag: tag,

@@ -17,13 +17,32 @@ import (
 func whatIfQuery() []param {
 	return []param{
 		{name: "since", doc: "the window: days (30d) or a duration (12h), at most 366d (default 30d)",
-			schema: map[string]any{"type": "string", "pattern": `^[0-9]+(d|h|m)$`, "maxLength": 8, "default": "30d", "example": "30d"}},
-		{name: "policy", doc: "the policy as one JSON object (at most 16,384 characters): worker_offline_after (a duration) and types by name, each with " +
+			schema: map[string]any{"type": "string", "pattern": `^[0-9]+(d|h|m)$`, "maxLength": 8, "default": "30d", "example": "30d",
+				"format": "days-or-go-duration", "x-duration-min": "1m", "x-duration-max": "8784h"}},
+		{name: "policy", asJSON: true, doc: "the policy as one JSON object (at most 16,384 characters): worker_offline_after (a duration) and types by name, each with " +
 			"max_retries, retry_backoff_seconds, skip_advised and skip_reasons (regular expressions matched against a failure's reason); a field left out keeps what the log recorded",
-			schema: map[string]any{"type": "string", "maxLength": whatif.MaxPolicyChars,
-				"example": `{"worker_offline_after": "20m", "types": {"reddit_crawl": {"max_retries": 4, "skip_reasons": ["^HTTP 404"]}}}`}},
+			schema: whatIfPolicySchema()},
 		intParam("sample", 1, 1000, "changed chains listed (default 20)"),
 	}
+}
+
+// whatIfPolicySchema is the policy parameter's JSON (whatif.ParsePolicy).
+func whatIfPolicySchema() map[string]any {
+	integer := func(max int) map[string]any { return map[string]any{"type": "integer", "minimum": 0, "maximum": max} }
+	return map[string]any{"type": "object", "additionalProperties": false,
+		"example": map[string]any{"worker_offline_after": "20m", "types": map[string]any{"reddit_crawl": map[string]any{"max_retries": 4, "skip_reasons": []string{"^HTTP 404"}}}},
+		"properties": map[string]any{
+			"worker_offline_after": map[string]any{"type": "string", "format": "go-duration", "maxLength": 100,
+				"x-duration-min": "1ns", "x-duration-max": "168h", "description": "a duration such as 20m, more than zero and at most 168h"},
+			"types": map[string]any{"type": "object", "maxProperties": 200, "description": "by task type name",
+				"additionalProperties": map[string]any{"type": "object", "additionalProperties": false, "properties": map[string]any{
+					"max_retries":           integer(100),
+					"retry_backoff_seconds": integer(86400),
+					"skip_advised":          map[string]any{"type": "boolean"},
+					"skip_reasons": map[string]any{"type": "array", "maxItems": 20, "items": map[string]any{
+						"type": "string", "format": "regex", "minLength": 1, "maxLength": 200, "description": "an RE2 regular expression"}},
+				}}},
+		}}
 }
 
 // whatIfRequest is a what-if replay's parsed parameters.

@@ -99,7 +99,9 @@ func (u *User) Update(e UserEdit, actorID string) ([]Payload, error) {
 		p.IsWorker = *e.IsWorker
 	}
 	if !p.IsAdmin && !p.IsWorker {
-		return nil, Invalid("is_worker", "a user is an admin, a worker or both")
+		// The request may be well-formed (is_worker false for a worker-only
+		// account): the account's state refuses it.
+		return nil, Unusable("is_worker", "a user is an admin, a worker or both")
 	}
 	if u.ID == actorID && u.IsAdmin && !p.IsAdmin {
 		return nil, Invalid("is_admin", "you cannot take the admin role from yourself; ask another admin")
@@ -144,8 +146,8 @@ const (
 
 // ChangePassword decides a new password (already hashed by the caller).
 func ChangePassword(password, by string) ([]Payload, error) {
-	if len(password) < MinPasswordLen || len(password) > MaxPasswordLen {
-		return nil, Invalid("password", "must be %d to %d bytes", MinPasswordLen, MaxPasswordLen)
+	if err := CheckPassword("password", password); err != nil {
+		return nil, err
 	}
 	return []Payload{UserPasswordChanged{By: by}}, nil
 }

@@ -37,6 +37,27 @@ func Invalid(field, format string, args ...any) error {
 	return &ValidationError{Field: field, Message: fmt.Sprintf(format, args...)}
 }
 
+// StateError says a well-formed request names something whose state
+// forbids it (an archived task type): a 409 naming the field, not a 400
+// about the request's shape.
+type StateError struct {
+	Field   string
+	Message string
+}
+
+func (e *StateError) Error() string {
+	if e.Field == "" {
+		return e.Message
+	}
+	return e.Field + ": " + e.Message
+}
+func (e *StateError) Unwrap() error { return ErrConflict }
+
+// Unusable returns a *StateError for field.
+func Unusable(field, format string, args ...any) error {
+	return &StateError{Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
 // TransitionError says which command the current status forbids.
 type TransitionError struct {
 	Command string
@@ -94,6 +115,10 @@ func FieldOf(err error) (string, bool) {
 	if errors.As(err, &u) {
 		return u.Field, true
 	}
+	var st *StateError
+	if errors.As(err, &st) {
+		return st.Field, true
+	}
 	return "", false
 }
 
@@ -108,6 +133,10 @@ func Under(prefix string, err error) error {
 	var u *UnknownReferenceError
 	if errors.As(err, &u) {
 		return &UnknownReferenceError{Field: FieldPath(prefix, u.Field), Kind: u.Kind, ID: u.ID}
+	}
+	var st *StateError
+	if errors.As(err, &st) {
+		return &StateError{Field: FieldPath(prefix, st.Field), Message: st.Message}
 	}
 	return fmt.Errorf("%s: %w", prefix, err)
 }

@@ -35,9 +35,9 @@ type FreshnessKey struct {
 // rising boost) onto the priorities: a score at or above Urgent is urgent,
 // at or above High high, at or above Medium medium, below it low.
 type PriorityThresholds struct {
-	Urgent float64 `json:"urgent"`
-	High   float64 `json:"high"`
-	Medium float64 `json:"medium"`
+	Urgent float64 `json:"urgent" openapi:"required,min=0,exclusiveMin,max=1000000000,atLeast=high"`
+	High   float64 `json:"high" openapi:"required,min=0,exclusiveMin,max=1000000000,atLeast=medium"`
+	Medium float64 `json:"medium" openapi:"required,min=0,exclusiveMin,max=1000000000"`
 }
 
 // FreshnessSpec is what an admin defines. The templates are checked by

@@ -73,7 +73,7 @@ type TypeLimits struct {
 // RateLimit is Count claims per window of Per (a duration such as "1m").
 type RateLimit struct {
 	Count int    `json:"count" openapi:"required,min=1,max=100000"`
-	Per   string `json:"per" openapi:"required,pattern=^([0-9]+(\\.[0-9]+)?(h|m|s))+$" doc:"the window: a whole number of seconds from 1s to 24h, such as 30s, 1m or 1h"`
+	Per   string `json:"per" openapi:"required,duration=1s..24h,wholeSeconds,pattern=^([0-9]+(\\.[0-9]+)?(h|m|s))+$" doc:"the window: a whole number of seconds from 1s to 24h, such as 30s, 1m or 1h"`
 }
 
 // User stream payloads. Passwords never enter the log (ADR 002).

@@ -80,10 +80,10 @@ func (i Interval) Nominal() time.Duration {
 type ScheduleTemplate struct {
 	TaskTypeID  string          `json:"task_type_id" openapi:"required,format=uuid"`
 	Title       string          `json:"title" openapi:"required,nonblank,maxLength=500"`
-	Description string          `json:"description"`
+	Description string          `json:"description" openapi:"maxLength=100000"`
 	Params      json.RawMessage `json:"params"`
 	Priority    Priority        `json:"priority"`
-	AssignedTo  string          `json:"assigned_to,omitempty"`
+	AssignedTo  string          `json:"assigned_to,omitempty" openapi:"format=uuid"`
 }
 
 // ScheduleTiming says when a schedule is due: an interval, a cron

@@ -286,7 +286,7 @@ func NewTask(p NewTaskParams, tt *TaskType) ([]Payload, error) {
 		return nil, Invalid("task_type_id", "is required")
 	}
 	if tt.Archived {
-		return nil, Invalid("task_type_id", "task type %s is archived", tt.Name)
+		return nil, Unusable("task_type_id", "task type %s is archived", tt.Name)
 	}
 	params, err := objectParams(p.Params)
 	if err != nil {

@@ -105,6 +105,11 @@ func checkOutcome(t *testing.T, want outcome, got []events.Payload, err error) {
 		if !errors.Is(err, events.ErrForbidden) || errors.Is(err, events.ErrInvalidTransition) {
 			t.Fatalf("want ErrForbidden, got %T %v", err, err)
 		}
+	case strings.HasPrefix(want.err, "state:"):
+		var se *events.StateError
+		if !errors.As(err, &se) || !errors.Is(err, events.ErrConflict) || se.Field != strings.TrimPrefix(want.err, "state:") {
+			t.Fatalf("want a StateError at %s, got %T %v", strings.TrimPrefix(want.err, "state:"), err, err)
+		}
 	case strings.HasPrefix(want.err, "validation:"):
 		field := strings.TrimPrefix(want.err, "validation:")
 		if !errors.As(err, &ve) || !errors.Is(err, events.ErrInvalid) {
@@ -354,7 +359,7 @@ func TestNewTask(t *testing.T) {
 		{"long description", events.NewTaskParams{Title: "a", Description: strings.Repeat("a", events.MaxDescriptionLen+1)}, tt, invalid("description")},
 		{"bad priority", events.NewTaskParams{Title: "a", Priority: "soon"}, tt, invalid("priority")},
 		{"no type", events.NewTaskParams{Title: "a"}, nil, invalid("task_type_id")},
-		{"archived type", events.NewTaskParams{Title: "a"}, archived, invalid("task_type_id")},
+		{"archived type", events.NewTaskParams{Title: "a"}, archived, outcome{err: "state:task_type_id"}},
 		{"params array", events.NewTaskParams{Title: "a", Params: json.RawMessage(`[]`)}, tt, invalid("params")},
 		{"params string", events.NewTaskParams{Title: "a", Params: json.RawMessage(`"x"`)}, tt, invalid("params")},
 	}

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Bounds of a type's limits.
@@ -96,7 +97,7 @@ func ParseKeyPath(path string) ([]string, error) {
 	bad := func(why string) ([]string, error) {
 		return nil, Invalid("concurrency_key", "%q is not a JSON path into params like $.ticker: %s", cut(path, 64), why)
 	}
-	if len(path) > MaxKeyPathLen {
+	if utf8.RuneCountInString(path) > MaxKeyPathLen {
 		return bad("too long")
 	}
 	if !strings.HasPrefix(path, "$") {

@@ -1,9 +1,12 @@
 package events
 
 import (
+	"crypto/sha256"
+	"encoding/base64"
 	"net/mail"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // User is the fold of a user stream: an admin, a worker, or both. Its
@@ -67,8 +70,9 @@ func (u *User) Apply(e Envelope) {
 // Limits for users.
 const (
 	MaxConcurrentLimit = 100
-	MinPasswordLen     = 8
-	MaxPasswordLen     = 72  // bcrypt's limit
+	MinPasswordLen     = 8   // characters
+	MaxPasswordLen     = 72  // characters, as the document's maxLength counts; see BcryptInput
+	bcryptMaxBytes     = 72  // bcrypt reads no more
 	MaxEmailLen        = 254 // RFC 5321's path limit
 )
 
@@ -92,8 +96,8 @@ func RegisterUser(p UserRegistered, password string) ([]Payload, error) {
 	if TooLong(p.FullName, 200) {
 		return nil, Invalid("full_name", "is longer than 200 characters")
 	}
-	if len(password) < MinPasswordLen || len(password) > MaxPasswordLen {
-		return nil, Invalid("password", "must be %d to %d bytes", MinPasswordLen, MaxPasswordLen)
+	if err := CheckPassword("password", password); err != nil {
+		return nil, err
 	}
 	if p.MaxConcurrentTasks == 0 {
 		p.MaxConcurrentTasks = 1
@@ -105,4 +109,26 @@ func RegisterUser(p UserRegistered, password string) ([]Payload, error) {
 		return nil, Invalid("role", "a user is an admin, a worker or both")
 	}
 	return []Payload{p}, nil
+}
+
+// CheckPassword refuses a new password shorter than MinPasswordLen or
+// longer than MaxPasswordLen characters.
+func CheckPassword(field, password string) error {
+	if n := utf8.RuneCountInString(password); n < MinPasswordLen || n > MaxPasswordLen {
+		return Invalid(field, "must be %d to %d characters", MinPasswordLen, MaxPasswordLen)
+	}
+	return nil
+}
+
+// BcryptInput is what bcrypt hashes for password: the password itself when
+// it fits bcrypt's 72 bytes (every hash made before, unchanged), else a NUL
+// and its SHA-256 in base64, so that 72 characters of any script count
+// whole. No password can start with NUL (the API refuses it in any text),
+// so the digest form never equals a password as typed.
+func BcryptInput(password string) []byte {
+	if len(password) <= bcryptMaxBytes {
+		return []byte(password)
+	}
+	sum := sha256.Sum256([]byte(password))
+	return append([]byte{0}, base64.RawStdEncoding.EncodeToString(sum[:])...)
 }

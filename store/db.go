@@ -351,3 +351,15 @@ func (db *DB) WithTxRetrying(ctx context.Context, fn func(tx pgx.Tx) error) erro
 		return err
 	}
 }
+
+// ScheduleMinInterval is the shortest interval a schedule may have (the
+// API's document states it).
+func (db *DB) ScheduleMinInterval() time.Duration { return db.scheduleMinInterval }
+
+// FreshnessMinAge is the shortest max age a freshness rule may have.
+func (db *DB) FreshnessMinAge() time.Duration {
+	if db.freshnessMinAge <= 0 {
+		return events.DefaultMinFreshAge
+	}
+	return db.freshnessMinAge
+}

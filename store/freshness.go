@@ -204,7 +204,7 @@ func (db *DB) checkFreshness(ctx context.Context, q Querier, spec *events.Freshn
 		return err
 	}
 	if tt.Archived {
-		return events.Invalid("task_type_id", "task type %s is archived", tt.Name)
+		return events.Unusable("task_type_id", "task type %s is archived", tt.Name)
 	}
 	tpl, err := parseFreshnessTemplates(*spec)
 	if err != nil {

@@ -148,9 +148,8 @@ func (db *DB) checkScheduleSpec(ctx context.Context, q Querier, spec *events.Sch
 		return nil, time.Time{}, err
 	}
 	if err := templateFits(tt, spec.Task.Params, check); err != nil {
-		var ve *events.ValidationError
-		if errors.As(err, &ve) && !strings.HasPrefix(ve.Field, "task.") {
-			return nil, time.Time{}, events.Invalid("task."+ve.Field, "%s", ve.Message)
+		if field, named := events.FieldOf(err); named && !strings.HasPrefix(field, "task.") {
+			return nil, time.Time{}, events.Under("task", err)
 		}
 		return nil, time.Time{}, err
 	}
@@ -176,7 +175,7 @@ func templateFits(tt *events.TaskType, params json.RawMessage, check ParamsCheck
 		return events.Invalid("task_type_id", "the task type no longer exists")
 	}
 	if tt.Archived {
-		return events.Invalid("task_type_id", "task type %s is archived", tt.Name)
+		return events.Unusable("task_type_id", "task type %s is archived", tt.Name)
 	}
 	if check != nil {
 		return check(tt, params)

@@ -109,9 +109,11 @@ func freshnessRequest(f url.Values, withKeys bool) (api.FreshnessRuleRequest, er
 		return req, err
 	}
 	req.Thresholds = &t
-	if req.RisingBoost, err = num("rising_boost"); err != nil {
+	boost, err := num("rising_boost")
+	if err != nil {
 		return req, err
 	}
+	req.RisingBoost = &boost
 	if withKeys {
 		if req.Keys, err = events.ParseFreshnessKeys(f.Get("keys")); err != nil {
 			return req, err

@@ -229,7 +229,7 @@ func (a *app) workersPassword(args []string) int {
 	spec := workersPasswordSpec
 	fs := flagSet(spec)
 	api := apiFlag(fs)
-	password := fs.String("password", "", "the new password, 8-72 bytes (default $TASKCTL_WORKER_PASSWORD, else asked)")
+	password := fs.String("password", "", "the new password, 8-72 characters (default $TASKCTL_WORKER_PASSWORD, else asked)")
 	call, code := a.start(fs, spec, args, api, 1, "WORKER")
 	if call == nil {
 		return code

@@ -36,7 +36,7 @@ func (a *app) workersCreate(args []string) int {
 	api := apiFlag(fs)
 	email := fs.String("email", "", "the worker's login (required)")
 	name := fs.String("name", "", "display name (required)")
-	password := fs.String("password", "", "password, 8-72 bytes (default $TASKCTL_WORKER_PASSWORD, else generated)")
+	password := fs.String("password", "", "password, 8-72 characters (default $TASKCTL_WORKER_PASSWORD, else generated)")
 	maxConc := fs.Int("max-concurrent", 1, "tasks it may hold at once (1-100)")
 	admin := fs.Bool("admin", false, "an admin too")
 	worker := fs.Bool("worker", true, "a worker (--worker=false with --admin: an admin only)")

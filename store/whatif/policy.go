@@ -153,8 +153,8 @@ func parseType(fields map[string]json.RawMessage, path string) (TypePolicy, erro
 			}
 			for i, expr := range tp.SkipReasons {
 				at := fmt.Sprintf("%s[%d]", field, i)
-				if expr == "" || len(expr) > maxSkipReasonLen {
-					return tp, events.Invalid(at, "must be a regular expression of 1 to %d bytes", maxSkipReasonLen)
+				if expr == "" || utf8.RuneCountInString(expr) > maxSkipReasonLen {
+					return tp, events.Invalid(at, "must be a regular expression of 1 to %d characters", maxSkipReasonLen)
 				}
 				re, err := regexp.Compile(expr)
 				if err != nil {
