@@ -646,8 +646,7 @@ func (g *docGen) withRules(s map[string]any, rules map[string]string, doc string
 			out["x-greater-than"] = v
 		case "atLeast":
 			out["x-at-least"] = v
-		case "exclusiveMin": // with min: above it
-			out["exclusiveMinimum"] = true
+		case "exclusiveMin": // below, once min is read
 		case "uniqueBy":
 			out["x-unique-by"] = v
 		case "duration": // MIN..MAX, Go durations; $freshnessMinAge is the setting
@@ -696,6 +695,11 @@ func (g *docGen) withRules(s map[string]any, rules map[string]string, doc string
 		default:
 			panic("api: unknown openapi tag rule " + k)
 		}
+	}
+	if rules["exclusiveMin"] != "" {
+		// Above min: "not" the bound, since 3.0's boolean exclusiveMinimum
+		// is 3.1's number, and tools read it either way.
+		out["not"] = map[string]any{"enum": []any{out["minimum"]}}
 	}
 	return out
 }
