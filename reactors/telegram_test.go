@@ -752,6 +752,41 @@ func TestTelegramWaitingTasks(t *testing.T) {
 	require.EqualValues(t, 2, n, "the released task and the fresh one (now 31 min old)")
 }
 
+// A look reads only the head of the queue (waitingScan tasks of each
+// priority): behind a head already reported, the backlog waits its turn.
+func TestTelegramWaitingReadsOnlyTheHead(t *testing.T) {
+	e := setupTelegram(t)
+	ctx := context.Background()
+	defer func(n int) { waitingScan = n }(waitingScan)
+	waitingScan = 2
+	clock := &fakeClock{}
+	clock.Set(time.Now().Add(-40 * time.Minute))
+	db, err := store.New(e.pool, store.Config{Projector: projections.Projector{}, Now: clock.Now})
+	require.NoError(t, err)
+	f := newFixture(t, db, 3, "Nexus")
+	var queued []string
+	for i := range 5 {
+		clock.Set(time.Now().Add(time.Duration(i-40) * time.Minute))
+		queued = append(queued, f.task(t, fmt.Sprintf("Queued %d", i), 0))
+	}
+	s, err := NewTelegramSender(e.pool, e.hub, e.cfg)
+	require.NoError(t, err)
+	look := func() []string {
+		t.Helper()
+		_, err := s.checkWaiting(ctx)
+		require.NoError(t, err)
+		var titles []string
+		for _, l := range outboxLines(t, e.pool) {
+			titles = append(titles, strings.SplitN(strings.TrimPrefix(l.Plain, "⏳ "), " waiting", 2)[0])
+		}
+		return titles
+	}
+	require.Equal(t, []string{"Queued 0", "Queued 1"}, look(), "the head, oldest first")
+	require.Equal(t, []string{"Queued 0", "Queued 1"}, look(), "nothing behind a head already reported")
+	f.claim(t, queued[0])
+	require.Equal(t, []string{"Queued 0", "Queued 1", "Queued 2"}, look(), "the head moved on")
+}
+
 // The waiting line says how long in units that fit: never "0 min".
 func TestWaitingLineTexts(t *testing.T) {
 	now := time.Date(2026, 11, 24, 3, 0, 0, 0, time.UTC)

@@ -21,9 +21,18 @@ import (
 // (assigned, not yet claimed) are not reported: someone chose to wait.
 //
 // At most waitingBatch tasks are reported per look, oldest first, so a deep
-// backlog turns into a steady trickle rather than a flood.
+// backlog turns into a steady trickle rather than a flood. A look reads only
+// the head of the queue, the first waitingScan tasks of each priority in
+// claim order (ids only, so that the walk is worker_tasks_queue's alone):
+// its cost does not grow with the backlog. Before, a look over a million
+// queued tasks read them all, 29 s on every instance every minute. So a backlog deeper than that is
+// reported by its head, whose tasks have waited longest; the others as the
+// head drains.
 
 const waitingBatch = 20
+
+// waitingScan is a variable so that a test can make the head short.
+var waitingScan = 100
 
 // waitingTask is a queued task nobody claimed in time.
 type waitingTask struct {
@@ -39,15 +48,18 @@ func (s *TelegramSender) checkWaiting(ctx context.Context) (int64, error) {
 	now := s.cfg.Now()
 	rows, err := s.db.Query(ctx, `SELECT t.title, e.seq, greatest(t.available_at, e.occurred_at),
 		    (SELECT count(*) FROM users u WHERE u.is_worker AND u.online)
-		  FROM worker_tasks t
+		  FROM unnest('{0,1,2,3}'::smallint[]) AS p(rank)
+		  CROSS JOIN LATERAL (SELECT w.id FROM worker_tasks w
+		       WHERE w.priority_rank = p.rank AND w.status = 'pending' AND w.assigned_to IS NULL AND NOT w.scheduled AND NOT w.gated
+		       ORDER BY w.priority_rank, w.created_at, w.id LIMIT $4) q
+		  JOIN worker_tasks t ON t.id = q.id
 		  CROSS JOIN LATERAL (SELECT ev.seq, ev.occurred_at FROM task_events ev
 		       WHERE ev.stream_id = t.id AND ev.type IN ('task.created', 'task.released')
 		       ORDER BY ev.version DESC LIMIT 1) e
-		 WHERE t.status = 'pending' AND t.assigned_to IS NULL AND NOT t.scheduled AND NOT t.gated AND t.available_at <= $1
-		   AND e.occurred_at <= $1
+		 WHERE t.available_at <= $1 AND e.occurred_at <= $1
 		   AND NOT EXISTS (SELECT 1 FROM telegram_outbox o WHERE o.event_seq = e.seq AND o.kind = $2)
 		 ORDER BY greatest(t.available_at, e.occurred_at), t.id
-		 LIMIT $3`, now.Add(-s.cfg.WaitingAfter), kindWaiting, waitingBatch)
+		 LIMIT $3`, now.Add(-s.cfg.WaitingAfter), kindWaiting, waitingBatch, waitingScan)
 	if err != nil {
 		return 0, fmt.Errorf("telegram: find waiting tasks: %w", err)
 	}
