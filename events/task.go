@@ -125,9 +125,9 @@ func (t *Task) Apply(e Envelope) {
 	case TaskCompacted:
 		// A snapshot: the state as it was, at the compaction's version.
 		*t = p.Task
-		if string(t.Result) == "null" { // the result was dropped
-			t.Result = nil
-		}
+		t.ID = e.StreamID
+		t.Params = json.RawMessage(`{}`) // dropped
+		t.Result = nil
 		t.Version = e.Version
 		return
 	case TaskCreated:

@@ -37,37 +37,132 @@ type TaskCompacted struct {
 	// Data are the task's data objects (the index; the objects stay in the
 	// data store until their own retention removes them).
 	Data []TaskData `json:"data,omitempty"`
-	// Counted are the replaced events that the sum tables count (usage,
-	// completions per worker and day, the per-minute counters), with only
-	// the fields those sums read: replay sums them as if they were the
-	// events themselves.
-	Counted []Counted `json:"counted,omitempty"`
+	// Usage are the replaced LLM usage reports, which the usage tables
+	// sum: replay sums them as if they were the events. The other sums
+	// (completions per worker and day, the per-minute counters) count
+	// one event a finished task has exactly one of, which Task says
+	// (store/replay's countedEvents).
+	Usage []Counted `json:"usage,omitempty"`
 }
 
 // Attempt is one claim of a task: who held it, for how long, how it ended.
 type Attempt struct {
-	WorkerID  string     `json:"worker_id"`
-	ClaimedAt time.Time  `json:"claimed_at"`
-	EndedAt   *time.Time `json:"ended_at,omitempty"`
-	// DurationMS is EndedAt - ClaimedAt.
+	WorkerID  string    `json:"worker_id"`
+	ClaimedAt time.Time `json:"claimed_at"`
+	// DurationMS is from the claim to its end.
 	DurationMS int64 `json:"duration_ms"`
-	// Outcome: completed, failed, released or cancelled.
-	Outcome     string `json:"outcome"`
+	// Outcome: completed, failed, released or cancelled; "" while held
+	// (a chain is compacted only finished, so never in a stored event).
+	Outcome     string `json:"outcome,omitempty"`
 	FailureKind string `json:"failure_kind,omitempty"`
 	Reason      string `json:"reason,omitempty"`
 }
 
-// Digest is the size and SHA-256 of a dropped JSON payload, as stored.
+// Digest is the size and SHA-256 of a dropped JSON payload, as stored
+// (the result's; the params' and the checkpoint's keep their size only).
 type Digest struct {
 	Size   int    `json:"size_bytes"`
-	SHA256 string `json:"sha256"`
+	SHA256 string `json:"sha256,omitempty"`
 }
 
 // Counted is a replaced event that a sum table counts.
 type Counted struct {
 	Type       string          `json:"type"`
 	OccurredAt time.Time       `json:"occurred_at"`
-	Data       json.RawMessage `json:"data"`
+	Data       json.RawMessage `json:"data,omitempty"`
+}
+
+// MarshalJSON writes the task's state without what the event says
+// otherwise (its id is the stream's, its version the event's less one,
+// params and result dropped), without empty fields, without available_at
+// and updated_at when they equal created_at and completed_at, and without
+// the attempts when there is one that the state says (its worker, start,
+// end and outcome): a compaction must be much smaller than the events it
+// replaces. UnmarshalJSON fills them back.
+func (p TaskCompacted) MarshalJSON() ([]byte, error) {
+	type plain TaskCompacted
+	task, err := json.Marshal(p.Task)
+	if err != nil {
+		return nil, err
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(task, &fields); err != nil {
+		return nil, err
+	}
+	for k, v := range fields {
+		if string(v) == "null" {
+			delete(fields, k) // a nil pointer: "" or 0 behind one is kept
+		}
+	}
+	// The plain fields at their zero value, and the times that repeat.
+	for k, zero := range map[string]string{"scheduled": "false", "retry_count": "0", "description": `""`} {
+		if string(fields[k]) == zero {
+			delete(fields, k)
+		}
+	}
+	if string(fields["available_at"]) == string(fields["created_at"]) {
+		delete(fields, "available_at")
+	}
+	if string(fields["updated_at"]) == string(fields["completed_at"]) {
+		delete(fields, "updated_at")
+	}
+	for _, k := range []string{"id", "version", "params", "result"} {
+		delete(fields, k)
+	}
+	slim, err := json.Marshal(fields)
+	if err != nil {
+		return nil, err
+	}
+	q := plain(p)
+	if a, ok := impliedAttempt(&p.Task); ok && len(p.Attempts) == 1 && p.Attempts[0] == a {
+		q.Attempts = nil
+	}
+	return json.Marshal(struct {
+		Task json.RawMessage `json:"task"`
+		plain
+	}{slim, q})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (p *TaskCompacted) UnmarshalJSON(b []byte) error {
+	type plain TaskCompacted
+	var q plain
+	if err := json.Unmarshal(b, &q); err != nil {
+		return err
+	}
+	t := &q.Task
+	if t.AvailableAt.IsZero() {
+		t.AvailableAt = t.CreatedAt
+	}
+	if t.UpdatedAt.IsZero() && t.CompletedAt != nil {
+		t.UpdatedAt = *t.CompletedAt
+	}
+	if len(q.Attempts) == 0 {
+		if a, ok := impliedAttempt(t); ok {
+			q.Attempts = []Attempt{a}
+		}
+	}
+	*p = TaskCompacted(q)
+	return nil
+}
+
+// impliedAttempt is the one attempt a finished task's state describes:
+// its holder, from its start to its end, with its outcome.
+func impliedAttempt(t *Task) (Attempt, bool) {
+	if t.AssignedTo == nil || t.StartedAt == nil || t.CompletedAt == nil || t.Status == StatusCancelled {
+		return Attempt{}, false
+	}
+	a := Attempt{WorkerID: *t.AssignedTo, ClaimedAt: *t.StartedAt, DurationMS: t.CompletedAt.Sub(*t.StartedAt).Milliseconds(),
+		Outcome: string(t.Status)}
+	if t.Status == StatusFailed {
+		if t.FailureKind != nil {
+			a.FailureKind = *t.FailureKind
+		}
+		if t.FailureReason != nil {
+			a.Reason = cut(*t.FailureReason, 500)
+		}
+	}
+	return a, true
 }
 
 func (TaskCompacted) EventType() string { return "task.compacted" }
@@ -111,7 +206,7 @@ func CompactTask(stream []Envelope, archives []string) (TaskCompacted, error) {
 			out.Attempts = append(out.Attempts, p.Attempts...)
 			out.Params, out.Result, out.Checkpoint = p.Params, p.Result, p.Checkpoint
 			out.Updates, out.UpdateBytes = p.Updates, p.UpdateBytes
-			out.Counted = append(out.Counted, p.Counted...)
+			out.Usage = append(out.Usage, p.Usage...)
 			out.Archives = append(out.Archives, p.Archives...)
 			out.Events += p.Events
 			out.FirstSeq = p.FirstSeq
@@ -121,18 +216,12 @@ func CompactTask(stream []Envelope, archives []string) (TaskCompacted, error) {
 			endAttempt(&out, e.OccurredAt, "released", "", p.Reason)
 		case TaskCompleted:
 			endAttempt(&out, e.OccurredAt, "completed", "", "")
-			out.Counted = append(out.Counted, counted(e, map[string]any{"worker_id": p.WorkerID}))
 		case TaskFailed:
 			endAttempt(&out, e.OccurredAt, "failed", p.Kind, p.Reason)
-			out.Counted = append(out.Counted, counted(e, map[string]any{"kind": p.Kind}))
 		case TaskCancelled:
 			endAttempt(&out, e.OccurredAt, "cancelled", "", p.Reason)
-		case TaskCreated:
-			if p.RetryCount > 0 {
-				out.Counted = append(out.Counted, counted(e, map[string]any{"retry_count": p.RetryCount}))
-			}
 		case TaskUsageReported:
-			out.Counted = append(out.Counted, Counted{Type: e.Type, OccurredAt: e.OccurredAt, Data: e.Data})
+			out.Usage = append(out.Usage, Counted{Type: e.Type, OccurredAt: e.OccurredAt, Data: e.Data})
 		case TaskUpdatePosted:
 			out.Updates++
 			out.UpdateBytes += len(p.Message)
@@ -148,13 +237,13 @@ func CompactTask(stream []Envelope, archives []string) (TaskCompacted, error) {
 		out.LastSeq = e.Seq
 	}
 	if len(t.Params) > 0 && string(t.Params) != "{}" {
-		out.Params = digest(t.Params)
+		out.Params = &Digest{Size: len(t.Params)}
 	}
 	if len(t.Result) > 0 {
 		out.Result = digest(t.Result)
 	}
 	if len(checkpoint) > 0 {
-		out.Checkpoint = digest(checkpoint)
+		out.Checkpoint = &Digest{Size: len(checkpoint)}
 	}
 	t.Params = json.RawMessage(`{}`)
 	t.Result = nil
@@ -165,18 +254,12 @@ func CompactTask(stream []Envelope, archives []string) (TaskCompacted, error) {
 
 func endAttempt(out *TaskCompacted, at time.Time, outcome, kind, reason string) {
 	n := len(out.Attempts)
-	if n == 0 || out.Attempts[n-1].EndedAt != nil {
+	if n == 0 || out.Attempts[n-1].Outcome != "" {
 		return // no claim open (a cancel or release of a pending task)
 	}
 	a := &out.Attempts[n-1]
-	a.EndedAt = &at
 	a.DurationMS = at.Sub(a.ClaimedAt).Milliseconds()
 	a.Outcome, a.FailureKind, a.Reason = outcome, kind, cut(reason, 500)
-}
-
-func counted(e Envelope, data map[string]any) Counted {
-	b, _ := json.Marshal(data)
-	return Counted{Type: e.Type, OccurredAt: e.OccurredAt, Data: b}
 }
 
 func digest(b []byte) *Digest {
@@ -219,7 +302,7 @@ func compactedSummary(p TaskCompacted, who func(string) string) string {
 		kept = append(kept, fmt.Sprintf("result size %d bytes, sha256 %s", p.Result.Size, p.Result.SHA256))
 	}
 	var reports, tokens int64
-	for _, c := range p.Counted {
+	for _, c := range p.Usage {
 		if c.Type == (TaskUsageReported{}).EventType() {
 			var u TaskUsageReported
 			if json.Unmarshal(c.Data, &u) == nil {

@@ -49,10 +49,10 @@ func TestCompactTask(t *testing.T) {
 		t.Fatalf("digests %+v %+v, updates %d", c.Result, c.Params, c.Updates)
 	}
 	var types []string
-	for _, x := range c.Counted {
+	for _, x := range c.Usage {
 		types = append(types, x.Type)
 	}
-	if strings.Join(types, ",") != "task.usage_reported,task.completed" {
+	if strings.Join(types, ",") != "task.usage_reported" {
 		t.Fatalf("counted %v", types)
 	}
 	// Fold the compaction alone, at the next version.

@@ -110,16 +110,17 @@ func LoadArchive(ctx context.Context, pool *pgxpool.Pool, bs blob.Store, kind st
 		`CREATE INDEX ON ` + table + ` (type)`,
 		`ANALYZE ` + table,
 		// The archived events no longer live, then the live log. A
-		// compaction counts nothing when its originals are here.
+		// compaction counts nothing in the sums when its originals are
+		// here (countedEvents reads the mark in its meta).
 		`CREATE VIEW ` + pgx.Identifier{ArchiveSchema, "task_events"}.Sanitize() + ` AS
 		SELECT a.seq, a.tx_id, a.stream_type, a.stream_id, a.version, a.type, a.schema_version, a.data, a.meta, a.occurred_at
 		  FROM ` + table + ` a WHERE NOT EXISTS (SELECT 1 FROM ` + events + ` l WHERE l.seq = a.seq)
 		UNION ALL
-		SELECT l.seq, l.tx_id::text::bigint, l.stream_type, l.stream_id, l.version, l.type, l.schema_version,
+		SELECT l.seq, l.tx_id::text::bigint, l.stream_type, l.stream_id, l.version, l.type, l.schema_version, l.data,
 		       CASE WHEN l.type = 'task.compacted' AND EXISTS (
 		           SELECT 1 FROM ` + table + ` o WHERE o.stream_id = l.stream_id AND o.version = 1)
-		            THEN l.data - 'counted' ELSE l.data END,
-		       l.meta, l.occurred_at
+		            THEN l.meta || '{"originals_archived": true}' ELSE l.meta END,
+		       l.occurred_at
 		  FROM ` + events + ` l`,
 	} {
 		if _, err := conn.Exec(ctx, sql); err != nil {

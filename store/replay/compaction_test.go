@@ -90,7 +90,7 @@ func TestCompactionKeepsProjections(t *testing.T) {
 	require.NotNil(t, p.Checkpoint)
 	require.Equal(t, 1, p.Updates)
 	require.Len(t, p.Data, 1)
-	require.Contains(t, typesOf(p.Counted), "task.usage_reported")
+	require.Contains(t, typesOf(p.Usage), "task.usage_reported")
 	require.Zero(t, count(t, pool, `SELECT count(*) FROM worker_task_updates WHERE task_id = $1`, rich))
 	require.Zero(t, count(t, pool, `SELECT count(*) FROM task_checkpoints WHERE task_id = $1`, rich))
 	require.Equal(t, int64(1), count(t, pool, `SELECT count(*) FROM task_data WHERE task_id = $1`, rich))

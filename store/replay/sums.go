@@ -20,13 +20,27 @@ import (
 var sumTables = projections.SumTables()
 
 // countedEvents is the log as the sum tables count it: every event but a
-// compaction, and in place of each compaction the events it replaced that
-// the sums count (events.TaskCompacted.Counted), at its own position.
+// compaction, and in place of each compaction (at its position) the
+// replaced events the sums count: its usage reports, and what its final
+// state says a finished task had exactly one of — its completion (by its
+// holder, at completed_at), its failure, and for a retry its creation.
+// A compaction whose originals the log holds too (the archive plus the
+// live log, LoadArchive) is marked in its meta and counts nothing.
 const countedEvents = `(SELECT seq, tx_id, stream_id, type, data, occurred_at FROM task_events WHERE type <> 'task.compacted'
 UNION ALL
 SELECT c.seq, c.tx_id, c.stream_id, x->>'type', x->'data', (x->>'occurred_at')::timestamptz
-  FROM task_events c CROSS JOIN LATERAL jsonb_array_elements(coalesce(c.data->'counted', '[]')) x
- WHERE c.type = 'task.compacted')`
+  FROM task_events c CROSS JOIN LATERAL jsonb_array_elements(coalesce(c.data->'usage', '[]')) x
+ WHERE c.type = 'task.compacted' AND NOT c.meta ? 'originals_archived'
+UNION ALL
+SELECT c.seq, c.tx_id, c.stream_id, 'task.' || (c.data->'task'->>'status'),
+       jsonb_build_object('worker_id', c.data->'task'->'assigned_to'), (c.data->'task'->>'completed_at')::timestamptz
+  FROM task_events c WHERE c.type = 'task.compacted' AND NOT c.meta ? 'originals_archived'
+   AND c.data->'task'->>'status' IN ('completed', 'failed')
+UNION ALL
+SELECT c.seq, c.tx_id, c.stream_id, 'task.created', jsonb_build_object('retry_count', (c.data->'task'->>'retry_count')::int),
+       (c.data->'task'->>'created_at')::timestamptz
+  FROM task_events c WHERE c.type = 'task.compacted' AND NOT c.meta ? 'originals_archived'
+   AND (c.data->'task'->>'retry_count')::int > 0)`
 
 // eventSums selects t's rows as the sums of its events meeting where.
 func eventSums(t projections.SumTable, where string) string {
