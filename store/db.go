@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -259,7 +260,7 @@ func (db *DB) WithTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 	if c, ok := db.takeCarried(tx); ok {
 		// Its other writes' hooks woke theirs; NoEvents wakes those
 		// that follow more than events, as below.
-		db.notifier.carriedCommit(c.at, append(c.types, NoEvents)...)
+		db.notifier.carriedCommit(c.at, append(slices.Clip(c.types), NoEvents)...)
 	} else {
 		// Its events' writes woke their subscribers (wrote); this wakes
 		// those that follow more than events (an outbox, the claim gate).

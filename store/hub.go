@@ -125,8 +125,8 @@ func waitsForRunAt(p events.Payload) bool {
 const NoEvents = "(no events)"
 
 // TimedCreate names, in a wake, a create of a task that waits for a time:
-// its run_at, or the end of a rate window (any create while a limited type
-// exists). Only the due timer, which arms for those times, wants it; a
+// its run_at, or the end of a rate window (a create of a rate-limited type;
+// where the type is not known, any create while a limited type exists). Only the due timer, which arms for those times, wants it; a
 // create of tasks claimable at once does not wake it.
 const TimedCreate = "(timed create)"
 
