@@ -115,7 +115,7 @@ func (c *Compaction) Round(ctx context.Context) error {
 	cutoff := c.cfg.Now().Add(-c.cfg.Retention)
 	pool := c.cfg.DB.Pool().Pool
 	arep, err := archive.Run(ctx, archive.Config{Pool: pool, Store: c.cfg.Store, Kind: c.cfg.Period,
-		Before: archive.PeriodOf(c.cfg.Period, cutoff).End(), Now: c.cfg.Now})
+		Before: archive.PeriodOf(c.cfg.Period, cutoff).End(), Now: c.cfg.Now, Rest: true})
 	c.periods.Add(float64(arep.Periods))
 	c.bytes.Add(float64(arep.Bytes))
 	if arep.Periods > 0 {

@@ -154,6 +154,9 @@ type Config struct {
 	Max int
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// Rest: after each period, wait as long as it took (the service's
+	// rounds), so the archive holds a connection half the time at most.
+	Rest bool
 }
 
 // Report says what Run did.
@@ -201,6 +204,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			rep.Pending = true
 			break
 		}
+		began := time.Now()
 		m, err := archivePeriod(ctx, cfg, p)
 		if err != nil {
 			return rep, err
@@ -208,6 +212,13 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		rep.Periods++
 		rep.Events += m.Events
 		rep.Bytes += m.Bytes
+		if cfg.Rest {
+			select {
+			case <-ctx.Done():
+				return rep, ctx.Err()
+			case <-time.After(time.Since(began)):
+			}
+		}
 	}
 	return rep, nil
 }
