@@ -24,6 +24,7 @@ SELECT setval(pg_get_serial_sequence('task_events_plain', 'seq'),
 
 DROP TABLE task_events;
 DROP FUNCTION task_events_guard();
+DROP FUNCTION task_events_truncated();
 DROP FUNCTION task_stream_lost_race();
 DROP TABLE event_streams;
 ALTER TABLE task_events_plain RENAME TO task_events;

@@ -148,3 +148,13 @@ BEGIN
 END $$;
 CREATE TRIGGER task_events_guard AFTER INSERT ON task_events
     REFERENCING NEW TABLE AS new_events FOR EACH STATEMENT EXECUTE FUNCTION task_events_guard();
+
+-- The heads are to the log what the unique key's index was: emptying the
+-- log (a test, a scratch database) empties them.
+CREATE FUNCTION task_events_truncated() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    TRUNCATE event_streams;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER task_events_truncated AFTER TRUNCATE ON task_events
+    FOR EACH STATEMENT EXECUTE FUNCTION task_events_truncated();
