@@ -33,17 +33,9 @@ func (s *Server) claimMany(c echo.Context) error {
 	if err := decode(c, &req, false); err != nil {
 		return err
 	}
-	if req.Max == nil {
-		return events.Invalid("max", "is required: how many tasks to claim, from 1 to %d", store.MaxClaimMany)
-	}
-	if *req.Max < 1 || *req.Max > store.MaxClaimMany {
-		return events.Invalid("max", "must be from 1 to %d", store.MaxClaimMany)
-	}
+	// max and wait are required and bounded by their tags (decode).
 	var wait time.Duration
 	if req.Wait != nil {
-		if *req.Wait < 0 || time.Duration(*req.Wait)*time.Second > MaxClaimWait {
-			return events.Invalid("wait", "must be a whole number of seconds from 0 to %d", int(MaxClaimWait/time.Second))
-		}
 		wait = time.Duration(*req.Wait) * time.Second
 	}
 	tasks, err := s.claimWaiting(c, wait, *req.Max)
@@ -180,15 +172,11 @@ func finishFromJSON(raw json.RawMessage) (store.Finish, error) {
 	if err := decodeJSON(bytes.NewReader(raw), &it, false); err != nil {
 		return store.Finish{}, err
 	}
-	if it.ID == nil {
-		return store.Finish{}, events.Invalid("id", "is required")
-	}
+	// The tags checked id, status, kind and reason (decode): what is left
+	// is the rule across fields and the id's canonical form.
 	id, err := parseUUID("id", *it.ID)
 	if err != nil {
 		return store.Finish{}, err
-	}
-	if it.Status == nil {
-		return store.Finish{}, events.Invalid("status", "is required: completed or failed")
 	}
 	f := store.Finish{ID: id, Status: events.Status(*it.Status), Reason: it.Reason}
 	if it.Usage != nil {
@@ -206,15 +194,7 @@ func finishFromJSON(raw json.RawMessage) (store.Finish, error) {
 			return store.Finish{}, events.Invalid("kind", "only applies to status failed")
 		}
 	case events.StatusFailed:
-		switch it.Kind {
-		case "", events.FailureError, events.FailureTimeout:
-			f.Kind = it.Kind
-		default:
-			return store.Finish{}, events.Invalid("kind", "must be error or timeout")
-		}
-		if events.TooLong(it.Reason, events.MaxReasonLen) {
-			return store.Finish{}, events.Invalid("reason", "is longer than %d characters", events.MaxReasonLen)
-		}
+		f.Kind = it.Kind
 	default:
 		return store.Finish{}, events.Invalid("status", "must be completed or failed")
 	}

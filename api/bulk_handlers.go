@@ -121,9 +121,7 @@ type bulkPlan struct {
 }
 
 func (s *Server) planBulk(req BulkTasksRequest, meta events.Meta) (*bulkPlan, error) {
-	if req.Action == nil || *req.Action == "" {
-		return nil, events.Invalid("action", "is required: cancel or retry")
-	}
+	// action, limit and reason's length: their tags (validateShape).
 	noFilter := events.Invalid("filter", "is required and must set at least one criterion (status, task_type_id, priority, assigned_to, unassigned, retries, stuck or q)")
 	if req.Filter == nil {
 		return nil, noFilter
@@ -137,9 +135,6 @@ func (s *Server) planBulk(req BulkTasksRequest, meta events.Meta) (*bulkPlan, er
 	}
 	p := &bulkPlan{action: *req.Action, filter: f, limit: MaxBulkTasks}
 	if req.Limit != nil {
-		if *req.Limit < 1 || *req.Limit > MaxBulkTasks {
-			return nil, events.Invalid("limit", "must be from 1 to %d", MaxBulkTasks)
-		}
 		p.limit = *req.Limit
 	}
 	reason := strings.TrimSpace(req.Reason)
@@ -147,9 +142,6 @@ func (s *Server) planBulk(req BulkTasksRequest, meta events.Meta) (*bulkPlan, er
 	case "cancel":
 		if reason == "" && !req.DryRun {
 			return nil, events.Invalid("reason", "is required: say why these tasks are cancelled")
-		}
-		if events.TooLong(reason, events.MaxReasonLen) {
-			return nil, events.Invalid("reason", "is longer than %d characters", events.MaxReasonLen)
 		}
 		p.filter.Cancellable = true
 		p.act = func(ctx context.Context, id string) error {
@@ -182,6 +174,10 @@ func (s *Server) planBulk(req BulkTasksRequest, meta events.Meta) (*bulkPlan, er
 // qualify when their turn comes are skipped and counted; only an error of
 // the service itself ends the request.
 func (s *Server) BulkTasks(ctx context.Context, req BulkTasksRequest, meta events.Meta) (*BulkResult, error) {
+	// The admin UI calls this with a request it built: the same checks.
+	if err := validateShape(&req); err != nil {
+		return nil, err
+	}
 	p, err := s.planBulk(req, meta)
 	if err != nil {
 		return nil, err

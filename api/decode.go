@@ -75,7 +75,15 @@ func decodeStrict(raw []byte, v any) error {
 	if dec.More() {
 		return events.Invalid("body", "has data after the JSON object")
 	}
-	return refuseNulls(raw, reflect.TypeOf(v), "")
+	if err := refuseNulls(raw, reflect.TypeOf(v), ""); err != nil {
+		return err
+	}
+	if _, partial := v.(*ScheduleEdit); partial {
+		// An edit's task is merged into the schedule's before it is
+		// checked whole (UpdateSchedule): a task.title left out keeps its own.
+		return nil
+	}
+	return validateShape(v)
 }
 
 // refuseNulls names the first field sent as null where the document has no
