@@ -49,7 +49,7 @@ func (workflowTaskRequest) forbidden(docLimits) []any { return dependencyFailure
 
 // A concurrency key and its limit come together.
 func (taskTypeRequest) forbidden(docLimits) []any {
-	key := given("concurrency_key", map[string]any{"minLength": 1})
+	key := given("concurrency_key", map[string]any{"pattern": `\$`}) // a path, not spaces
 	return []any{
 		allOf(given("max_in_progress_per_key", nil), not(key)),
 		allOf(key, not(given("max_in_progress_per_key", nil))),

@@ -196,10 +196,23 @@ func (s *Server) apiRoute(r route, next echo.HandlerFunc) echo.HandlerFunc {
 	// The rule is the JSON API's (/api/v1/...): pages and assets served from
 	// the table (the API reference, its cache-busting ?v=) keep theirs.
 	strict := strings.HasPrefix(r.path, "/api/v1/")
+	checks := compileQuery(r.query) // the shape validator's, from the same schemas
 	return func(c echo.Context) error {
 		if strict {
 			if err := strictQuery(c.Request().URL.RawQuery, known, lists, typed); err != nil {
 				return err
+			}
+			if c.Request().URL.RawQuery != "" && len(checks) > 0 {
+				for name, values := range c.QueryParams() {
+					check := checks[name]
+					for _, v := range values {
+						if check != nil && v != "" { // empty: strictQuery's
+							if err := check(v); err != nil {
+								return err
+							}
+						}
+					}
+				}
 			}
 		}
 		if r.request != nil && hasBody(c.Request()) {

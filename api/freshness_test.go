@@ -207,7 +207,7 @@ func TestFreshnessRulesBadInput(t *testing.T) {
 		"too many keys":           {func(r *client.NewFreshnessRule) { r.Keys = many }, "keys"},
 		"thresholds fall": {func(r *client.NewFreshnessRule) {
 			r.Thresholds = &events.PriorityThresholds{Urgent: 1, High: 5, Medium: 2}
-		}, "thresholds"},
+		}, "thresholds.urgent"}, // the one that falls (x-at-least high)
 		"boost below 1": {func(r *client.NewFreshnessRule) { r.RisingBoost = 0.5 }, "rising_boost"},
 	} {
 		r := good()

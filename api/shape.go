@@ -6,6 +6,7 @@ import (
 	"net/mail"
 	"reflect"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -538,4 +539,139 @@ func floatRule(rules map[string]string, name string) (float64, bool) {
 		panic(fmt.Sprintf("api: openapi tag %s=%s is not a number", name, v))
 	}
 	return f, true
+}
+
+// queryCheck checks one value of a query parameter.
+type queryCheck func(value string) error
+
+// compileQuery compiles the checks of a route's query parameters from the
+// schemas the document states (param): an integer's range, a boolean, an
+// enum, a format, a pattern, a length. A parameter whose value is JSON
+// (the what-if policy) or a duration is its handler's to parse.
+func compileQuery(params []param) map[string]queryCheck {
+	out := map[string]queryCheck{}
+	for _, p := range params {
+		if c := compileQueryParam(p.name, p.schema, p.asJSON); c != nil {
+			out[p.name] = c
+		}
+	}
+	return out
+}
+
+func compileQueryParam(name string, s map[string]any, asJSON bool) queryCheck {
+	if asJSON || s["format"] == "days-or-go-duration" {
+		return nil
+	}
+	if s["type"] == "array" {
+		items, isMap := s["items"].(map[string]any)
+		if !isMap {
+			return nil
+		}
+		item := compileQueryParam(name, items, false)
+		if item == nil {
+			return nil
+		}
+		return func(v string) error { // repeated, or a comma-separated list
+			for _, part := range strings.Split(v, ",") {
+				if part = strings.TrimSpace(part); part != "" {
+					if err := item(part); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		}
+	}
+	switch s["type"] {
+	case "integer":
+		lo, hi := queryBound(s["minimum"]), queryBound(s["maximum"])
+		return func(v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil || lo != nil && n < *lo || hi != nil && n > *hi {
+				return events.Invalid(name, "must be a whole number from %d to %d", deref(lo, math.MinInt), deref(hi, math.MaxInt))
+			}
+			return nil
+		}
+	case "boolean":
+		return func(v string) error {
+			switch v {
+			case "true", "false", "1", "0":
+				return nil
+			}
+			return events.Invalid(name, "must be true or false")
+		}
+	}
+	var checks []queryCheck
+	if s["enum"] != nil {
+		allowed := map[string]bool{}
+		for _, v := range enumStrings(s["enum"]) {
+			allowed[v] = true
+		}
+		checks = append(checks, func(v string) error {
+			if !allowed[v] {
+				return events.Invalid(name, "must be one of %s", strings.Join(enumStrings(s["enum"]), ", "))
+			}
+			return nil
+		})
+	}
+	if n, has := s["maxLength"].(int); has {
+		checks = append(checks, func(v string) error {
+			if utf8.RuneCountInString(v) > n {
+				return events.Invalid(name, "is longer than %d characters", n)
+			}
+			return nil
+		})
+	}
+	if p, has := s["pattern"].(string); has {
+		re := regexp.MustCompile(p)
+		checks = append(checks, func(v string) error {
+			if !re.MatchString(v) {
+				return events.Invalid(name, "must match %s", p)
+			}
+			return nil
+		})
+	}
+	if f, has := s["format"].(string); has {
+		if fc := formatCheck(f); fc != nil {
+			checks = append(checks, func(v string) error { return fc(v, name) })
+		}
+	}
+	if len(checks) == 0 {
+		return nil
+	}
+	return func(v string) error {
+		for _, c := range checks {
+			if err := c(v); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+func queryBound(v any) *int {
+	if n, isInt := v.(int); isInt {
+		return &n
+	}
+	return nil
+}
+
+func deref(p *int, def int) int {
+	if p == nil {
+		return def
+	}
+	return *p
+}
+
+// enumStrings reads an enum of any string type ([]string, []T, []any).
+func enumStrings(v any) []string {
+	rv := reflect.ValueOf(v)
+	if rv.Kind() != reflect.Slice {
+		return nil
+	}
+	out := make([]string, rv.Len())
+	for i := range out {
+		out[i] = fmt.Sprint(rv.Index(i).Interface())
+	}
+	return out
 }
