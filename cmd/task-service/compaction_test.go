@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -44,7 +45,14 @@ func TestCompactionThroughTheBinaries(t *testing.T) {
 	var timeline []client.Event
 	for deadline := time.Now().Add(time.Minute); ; {
 		timeline, err = admin.TaskEvents(ctx, done)
-		require.NoError(t, err)
+		// The seeded events sit in the default partition until the
+		// service's partition maintenance moves them; a read during the
+		// move can find none (a 404): reported, not compaction's doing.
+		if err != nil && strings.Contains(err.Error(), "404") {
+			timeline = nil
+		} else {
+			require.NoError(t, err)
+		}
 		if len(timeline) == 1 && timeline[0].Type == "task.compacted" {
 			break
 		}
@@ -110,21 +118,15 @@ func TestCompactionThroughTheBinaries(t *testing.T) {
 	require.Equal(t, 0, code, out)
 	require.Contains(t, out, "No differences")
 
-	// One byte changed in the object of the task's day.
-	objects, err := filepath.Glob(filepath.Join(dataDir, "events", "day", "*.jsonl.gz"))
-	require.NoError(t, err)
-	require.NotEmpty(t, objects)
-	var tampered string
-	for _, o := range objects {
-		if fi, err := os.Stat(o); err == nil && fi.Size() > 100 {
-			tampered = o
-		}
-	}
+	// One byte changed in the object that holds the task's events (its
+	// timeline names it).
+	key := regexp.MustCompile(`events/day/[0-9-]+\.jsonl\.gz`).FindString(sum)
+	require.NotEmpty(t, key, sum)
+	tampered := filepath.Join(dataDir, filepath.FromSlash(key))
 	b, err := os.ReadFile(tampered)
 	require.NoError(t, err)
 	b[len(b)-10] ^= 0x01 // in the gzip trailer's CRC: the events still parse, the hash does not match
 	require.NoError(t, os.WriteFile(tampered, b, 0o600))
-	key := "events/day/" + filepath.Base(tampered)
 	out, code = run("events", "archive", "verify")
 	require.Equal(t, 1, code, out)
 	require.Contains(t, out, key)
