@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -29,13 +28,9 @@ func scanEvent(r pgx.CollectableRow) (events.Envelope, error) {
 	return e, e.Decode()
 }
 
-// streamEvents is a stream's events in version order: one scan of
-// task_events_stream per partition, merged.
-const streamEvents = `SELECT ` + eventColumns + ` FROM task_events WHERE stream_id = $1 ORDER BY version`
-
 // Stream reads one stream's events in version order.
 func (db *DB) Stream(ctx context.Context, q Querier, streamID string) ([]events.Envelope, error) {
-	rows, err := q.Query(ctx, streamEvents, streamID)
+	rows, err := q.Query(ctx, `SELECT `+eventColumns+` FROM task_events WHERE stream_id = $1 ORDER BY version`, streamID)
 	if err != nil {
 		return nil, mapErr(fmt.Errorf("read stream: %w", err))
 	}
@@ -87,10 +82,6 @@ func (db *DB) ReadLog(ctx context.Context, q Querier, after events.Position, lim
 
 const visibleAfter = `(tx_id, seq) > ($1::text::xid8, $2) AND tx_id < pg_snapshot_xmin(pg_current_snapshot())`
 
-// quoteLiteral is s as an SQL string literal (standard_conforming_strings,
-// on since PostgreSQL 9.1).
-func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
-
 func readLogSQL(after events.Position, limit int, f LogFilter) (string, []any) {
 	args := []any{fmt.Sprint(after.TxID), after.Seq, limit}
 	if f.WorkerID == "" && f.StreamID == "" && len(f.Types) > 0 {
@@ -98,19 +89,13 @@ func readLogSQL(after events.Position, limit int, f LogFilter) (string, []any) {
 		// first pages merged by position. A single scan filtered by type
 		// would walk every event of other types after the position: a
 		// reactor waiting for rare events (task.failed) would read the whole
-		// log since the last one on every wake. Each type is a literal, not
-		// a parameter: every partition of the log (ADR 034) plans its scan
-		// from its own statistics of that type, so a rare type walks the
-		// type index everywhere, never the position index filtered by
-		// type because some partition's statistics cannot tell.
+		// log since the last one on every wake.
 		types := slices.Clone(f.Types)
 		slices.Sort(types)
-		var branches []string
-		for _, t := range slices.Compact(types) {
-			branches = append(branches, `(SELECT * FROM task_events WHERE type = `+quoteLiteral(t)+` AND `+visibleAfter+`
-			 ORDER BY tx_id, seq LIMIT $3)`)
-		}
-		return `SELECT ` + eventColumns + ` FROM (` + strings.Join(branches, " UNION ALL ") + `) e ORDER BY e.tx_id, e.seq LIMIT $3`, args
+		args = append(args, slices.Compact(types))
+		return `SELECT ` + eventColumns + ` FROM unnest($4::text[]) AS t(want), LATERAL (
+			SELECT * FROM task_events WHERE type = t.want AND ` + visibleAfter + `
+			 ORDER BY tx_id, seq LIMIT $3) e ORDER BY e.tx_id, e.seq LIMIT $3`, args
 	}
 	where := f.where(&args)
 	if f.WorkerID == "" {

@@ -20,7 +20,6 @@ import (
 	"github.com/clawdbot/task-service/cmd/internal/settings"
 	"github.com/clawdbot/task-service/reactors"
 	"github.com/clawdbot/task-service/store"
-	"github.com/clawdbot/task-service/store/archive"
 	"github.com/clawdbot/task-service/store/blob"
 )
 
@@ -292,14 +291,6 @@ func (b *background) addWorkers(cfg config, db *store.DB, reg prometheus.Registe
 		return err
 	}
 	b.workers = append(b.workers, due.Run)
-	// Every instance keeps the log's partitions ahead; an advisory lock
-	// lets one pass at a time work.
-	parts, err := reactors.NewPartitions(reactors.PartitionsConfig{DB: db, Policy: bg.partitionPolicy(b.data),
-		Registerer: reg, Logger: log})
-	if err != nil {
-		return err
-	}
-	b.workers = append(b.workers, parts.Run)
 	// The monitor runs on every instance: its gauges are cluster-wide, and
 	// an instance that serves only the API still shows a stall.
 	monitor, err := reactors.NewMonitor(reactors.MonitorConfig{DB: db, Interval: bg.monitor.interval,
@@ -325,29 +316,6 @@ func (b *background) addWorkers(cfg config, db *store.DB, reg prometheus.Registe
 		b.workers = append(b.workers, stuck.Run)
 	}
 	return nil
-}
-
-// partitionPolicy: a week of daily partitions ahead, or two weekly ones;
-// with EVENT_RETENTION, a partition past it is dropped once empty and
-// archived (its periods' manifests in the task-data store), and sparse
-// ones past it merged (ADR 034).
-func (bg backgroundConfig) partitionPolicy(data blob.Store) store.PartitionPolicy {
-	pol := store.PartitionPolicy{Kind: bg.eventPartition, Ahead: 7}
-	if bg.eventPartition == archive.Week {
-		pol.Ahead = 2
-	}
-	if bg.eventRetention > 0 && data != nil {
-		pol.Retention = bg.eventRetention
-		pol.MergeBelow = 10_000
-		pol.Archived = func(ctx context.Context, kind string, start time.Time) (bool, error) {
-			_, err := archive.ReadManifest(ctx, data, archive.Period{Kind: kind, Start: start})
-			if errors.Is(err, blob.ErrNotFound) {
-				return false, nil
-			}
-			return err == nil, err
-		}
-	}
-	return pol
 }
 
 // start runs everything; ctx is only the parent, stop ends them.
