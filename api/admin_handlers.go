@@ -17,7 +17,7 @@ type createWorkerRequest struct {
 	Email              string `json:"email" openapi:"required,format=email,maxLength=254"`
 	Password           string `json:"password" openapi:"required,minLength=8,maxLength=72"`
 	FullName           string `json:"full_name" openapi:"required,nonblank,maxLength=200"`
-	MaxConcurrentTasks int    `json:"max_concurrent_tasks,omitempty" openapi:"min=1,max=100" doc:"tasks it may hold at once (default 1)"`
+	MaxConcurrentTasks *int   `json:"max_concurrent_tasks,omitempty" openapi:"min=1,max=100" doc:"tasks it may hold at once (default 1)"`
 	IsAdmin            bool   `json:"is_admin,omitempty" doc:"an admin too"`
 	IsWorker           *bool  `json:"is_worker,omitempty" doc:"a worker (default true); false with is_admin true makes an admin-only account"`
 }

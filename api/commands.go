@@ -26,8 +26,14 @@ type (
 
 // CreateWorker registers a worker user.
 func (s *Server) CreateWorker(ctx context.Context, req CreateWorkerRequest, meta events.Meta) (*events.User, error) {
-	if err := events.CheckPassword("password", req.Password); err != nil {
+	// The admin UI builds req: the same checks as a JSON body (0 tasks at
+	// once is refused, not read as the default).
+	if err := validateShape(&req); err != nil {
 		return nil, err
+	}
+	limit := 0 // the default, 1 (events.RegisterUser)
+	if req.MaxConcurrentTasks != nil {
+		limit = *req.MaxConcurrentTasks
 	}
 	hash, err := s.HashPassword(req.Password)
 	if err != nil {
@@ -35,7 +41,7 @@ func (s *Server) CreateWorker(ctx context.Context, req CreateWorkerRequest, meta
 	}
 	u, err := s.db.CreateUser(ctx, events.UserRegistered{
 		Email: req.Email, FullName: req.FullName, IsWorker: req.IsWorker == nil || *req.IsWorker, IsAdmin: req.IsAdmin,
-		MaxConcurrentTasks: req.MaxConcurrentTasks,
+		MaxConcurrentTasks: limit,
 	}, req.Password, hash, meta)
 	if err != nil {
 		return nil, err

@@ -78,11 +78,6 @@ func decodeStrict(raw []byte, v any) error {
 	if err := refuseNulls(raw, reflect.TypeOf(v), ""); err != nil {
 		return err
 	}
-	if _, partial := v.(*ScheduleEdit); partial {
-		// An edit's task is merged into the schedule's before it is
-		// checked whole (UpdateSchedule): a task.title left out keeps its own.
-		return nil
-	}
 	return validateShape(v)
 }
 

@@ -40,9 +40,32 @@ type ScheduleRequest struct {
 	MaxFailures *int `json:"max_failures,omitempty" openapi:"min=0,max=100"`
 }
 
-// ScheduleEdit is the body of an edit: ScheduleRequest's fields, each
-// optional.
-type ScheduleEdit ScheduleRequest
+// ScheduleEdit is the body of an edit: ScheduleRequest's fields (a test
+// keeps the two lists alike), each optional, its task's too: what an edit
+// gives is merged into the schedule, which is then checked whole.
+type ScheduleEdit struct {
+	Name        string                `json:"name,omitempty" openapi:"maxLength=200"`
+	Task        *ScheduleTemplateEdit `json:"task,omitempty"`
+	Interval    *events.Interval      `json:"interval,omitempty"`
+	Cron        string                `json:"cron,omitempty" openapi:"format=cron,maxLength=200" doc:"five fields (minute hour day-of-month month day-of-week) or a descriptor (@daily, @hourly, @every 2h at least the shortest interval)"`
+	TimeZone    string                `json:"time_zone,omitempty" openapi:"format=time-zone,maxLength=100" doc:"an IANA time zone such as Europe/Berlin (default UTC)"`
+	StartAt     *time.Time            `json:"start_at,omitempty"`
+	EndAt       *time.Time            `json:"end_at,omitempty" openapi:"greater=start_at" doc:"after start_at"`
+	MaxRuns     int                   `json:"max_runs,omitempty" openapi:"min=0,max=1000000000"`
+	Overlap     string                `json:"overlap,omitempty" openapi:"enum=skip|allow"`
+	MaxFailures *int                  `json:"max_failures,omitempty" openapi:"min=0,max=100"`
+}
+
+// ScheduleTemplateEdit is an edit's task: events.ScheduleTemplate's fields,
+// none required (a field left out keeps the template's).
+type ScheduleTemplateEdit struct {
+	TaskTypeID  string          `json:"task_type_id,omitempty" openapi:"format=uuid"`
+	Title       string          `json:"title,omitempty" openapi:"nonblank,maxLength=500"`
+	Description string          `json:"description,omitempty" openapi:"maxLength=100000"`
+	Params      json.RawMessage `json:"params,omitempty"`
+	Priority    events.Priority `json:"priority,omitempty"`
+	AssignedTo  string          `json:"assigned_to,omitempty" openapi:"format=uuid"`
+}
 
 // spec is the request as a new schedule's definition.
 func (r ScheduleRequest) spec() events.ScheduleSpec {

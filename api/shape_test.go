@@ -2,6 +2,7 @@ package api
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -66,3 +67,24 @@ func TestShapeValidatorIsCompiledOnce(t *testing.T) {
 func reflectTypeOf(v any) reflect.Type { return reflect.TypeOf(v) }
 
 func funcID(v any) uintptr { return reflect.ValueOf(v).Pointer() }
+
+// An edit takes the fields a create does, with the same rules but
+// required (ScheduleEdit beside ScheduleRequest, its task beside
+// events.ScheduleTemplate).
+func TestScheduleEditMatchesItsCreate(t *testing.T) {
+	fields := func(v any) map[string]string {
+		out := map[string]string{}
+		rt := reflect.TypeOf(v)
+		for i := range rt.NumField() {
+			f := rt.Field(i)
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			rules := parseRules(f.Tag.Get("openapi"))
+			delete(rules, "required")
+			out[name] = fmt.Sprint(rules)
+		}
+		return out
+	}
+	create, edit := fields(ScheduleRequest{}), fields(ScheduleEdit{})
+	require.Equal(t, create, edit)
+	require.Equal(t, fields(events.ScheduleTemplate{}), fields(ScheduleTemplateEdit{}))
+}

@@ -96,9 +96,11 @@ func (u *UI) createWorker(c echo.Context) error {
 		req.IsWorker = &isWorker
 	}
 	if v := strings.TrimSpace(form.Get("max_concurrent_tasks")); v != "" {
-		if req.MaxConcurrentTasks, err = strconv.Atoi(v); err != nil {
+		n, convErr := strconv.Atoi(v)
+		if convErr != nil {
 			err = events.Invalid("max_concurrent_tasks", "must be a whole number")
 		}
+		req.MaxConcurrentTasks = &n
 	}
 	var w *events.User
 	if err == nil {
