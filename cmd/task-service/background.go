@@ -95,7 +95,7 @@ func (c *backgroundConfig) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.freshnessCatchUp, "freshness-catch-up", 30*time.Second, "freshness rules are looked at this often even without a wake (env FRESHNESS_CATCH_UP)")
 	c.monitor.register(fs)
 	fs.StringVar(&c.eventRetentionText, "event-retention", "", "past this age (days, such as 90d, at least 1d) a finished retry chain's events are archived and replaced by one task.compacted event per task; unset keeps every event (env EVENT_RETENTION)")
-	settings.Choice(fs, &c.eventPartition, "event-partition", "day", []string{"day", "week"}, "the event log's period, UTC day or ISO week: archive objects (and partitions) are one per period (env EVENT_PARTITION)")
+	settings.Choice(fs, &c.eventPartition, "event-partition", "day", []string{"day", "week"}, "the event log's period, UTC day or ISO week: one archive object per period (env EVENT_PARTITION)")
 	fs.DurationVar(&c.compactionEvery, "event-compaction-interval", 10*time.Minute, "how often an instance archives ended periods and compacts, when EVENT_RETENTION is set (env EVENT_COMPACTION_INTERVAL)")
 	fs.IntVar(&c.compactionBatch, "event-compaction-batch", 100, "retry chains one compaction transaction looks at (env EVENT_COMPACTION_BATCH)")
 	fs.DurationVar(&c.compactionPause, "event-compaction-pause", 20*time.Millisecond, "least pause after each compaction transaction; it rests at least as long as the transaction took, leaving the database to the readers (env EVENT_COMPACTION_PAUSE)")
