@@ -81,7 +81,7 @@ type ScheduleTemplate struct {
 	TaskTypeID  string          `json:"task_type_id" openapi:"required,format=uuid"`
 	Title       string          `json:"title" openapi:"required,nonblank,maxLength=500"`
 	Description string          `json:"description" openapi:"maxLength=100000"`
-	Params      json.RawMessage `json:"params"`
+	Params      json.RawMessage `json:"params,omitempty"`
 	Priority    Priority        `json:"priority"`
 	AssignedTo  string          `json:"assigned_to,omitempty" openapi:"format=uuid"`
 }

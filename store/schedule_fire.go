@@ -301,12 +301,19 @@ func (db *DB) fireOne(b *pgx.Batch, s *events.Schedule, now time.Time, meta even
 // fireFailure is the reason recorded when a template no longer fits.
 func fireFailure(err error) string {
 	var ve *events.ValidationError
-	if errors.As(err, &ve) && ve.Field != "" {
-		field := ve.Field
+	var se *events.StateError // an archived type
+	var field, message string
+	switch {
+	case errors.As(err, &ve):
+		field, message = ve.Field, ve.Message
+	case errors.As(err, &se):
+		field, message = se.Field, se.Message
+	}
+	if field != "" {
 		if !strings.HasPrefix(field, "task.") {
 			field = "task." + field
 		}
-		return fmt.Sprintf("the template no longer makes a valid task: %s: %s", field, ve.Message)
+		return fmt.Sprintf("the template no longer makes a valid task: %s: %s", field, message)
 	}
 	return "the template no longer makes a valid task: " + err.Error()
 }
