@@ -290,6 +290,15 @@ func TestPendingCountsAfterARandomMixAndReplay(t *testing.T) {
 		return tt.Pause(w.adminID, "hold on")
 	})
 	require.NoError(t, err)
+	// And one type running, whatever the mix's pauses left: its "now" task
+	// is the claimable one.
+	_, err = db.UpdateTaskType(ctx, w.types[0], w.admin, func(tt *events.TaskType) ([]events.Payload, error) {
+		if !tt.Paused {
+			return nil, nil
+		}
+		return tt.Resume(w.adminID, "")
+	})
+	require.NoError(t, err)
 	later := time.Now().Add(time.Hour)
 	for _, typ := range []string{backoff.ID, w.types[0]} {
 		_, err := db.CreateTask(ctx, pool, store.NewTaskParams{TaskTypeID: typ, NewTaskParams: events.NewTaskParams{
