@@ -103,13 +103,7 @@ func (c *TailConfig) defaults() {
 // write budget. Sporadic events still go out at once: the spacing only
 // delays a read that follows another closely.
 func (b *broadcaster) interval() time.Duration {
-	n := b.streams.Load()
-	if n == 0 {
-		// Idle, it only follows the head (skip): its reads would cost
-		// each commit a statement, on every instance.
-		return b.cfg.MaxInterval
-	}
-	d := time.Duration(n) * time.Second / time.Duration(b.cfg.WriteBudget)
+	d := time.Duration(b.streams.Load()) * time.Second / time.Duration(b.cfg.WriteBudget)
 	return min(max(d, b.cfg.MinInterval), b.cfg.MaxInterval)
 }
 
@@ -183,7 +177,6 @@ type broadcaster struct {
 	hub     *store.Hub
 	cfg     TailConfig
 	stopped chan struct{} // closed when Run returns: every stream ends
-	opened  chan struct{} // a stream opened: read without waiting out an idle interval
 	streams atomic.Int64  // open streams, for the cap
 	m       tailMetrics
 
@@ -209,7 +202,7 @@ type tailMetrics struct {
 
 func newBroadcaster(s *Server, hub *store.Hub, cfg TailConfig) *broadcaster {
 	cfg.defaults()
-	b := &broadcaster{s: s, hub: hub, cfg: cfg, stopped: make(chan struct{}), opened: make(chan struct{}, 1), live: map[*tailClient]struct{}{}}
+	b := &broadcaster{s: s, hub: hub, cfg: cfg, stopped: make(chan struct{}), live: map[*tailClient]struct{}{}}
 	b.m.streams = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "taskservice_tail_streams", Help: "Open event streams (SSE) on this instance."})
 	b.m.dropped = prometheus.NewCounter(prometheus.CounterOpts{
@@ -279,15 +272,12 @@ func (b *broadcaster) run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-space.C:
-		case <-b.opened:
-			continue
 		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-wake:
 		case <-tick.C:
-		case <-b.opened:
 		}
 	}
 }
@@ -607,19 +597,8 @@ func (s *Server) streamEvents(c echo.Context) error {
 	defer b.streams.Add(-1)
 	b.m.streams.Inc()
 	defer b.m.streams.Dec()
-	select {
-	case b.opened <- struct{}{}:
-	default:
-	}
 	if fromNow {
-		// An idle broadcaster's position may be an interval old: "now"
-		// is the log's head as this request finds it.
-		if cursor, err = s.db.LogHead(c.Request().Context(), s.db.Pool()); err != nil {
-			return err
-		}
-		if cursor.Less(head) {
-			cursor = head
-		}
+		cursor = head
 	} else if head.Less(cursor) {
 		// Ahead of this instance: another one read further, or the cursor
 		// is from a log the database no longer has.
