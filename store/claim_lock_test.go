@@ -94,3 +94,32 @@ func TestLockedWorkerRowDoesNotHoldBackOtherClaims(t *testing.T) {
 		t.Fatal("a's claim did not finish after its row was released")
 	}
 }
+
+// A claim that can find nothing locks no worker row, so its transaction
+// takes no xid and its commit flushes no WAL (lockStatement): the claim a
+// worker makes as it starts each long-poll is usually that one. A row lock
+// leaves its xid in the row's xmax.
+func TestEmptyClaimLocksNoWorkerRow(t *testing.T) {
+	e := newBatchEnv(t)
+	worker := e.user(t, "w", true, 1)
+	xmax := func() string {
+		t.Helper()
+		var x string
+		require.NoError(t, e.db.Pool().QueryRow(e.ctx, `SELECT xmax::text FROM users WHERE id = $1`, worker).Scan(&x))
+		return x
+	}
+	// The first claim learns that no limited type exists (and may lock).
+	_, err := e.db.Claim(e.ctx, worker, events.Meta{})
+	require.NoError(t, err)
+	before := xmax()
+	none, err := e.db.Claim(e.ctx, worker, events.Meta{})
+	require.NoError(t, err)
+	require.Nil(t, none)
+	require.Equal(t, before, xmax(), "an empty claim locked the worker's row")
+
+	id := e.task(t, "one", events.PriorityMedium, "")
+	got, err := e.db.Claim(e.ctx, worker, events.Meta{})
+	require.NoError(t, err)
+	require.Equal(t, id, got.ID)
+	require.NotEqual(t, before, xmax(), "a claim that takes a task locks its worker's row")
+}
