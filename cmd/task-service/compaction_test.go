@@ -1,13 +1,13 @@
 package main_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
 	"io"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -21,26 +21,70 @@ import (
 	"github.com/clawdbot/task-service/events"
 	"github.com/clawdbot/task-service/projections"
 	"github.com/clawdbot/task-service/store"
+	"github.com/clawdbot/task-service/store/archive"
+	"github.com/clawdbot/task-service/store/blob"
 	"github.com/clawdbot/task-service/store/storetest"
 )
 
-// History from three days ago, and the real binary with EVENT_RETENTION=1d:
-// it archives the old periods into DATA_DIR and compacts the finished task
-// to one task.compacted event, whose timeline entry says what was kept,
-// and leaves the open one alone. taskctl replay --verify stays clean, the
-// archive verifies, the archive plus the live log folds to the live
-// projections, and an object with one byte changed is refused by name,
-// with exit status 1, by verify and by the replay from the archive.
+// History from three days ago, and the real binary with EVENT_RETENTION=1d,
+// on the filesystem (DATA_DIR) and on S3 (DATA_S3_BUCKET, the test's
+// versitygw). An object with a manifest whose hash is wrong, there before
+// the service (a crash between the object and its row, then a change), is
+// refused: the service logs it by name and writes nothing (no archive row,
+// no compaction). Once it is gone, the service archives the old periods
+// into the store and compacts the finished task to one task.compacted
+// event, whose timeline entry says what was kept, and leaves the open one
+// alone. taskctl replay --verify stays clean, taskctl events archive
+// verify reads every object back from the store, the archive plus the live
+// log folds to the live projections, and an object with one byte changed
+// is refused by name, with exit status 1, by verify and by the replay from
+// the archive, which writes nothing (its scratch schema is the one the
+// clean load left).
 func TestCompactionThroughTheBinaries(t *testing.T) {
 	t.Parallel()
+	for _, backend := range []string{"filesystem", "s3"} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			testCompactionThroughTheBinaries(t, backend)
+		})
+	}
+}
+
+func testCompactionThroughTheBinaries(t *testing.T, backend string) {
 	ctx := context.Background()
 	dbURL := storetest.NewDB(t)
-	dataDir := t.TempDir()
+	env, bs := dataEnv(t, backend)
 	done, open := seedOldHistory(ctx, t, dbURL, time.Now().Add(-72*time.Hour))
 
-	s := startServer(t, dbURL, "DATA_DIR="+dataDir, "EVENT_RETENTION=1d", "EVENT_COMPACTION_INTERVAL=1s")
+	// A wrong object for the period of the history, with its manifest and
+	// no row in event_archives: the service must not adopt it.
+	pool, err := store.Connect(ctx, dbURL, 1)
+	require.NoError(t, err)
+	defer pool.Close()
+	var first time.Time
+	require.NoError(t, pool.QueryRow(ctx, `SELECT min(occurred_at) FROM task_events WHERE stream_id = $1`, done).Scan(&first))
+	bad := archive.PeriodOf(archive.Day, first)
+	putObject(t, bs, bad.Key(), gzipped(t, `{"seq": 1, "type": "task.created", "occurred_at": "`+first.UTC().Format(time.RFC3339Nano)+`"}`+"\n"))
+	putObject(t, bs, bad.ManifestKey(), []byte(`{"period": "day", "start": "`+bad.Start.Format(time.DateOnly)+`", "object": "`+bad.Key()+
+		`", "format": "jsonl.gz", "events": 1, "bytes": 1, "sha256": "`+strings.Repeat("0", 64)+`", "seq_lo": 1, "seq_hi": 1, "snapshot": "1:1:"}`))
+
+	s := startServer(t, dbURL, append(env, "EVENT_RETENTION=1d", "EVENT_COMPACTION_INTERVAL=1s")...)
+	for deadline := time.Now().Add(time.Minute); !strings.Contains(s.logs.String(), "does not check out"); {
+		require.False(t, time.Now().After(deadline), "the wrong object is not refused:\n%s", s.logs.String())
+		time.Sleep(50 * time.Millisecond)
+	}
+	require.Contains(t, s.logs.String(), bad.Key()+": archive does not match its manifest: sha256 is ")
+	var rows, left int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM event_archives WHERE period_start >= $1),
+		(SELECT count(*) FROM task_events WHERE stream_id = $2)`, bad.Start, done).Scan(&rows, &left))
+	require.Zero(t, rows, "no archive recorded for the wrong object's period or after")
+	require.Equal(t, 8, left, "nothing compacted")
+	// Gone (an operator moved it aside): the next round archives the period.
+	require.NoError(t, bs.Delete(ctx, bad.Key()))
+	require.NoError(t, bs.Delete(ctx, bad.ManifestKey()))
+
 	admin := client.New(s.base, checkedHTTP(t, s.base, nil))
-	_, err := admin.Login(ctx, "root@example.com", "root-password")
+	_, err = admin.Login(ctx, "root@example.com", "root-password")
 	require.NoError(t, err)
 	var timeline []client.Event
 	for deadline := time.Now().Add(time.Minute); ; {
@@ -92,7 +136,7 @@ func TestCompactionThroughTheBinaries(t *testing.T) {
 	taskctl := buildBinary(t, "taskctl")
 	run := func(args ...string) (string, int) {
 		cmd := exec.Command(taskctl, args...)
-		cmd.Env = baseEnv("DATABASE_URL="+dbURL, "DATA_DIR="+dataDir)
+		cmd.Env = baseEnv(append([]string{"DATABASE_URL=" + dbURL}, env...)...)
 		out, err := cmd.CombinedOutput()
 		var exit *exec.ExitError
 		if errors.As(err, &exit) {
@@ -111,22 +155,57 @@ func TestCompactionThroughTheBinaries(t *testing.T) {
 	require.Equal(t, 0, code, out)
 	require.Contains(t, out, "No differences")
 
+	out, code = run("events", "archive", "verify", "--json")
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, `"object": "`+bad.Key()+`"`, "the history's period was read back from the store")
+	var loaded uint32
+	require.NoError(t, pool.QueryRow(ctx, `SELECT 'replay_archive.archived_events'::regclass::oid`).Scan(&loaded))
+
 	// One byte changed in the object that holds the task's events (its
 	// timeline names it).
 	key := regexp.MustCompile(`events/day/[0-9-]+\.jsonl\.gz`).FindString(sum)
 	require.NotEmpty(t, key, sum)
-	tampered := filepath.Join(dataDir, filepath.FromSlash(key))
-	b, err := os.ReadFile(tampered)
+	r, err := bs.Open(ctx, key)
 	require.NoError(t, err)
-	b[len(b)-10] ^= 0x01 // in the gzip trailer's CRC: the events still parse, the hash does not match
-	require.NoError(t, os.WriteFile(tampered, b, 0o600))
+	gz, err := gzip.NewReader(r)
+	require.NoError(t, err)
+	lines, err := io.ReadAll(gz)
+	r.Close()
+	require.NoError(t, err)
+	require.Contains(t, string(lines), `"old crawl"`)
+	// The same events, one title changed, gzipped again: every line still
+	// parses and the count holds; only the hash (and size) tell.
+	putObject(t, bs, key, gzipped(t, strings.Replace(string(lines), `"old crawl"`, `"OLD CRAWL"`, 1)))
 	out, code = run("events", "archive", "verify")
 	require.Equal(t, 1, code, out)
 	require.Contains(t, out, key)
-	require.Contains(t, out, "does not match its manifest")
+	require.Contains(t, out, "does not match its manifest: sha256 is ")
 	out, code = run("replay", "--from-archive", "--verify")
 	require.NotEqual(t, 0, code, out)
 	require.Contains(t, out, key)
+	var after uint32
+	require.NoError(t, pool.QueryRow(ctx, `SELECT 'replay_archive.archived_events'::regclass::oid`).Scan(&after))
+	require.Equal(t, loaded, after, "the refused load wrote nothing: the scratch table is the clean load's")
+}
+
+// putObject writes an object into the store, replacing one there.
+func putObject(t *testing.T, bs blob.Store, key string, body []byte) {
+	t.Helper()
+	w, err := bs.Create(context.Background(), key, "application/octet-stream")
+	require.NoError(t, err)
+	_, err = w.Write(body)
+	require.NoError(t, err)
+	require.NoError(t, w.Commit(context.Background()))
+}
+
+func gzipped(t *testing.T, s string) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	_, err := gz.Write([]byte(s))
+	require.NoError(t, err)
+	require.NoError(t, gz.Close())
+	return buf.Bytes()
 }
 
 // seedOldHistory writes, through the store with its clock at at, a worker's
