@@ -152,15 +152,15 @@ bench:
 
 # Issue 16's latency (README, "The batched lane against River"): how long a new task
 # takes to reach a long-polling worker, on the instance it was created on and through
-# NOTIFY from another, with the lane otherwise idle; in a scratch database
-# (taskservice_bench_wake). Extra flags in WAKEFLAGS, e.g. WAKEFLAGS='--workers 64 --json'.
+# NOTIFY from another, with the lane otherwise idle; two task-service processes
+# (bin/task-service) on a scratch database (taskservice_bench_wake). Extra flags in WAKEFLAGS, e.g. WAKEFLAGS='--workers 64 --json'.
 WAKEFLAGS ?=
 .PHONY: bench-wake
 bench-wake:
 	@set -e; \
 	if [ -z "$${DATABASE_URL:-}" ]; then DATABASE_URL="$$(scripts/devdb.sh)"; fi; \
 	export DATABASE_URL; \
-	$(GO) build -o bin/ ./cmd/taskbench; \
+	$(GO) build -o bin/ ./cmd/taskbench ./cmd/task-service; \
 	echo "bin/taskbench wake $(WAKEFLAGS)" >&2; \
 	bin/taskbench wake $(WAKEFLAGS)
 

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"syscall"
@@ -35,6 +37,8 @@ type wakeConfig struct {
 	notifyInterval time.Duration
 	jsonOut        bool
 	cpuProfile     string
+	// service is the task-service binary each instance runs.
+	service string
 	// runAtLead is how far ahead the run-at path's tasks are due: longer
 	// than a create takes, so each is scheduled before its time.
 	runAtLead time.Duration
@@ -105,11 +109,12 @@ type wakeReport struct {
 	// WALBytesPerTask: WAL the server wrote per timed task, everything
 	// included (create, claim, completion, empty claims' row locks).
 	WALBytesPerTask float64 `json:"wal_bytes_per_task"`
-	// CPU time per timed task of this process (both instances, workers,
-	// admin client) and of the database's backends, as in taskbench lanes.
+	// CPU time per timed task of the bench's processes (this one, with the
+	// workers and the admin client, and both task-service instances) and of
+	// the database's backends, as in taskbench lanes.
 	BenchCPUUsPerTask *float64 `json:"bench_cpu_us_per_task,omitempty"`
 	PGCPUUsPerTask    *float64 `json:"pg_cpu_us_per_task,omitempty"`
-	// Time per timed task that this process's threads and the database's
+	// Time per timed task that the same processes' threads and the database's
 	// backends spent ready to run but waiting for a CPU (the machine's
 	// other load shows here), summed over all of them.
 	BenchRunWaitUsPerTask *float64         `json:"bench_run_wait_us_per_task,omitempty"`
@@ -162,9 +167,11 @@ and, from the server's own timestamps (created_at, started_at), where the
 time went: request -> create statement, create statement -> the claim
 statement that took it, claim statement -> the worker.
 
-Both instances run in this process, wired as task-service wires them: hub,
-NOTIFY sender and listener, the API's background work, the reactors (retry)
-and the scheduler, each on its own connection pool. The first
+Each instance is a task-service process (--service), started on a loopback
+port with a clean environment: the bench database, a shared JWT_SECRET,
+NOTIFY_INTERVAL from --notify-interval, LOG_LEVEL=warn, every other setting
+at its default, so every reactor and timer a deployment runs runs. The
+workers and the admin client run in this process. The first
 tasks (a block of 25 per path, at least 2 x --workers) warm the
 connections up and are not counted. Every task
 must reach exactly one worker, once, or the bench fails.
@@ -183,6 +190,19 @@ Example:
     taskbench wake --workers 8 --tasks 1000 --every 15ms
   taskbench wake --paths notify --notify-interval 5ms --json > wake.json
 `
+
+// defaultService is the task-service binary beside this one (make builds
+// both into bin/), else the one on PATH; empty when there is neither.
+func defaultService() string {
+	if self, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(self), "task-service")
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
+			return p
+		}
+	}
+	p, _ := exec.LookPath("task-service")
+	return p
+}
 
 func runBenchWake(args []string, stdout, stderr io.Writer) int {
 	cfg, code := parseBenchWakeFlags(args, stdout, stderr)
@@ -217,7 +237,8 @@ func parseBenchWakeFlags(args []string, stdout, stderr io.Writer) (wakeConfig, i
 	fs.DurationVar(&cfg.notifyInterval, "notify-interval", 50*time.Millisecond, "spacing of a busy instance's NOTIFYs (task-service's NOTIFY_INTERVAL)")
 	fs.DurationVar(&cfg.runAtLead, "run-at-lead", 250*time.Millisecond, "run-at path: how far ahead of its create each task's run_at is (longer than a create takes)")
 	fs.BoolVar(&cfg.jsonOut, "json", false, "print the results as JSON instead of a table")
-	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the timed tasks (both instances, workers and admin included) to this file")
+	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of this process (the workers and the admin client) over the timed tasks to this file")
+	fs.StringVar(&cfg.service, "service", defaultService(), "the task-service binary the instances run (default: task-service beside taskbench, else on PATH)")
 	usage := func(w io.Writer) {
 		fmt.Fprint(w, benchWakeHelp)
 		fs.SetOutput(w)
@@ -264,6 +285,9 @@ func parseBenchWakeFlags(args []string, stdout, stderr io.Writer) (wakeConfig, i
 			cfg.paths = append(cfg.paths, p)
 		}
 	}
+	if cfg.service == "" {
+		return usageErr("no task-service binary beside taskbench or on PATH: build it (go build -o bin/ ./cmd/task-service) or pass --service")
+	}
 	return cfg, -1
 }
 
@@ -298,9 +322,9 @@ func printWakeTable(w io.Writer, rep *wakeReport) {
 		row("  claim stmt -> worker", p.ToWorker)
 	}
 	_ = tw.Flush()
-	fmt.Fprintf(w, "\nPer timed task: %.1f claim statements on the workers' instance, %.0f bytes of WAL, CPU %s µs in this process and %s µs in PostgreSQL.\n",
+	fmt.Fprintf(w, "\nPer timed task: %.1f claim statements on the workers' instance, %.0f bytes of WAL, CPU %s µs in the bench and task-service processes and %s µs in PostgreSQL.\n",
 		rep.ClaimsPerTask, rep.WALBytesPerTask, fmtOpt(rep.BenchCPUUsPerTask), fmtOpt(rep.PGCPUUsPerTask))
-	fmt.Fprintf(w, "Waiting for a CPU while ready to run, per timed task: %s µs in this process, %s µs in PostgreSQL (all threads and backends summed).\n",
+	fmt.Fprintf(w, "Waiting for a CPU while ready to run, per timed task: %s µs in the bench and task-service processes, %s µs in PostgreSQL (all threads and backends summed).\n",
 		fmtOpt(rep.BenchRunWaitUsPerTask), fmtOpt(rep.PGRunWaitUsPerTask))
 	fmt.Fprintln(w, "\nsent -> worker: the create request leaving the admin client -> the claim answer carrying the task reaching a worker.")
 	fmt.Fprintf(w, "run_at -> worker (path run-at): tasks created %g ms before their run_at; from the run_at to the same moment, woken by the due timer.\n",

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -11,24 +12,19 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/rs/zerolog"
-	"golang.org/x/crypto/bcrypt"
 
-	"github.com/clawdbot/task-service/api"
 	"github.com/clawdbot/task-service/api/client"
 	"github.com/clawdbot/task-service/events"
-	"github.com/clawdbot/task-service/projections"
-	"github.com/clawdbot/task-service/reactors"
-	"github.com/clawdbot/task-service/store"
 )
 
 // wakeClaimWait is the workers' long-poll wait; it never runs out while
@@ -53,23 +49,24 @@ func benchWake(ctx context.Context, cfg wakeConfig, progress io.Writer) (*wakeRe
 	}
 	// Instances of one deployment share the JWT secret.
 	jwtSecret := []byte(hex.EncodeToString(secret))
-	log := zerolog.New(progress).Level(zerolog.WarnLevel).With().Timestamp().Logger()
 
 	// The workers' instance; the notify path creates through a second one.
 	instances := map[string]*wakeInstance{}
-	polled, err := startWakeInstance(ctx, "bench-wake-polled", dbURL, jwtSecret, cfg, cfg.workers+8, log)
+	polled, err := startWakeInstance(ctx, "polled", dbURL, jwtSecret, cfg, cfg.workers+8, progress)
 	if err != nil {
 		return nil, err
 	}
 	defer polled.stop()
 	instances[wakeLocal], instances[wakeRunAt] = polled, polled
+	running := []*wakeInstance{polled}
 	if contains(cfg.paths, wakeNotify) {
-		other, err := startWakeInstance(ctx, "bench-wake-other", dbURL, jwtSecret, cfg, 8, log)
+		other, err := startWakeInstance(ctx, "other", dbURL, jwtSecret, cfg, 8, progress)
 		if err != nil {
 			return nil, err
 		}
 		defer other.stop()
 		instances[wakeNotify] = other
+		running = append(running, other)
 	}
 	admins := map[string]*client.Client{}
 	for _, p := range cfg.paths {
@@ -108,7 +105,7 @@ func benchWake(ctx context.Context, cfg wakeConfig, progress io.Writer) (*wakeRe
 	err = createSpaced(workCtx, cfg, env.typeID, admins, rec, 0, warm, false, progress)
 	if err == nil {
 		fmt.Fprintf(progress, "bench-wake: warm-up done; timing %d tasks\n", cfg.tasks)
-		before, err = readWakeCounters(workCtx, env.pool, polled)
+		before, err = readWakeCounters(workCtx, env.pool, polled, running)
 	}
 	stopProfile := func() {}
 	if err == nil && cfg.cpuProfile != "" {
@@ -118,7 +115,7 @@ func benchWake(ctx context.Context, cfg wakeConfig, progress io.Writer) (*wakeRe
 		err = createSpaced(workCtx, cfg, env.typeID, admins, rec, warm, cfg.tasks, true, progress)
 	}
 	if err == nil {
-		after, err = readWakeCounters(workCtx, env.pool, polled)
+		after, err = readWakeCounters(workCtx, env.pool, polled, running)
 	}
 	stopProfile()
 	stopWork(nil)
@@ -246,41 +243,56 @@ func createSpaced(ctx context.Context, cfg wakeConfig, typeID string, admins map
 type wakeCounters struct {
 	claims   uint64 // claim statements run by the polled instance
 	walBytes int64  // WAL written by the whole server
-	cpu      cpuSample
-	// runWait is how long this process's threads and the database's
-	// backends were ready to run but waited for a CPU.
+	// cpu: the bench's processes (this one, with the workers and the
+	// admin, and the task-service instances) as self; the database's
+	// backends.
+	cpu cpuSample
+	// runWait is how long the same threads and backends were ready to run
+	// but waited for a CPU.
 	runWait cpuSample
 }
 
-func readWakeCounters(ctx context.Context, pool *pgxpool.Pool, polled *wakeInstance) (wakeCounters, error) {
+func readWakeCounters(ctx context.Context, pool *pgxpool.Pool, polled *wakeInstance, instances []*wakeInstance) (wakeCounters, error) {
 	var c wakeCounters
 	var err error
-	if c.claims, err = polled.claimAttempts(); err != nil {
+	if c.claims, err = polled.claimAttempts(ctx); err != nil {
 		return c, err
 	}
 	if err := pool.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint`).Scan(&c.walBytes); err != nil {
 		return c, fmt.Errorf("read the WAL position: %w", err)
 	}
 	c.cpu = sampleCPU(ctx, pool)
-	c.runWait = sampleRunWait(ctx, pool)
+	c.runWait = sampleRunWait(ctx, pool, "self")
+	for _, inst := range instances {
+		cpu, _ := procCPU(inst.pid)
+		c.cpu.self += cpu
+		c.runWait.self += threadsRunWait(strconv.Itoa(inst.pid))
+	}
 	return c, nil
 }
 
-// sampleRunWait reads, from /proc/PID/schedstat, how long this process's
-// threads and the bench database's backends have waited for a CPU while
-// ready to run; no backends when they are not visible (a remote server).
-func sampleRunWait(ctx context.Context, pool *pgxpool.Pool) cpuSample {
-	var s cpuSample
-	threads, _ := os.ReadDir("/proc/self/task")
-	for _, t := range threads {
-		if d, ok := runWaitOf("/proc/self/task/" + t.Name() + "/schedstat"); ok {
-			s.self += d
-		}
-	}
+// sampleRunWait reads, from /proc/PID/task/*/schedstat, how long the
+// threads of proc (a pid, or self) and the bench database's backends have
+// waited for a CPU while ready to run; no backends when they are not
+// visible (a remote server).
+func sampleRunWait(ctx context.Context, pool *pgxpool.Pool, proc string) cpuSample {
+	s := cpuSample{self: threadsRunWait(proc)}
 	s.backends = sampleBackends(ctx, pool, func(pid int) (time.Duration, bool) {
 		return runWaitOf(fmt.Sprintf("/proc/%d/schedstat", pid))
 	})
 	return s
+}
+
+// threadsRunWait sums the run-queue wait of the live threads of proc.
+func threadsRunWait(proc string) time.Duration {
+	var sum time.Duration
+	threads, _ := os.ReadDir("/proc/" + proc + "/task")
+	for _, t := range threads {
+		if d, ok := runWaitOf("/proc/" + proc + "/task/" + t.Name() + "/schedstat"); ok {
+			sum += d
+		}
+	}
+	return sum
 }
 
 // runWaitOf is the second field of a schedstat file: nanoseconds spent
@@ -484,127 +496,135 @@ func wakePercentiles(ds []time.Duration) wakeStats {
 	return wakeStats{P50Ms: percentileMs(ds, 0.50), P90Ms: percentileMs(ds, 0.90), P99Ms: percentileMs(ds, 0.99), MaxMs: percentileMs(ds, 1)}
 }
 
-// wakeInstance is one task-service instance in this process, wired as
-// cmd/task-service wires it: hub, NOTIFY sender (the store's AfterCommit)
-// and listener, the API and its background work, the reactors and the
-// scheduler and the due timer.
+// wakeInstance is one task-service process of the bench.
 type wakeInstance struct {
-	base    string
-	stop    func()
-	metrics *prometheus.Registry
+	base string
+	pid  int
+	stop func()
 }
 
 // claimAttempts is how many claim statements the instance's long-polls
-// and claims have run so far (a wake that finds nothing runs one too).
-func (inst *wakeInstance) claimAttempts() (uint64, error) {
-	mfs, err := inst.metrics.Gather()
+// and claims have run so far (a wake that finds nothing runs one too),
+// read from its /metrics.
+func (inst *wakeInstance) claimAttempts(ctx context.Context) (uint64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, inst.base+"/metrics", nil)
 	if err != nil {
 		return 0, err
 	}
-	for _, mf := range mfs {
-		if mf.GetName() == "taskservice_claim_duration_seconds" {
-			var n uint64
-			for _, m := range mf.GetMetric() {
-				n += m.GetHistogram().GetSampleCount()
-			}
-			return n, nil
-		}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("read the metrics of %s: %w", inst.base, err)
 	}
-	return 0, errors.New("no taskservice_claim_duration_seconds metric")
+	defer res.Body.Close()
+	var n uint64
+	found := false
+	sc := bufio.NewScanner(res.Body)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		// taskservice_claim_duration_seconds_count{...} N: one line per label set.
+		name, value, ok := strings.Cut(sc.Text(), " ")
+		if !ok || !strings.HasPrefix(name, "taskservice_claim_duration_seconds_count") {
+			continue
+		}
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			return 0, fmt.Errorf("metrics of %s: %q: %w", inst.base, sc.Text(), err)
+		}
+		n += uint64(v)
+		found = true
+	}
+	if err := sc.Err(); err != nil {
+		return 0, fmt.Errorf("read the metrics of %s: %w", inst.base, err)
+	}
+	if !found {
+		return 0, fmt.Errorf("%s/metrics has no taskservice_claim_duration_seconds", inst.base)
+	}
+	return n, nil
 }
 
-func startWakeInstance(ctx context.Context, id, dbURL string, jwtSecret []byte, cfg wakeConfig, conns int, log zerolog.Logger) (*wakeInstance, error) {
-	pool, err := store.Connect(ctx, dbURL, int32(conns))
-	if err != nil {
-		return nil, err
-	}
-	inst := &wakeInstance{stop: pool.Close, metrics: prometheus.NewRegistry()}
-	fail := func(err error) (*wakeInstance, error) {
-		inst.stop()
-		return nil, err
-	}
-	hub := store.NewHub()
-	notifier, err := store.NewNotifier(store.NotifierConfig{Querier: pool, Hub: hub, InstanceID: id, Interval: cfg.notifyInterval, Logger: log})
-	if err != nil {
-		return fail(err)
-	}
-	listener, err := store.NewListener(store.ListenerConfig{URL: dbURL, Hub: hub, InstanceID: id, Logger: log})
-	if err != nil {
-		return fail(err)
-	}
-	db, err := store.New(pool, store.Config{Projector: projections.Projector{},
-		AfterCommit: notifier.Committed, Notifier: notifier, AfterUnblock: hub.Unblocked})
-	if err != nil {
-		return fail(err)
-	}
-	srv, err := api.New(api.Config{DB: db, Logger: log, JWTSecret: jwtSecret, BcryptCost: bcrypt.MinCost, Hub: hub,
-		Registry: inst.metrics, Ready: func(context.Context) error { return listener.Ready() }})
-	if err != nil {
-		return fail(err)
-	}
-	retry, err := reactors.NewRetry(reactors.RetryConfig{DB: db, InstanceID: id, Logger: log})
-	if err != nil {
-		return fail(err)
-	}
-	runner, err := reactors.NewRunner(reactors.RunnerConfig{DB: db, Hub: hub, InstanceID: id, Reactors: retry.Reactors(), Logger: log})
-	if err != nil {
-		return fail(err)
-	}
-	sched, err := reactors.NewScheduler(reactors.SchedulerConfig{DB: db, Hub: hub, Check: api.NewParamsCheck(), Logger: log})
-	if err != nil {
-		return fail(err)
-	}
-	due, err := reactors.NewDueTimer(reactors.DueTimerConfig{DB: db, Hub: hub, Logger: log})
-	if err != nil {
-		return fail(err)
-	}
-
-	// As task-service stops them: the log's workers first, then the NOTIFY
-	// sender and the listener, then the pool.
-	var infraDone, workersDone sync.WaitGroup
-	infraCtx, stopInfra := context.WithCancel(context.WithoutCancel(ctx))
-	workersCtx, stopWorkers := context.WithCancel(context.WithoutCancel(ctx))
-	for _, run := range []func(context.Context) error{notifier.Run, listener.Run} {
-		infraDone.Go(func() { _ = run(infraCtx) })
-	}
-	for _, run := range []func(context.Context) error{srv.Run, runner.Run, sched.Run, due.Run} {
-		workersDone.Go(func() { _ = run(workersCtx) })
-	}
-	inst.stop = func() {
-		stopWorkers()
-		workersDone.Wait()
-		stopInfra()
-		infraDone.Wait()
-		pool.Close()
-	}
-	// The notify path is only measured once the LISTEN connection is up.
-	for listener.Ready() != nil {
-		select {
-		case <-ctx.Done():
-			return fail(ctx.Err())
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-
+// startWakeInstance starts the task-service binary on a loopback port of
+// its own against the bench database, with a clean environment (nothing
+// of the caller's settings leaks in), and waits until /readyz says its
+// database and LISTEN connection are up.
+func startWakeInstance(ctx context.Context, name, dbURL string, jwtSecret []byte, cfg wakeConfig, conns int, progress io.Writer) (*wakeInstance, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return fail(fmt.Errorf("listen on loopback: %w", err))
+		return nil, fmt.Errorf("find a free loopback port: %w", err)
 	}
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
-	served := make(chan struct{})
+	addr := ln.Addr().String()
+	ln.Close()
+	cmd := exec.Command(cfg.service, "serve")
+	cmd.Env = []string{
+		"PATH=" + os.Getenv("PATH"),
+		"DATABASE_URL=" + dbURL,
+		"LISTEN_ADDR=" + addr,
+		"JWT_SECRET=" + string(jwtSecret),
+		"NOTIFY_INTERVAL=" + cfg.notifyInterval.String(),
+		"DB_MAX_CONNS=" + strconv.Itoa(conns),
+		"LOG_LEVEL=warn",
+		"LOG_FORMAT=json",
+		"DIGEST_AT=off",
+	}
+	out := prefixWriter(progress, name+": ")
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		out.Close()
+		return nil, fmt.Errorf("start %s: %w", cfg.service, err)
+	}
+	exited := make(chan error, 1)
 	go func() {
-		defer close(served)
-		_ = hs.Serve(ln)
+		err := cmd.Wait()
+		out.Close()
+		exited <- err
 	}()
-	inst.base = "http://" + ln.Addr().String()
-	stopRest := inst.stop
+	inst := &wakeInstance{base: "http://" + addr, pid: cmd.Process.Pid}
 	inst.stop = func() {
-		srv.Drain() // waiting claims answer at once
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_ = hs.Shutdown(shutdownCtx)
-		cancel()
-		<-served
-		stopRest()
+		// As an orchestrator stops it: SIGTERM drains the waiting claims.
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
 	}
-	return inst, nil
+	deadline := time.Now().Add(time.Minute)
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, inst.base+"/readyz", nil)
+		if err != nil {
+			inst.stop()
+			return nil, err
+		}
+		if res, err := http.DefaultClient.Do(req); err == nil {
+			res.Body.Close()
+			if res.StatusCode == http.StatusOK {
+				return inst, nil
+			}
+		}
+		select {
+		case err := <-exited:
+			return nil, fmt.Errorf("%s (%s) exited before it was ready: %v", name, cfg.service, err)
+		case <-ctx.Done():
+			inst.stop()
+			return nil, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			inst.stop()
+			return nil, fmt.Errorf("%s at %s not ready after a minute", name, inst.base)
+		}
+	}
+}
+
+// prefixWriter writes each line to w with prefix before it, until closed.
+func prefixWriter(w io.Writer, prefix string) io.WriteCloser {
+	pr, pw := io.Pipe()
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			fmt.Fprintf(w, "%s%s\n", prefix, sc.Text())
+		}
+		_, _ = io.Copy(io.Discard, pr)
+	}()
+	return pw
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os/exec"
+	"path/filepath"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -11,14 +13,18 @@ import (
 )
 
 // TestBenchWake runs bench-wake small on its own scratch database: two
-// instances, every path. The bench fails by itself unless every task
-// reached exactly one worker once; here the figures must be sane.
+// task-service processes built from this tree, every path. The bench fails
+// by itself unless every task reached exactly one worker once; here the
+// figures must be sane.
 func TestBenchWake(t *testing.T) {
+	service := filepath.Join(t.TempDir(), "task-service")
+	out, err := exec.Command("go", "build", "-o", service, "../task-service").CombinedOutput()
+	require.NoError(t, err, "%s", out)
 	base, dbName := scratchBenchDB(t, "taskservice_bench_wake_test_")
 
 	var stdout, stderr bytes.Buffer
 	code := runBenchWake([]string{"--database-url", base, "--bench-db", dbName, "--workers", "3", "--tasks", "75",
-		"--every", "2ms", "--max", "2", "--run-at-lead", "3s", "--json"}, &stdout, &stderr)
+		"--every", "2ms", "--max", "2", "--run-at-lead", "3s", "--service", service, "--json"}, &stdout, &stderr)
 	require.Equal(t, 0, code, "stderr:\n%s", stderr.String())
 
 	var rep wakeReport
@@ -82,6 +88,7 @@ func TestBenchWakeFlags(t *testing.T) {
 		{[]string{"--notify-interval", "-1ms"}, 2, "--notify-interval"},
 		{[]string{"--bench-db", "Robert'); DROP"}, 2, "--bench-db"},
 		{[]string{"extra"}, 2, "unexpected arguments"},
+		{[]string{"--service", ""}, 2, "build it (go build -o bin/ ./cmd/task-service)"},
 	} {
 		var stdout, stderr bytes.Buffer
 		code := runBenchWake(tc.args, &stdout, &stderr)
@@ -91,7 +98,7 @@ func TestBenchWakeFlags(t *testing.T) {
 	var stdout bytes.Buffer
 	require.Equal(t, 0, runBenchWake([]string{"--help"}, &stdout, &bytes.Buffer{}))
 	require.Contains(t, stdout.String(), "local   created through the instance the workers poll", "help on stdout")
-	cfg, code := parseBenchWakeFlags([]string{"--paths", "notify,local,notify", "--workers", "30"}, &bytes.Buffer{}, &bytes.Buffer{})
+	cfg, code := parseBenchWakeFlags([]string{"--paths", "notify,local,notify", "--workers", "30", "--service", "/bin/true"}, &bytes.Buffer{}, &bytes.Buffer{})
 	require.Equal(t, -1, code)
 	require.Equal(t, []string{"notify", "local"}, cfg.paths)
 	require.Equal(t, 100, wakeWarmup(cfg), "whole blocks of both paths, at least two tasks per worker")
