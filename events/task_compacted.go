@@ -27,6 +27,15 @@ type TaskCompacted struct {
 	Archives []string `json:"archives,omitempty"`
 	// Attempts are the task's claims, oldest first.
 	Attempts []Attempt `json:"attempts,omitempty"`
+	// Decisions are the retry decisions on the task, in order (the retry
+	// reactor's, and an admin's manual retry, which may follow it): the
+	// state keeps only the last outcome, and what-if replay (ADR 030)
+	// needs each, with the skip's reason and whether a retry was manual.
+	Decisions []RetryDecision `json:"decisions,omitempty"`
+	// CreatedAvailableAt is when the task.created event made the task
+	// claimable, when an edit moved the state's AvailableAt since (what-if
+	// replay times a retry's backoff from it).
+	CreatedAvailableAt *time.Time `json:"created_available_at,omitempty"`
 	// Params, Result and Checkpoint describe the dropped payloads.
 	Params     *Digest `json:"params,omitempty"`
 	Result     *Digest `json:"result,omitempty"`
@@ -56,6 +65,28 @@ type Attempt struct {
 	Outcome     string `json:"outcome,omitempty"`
 	FailureKind string `json:"failure_kind,omitempty"`
 	Reason      string `json:"reason,omitempty"`
+	// Evidence is the stuck detector's, for a worker_offline failure (set
+	// on every such failure since what-if replay reads it; a compaction
+	// written before has none).
+	Evidence *OfflineEvidence `json:"evidence,omitempty"`
+}
+
+// OfflineEvidence is the part of a worker_offline failure's evidence that
+// what-if replay re-decides the detector's rule from, as the failure's
+// event had it.
+type OfflineEvidence struct {
+	LastHeartbeat           string `json:"last_heartbeat,omitempty"`
+	OfflineThresholdSeconds int    `json:"offline_threshold_seconds,omitempty"`
+	StuckThresholdSeconds   int    `json:"stuck_threshold_seconds,omitempty"`
+}
+
+// RetryDecision is one retry decision on a failed task.
+type RetryDecision struct {
+	Outcome string    `json:"outcome"` // retried, skipped or exhausted
+	At      time.Time `json:"at"`
+	Manual  bool      `json:"manual,omitempty"`
+	// Reason is a skip's (cut to 500 characters).
+	Reason string `json:"reason,omitempty"`
 }
 
 // Digest is the size and SHA-256 of a dropped JSON payload, as stored
@@ -194,6 +225,7 @@ func CompactTask(stream []Envelope, archives []string) (TaskCompacted, error) {
 	var out TaskCompacted
 	t := &Task{}
 	var checkpoint json.RawMessage
+	var createdAvailable time.Time
 	for i, e := range stream {
 		if e.Version != i+1 && !(i == 0 && e.Type == (TaskCompacted{}).EventType()) {
 			return out, fmt.Errorf("compact task %s: event %d is version %d, expected %d", e.StreamID, e.Seq, e.Version, i+1)
@@ -210,6 +242,22 @@ func CompactTask(stream []Envelope, archives []string) (TaskCompacted, error) {
 			out.Archives = append(out.Archives, p.Archives...)
 			out.Events += p.Events
 			out.FirstSeq = p.FirstSeq
+			out.Decisions = append(out.Decisions, p.Decisions...)
+			createdAvailable = p.Task.AvailableAt
+			if p.CreatedAvailableAt != nil {
+				createdAvailable = *p.CreatedAvailableAt
+			}
+		case TaskCreated:
+			createdAvailable = e.OccurredAt
+			if p.AvailableAt != nil {
+				createdAvailable = p.AvailableAt.UTC()
+			}
+		case TaskRetried:
+			out.Decisions = append(out.Decisions, RetryDecision{Outcome: RetryOutcomeRetried, At: e.OccurredAt, Manual: p.Manual})
+		case TaskRetrySkipped:
+			out.Decisions = append(out.Decisions, RetryDecision{Outcome: RetryOutcomeSkipped, At: e.OccurredAt, Reason: cut(p.Reason, 500)})
+		case TaskRetriesExhausted:
+			out.Decisions = append(out.Decisions, RetryDecision{Outcome: RetryOutcomeExhausted, At: e.OccurredAt})
 		case TaskClaimed:
 			out.Attempts = append(out.Attempts, Attempt{WorkerID: p.WorkerID, ClaimedAt: e.OccurredAt})
 		case TaskReleased:
@@ -218,6 +266,9 @@ func CompactTask(stream []Envelope, archives []string) (TaskCompacted, error) {
 			endAttempt(&out, e.OccurredAt, "completed", "", "")
 		case TaskFailed:
 			endAttempt(&out, e.OccurredAt, "failed", p.Kind, p.Reason)
+			if n := len(out.Attempts); n > 0 && p.Kind == FailureWorkerOffline && out.Attempts[n-1].Outcome == "failed" {
+				out.Attempts[n-1].Evidence = offlineEvidence(p.Evidence)
+			}
 		case TaskCancelled:
 			endAttempt(&out, e.OccurredAt, "cancelled", "", p.Reason)
 		case TaskUsageReported:
@@ -248,8 +299,32 @@ func CompactTask(stream []Envelope, archives []string) (TaskCompacted, error) {
 	t.Params = json.RawMessage(`{}`)
 	t.Result = nil
 	out.Task = *t
+	if !createdAvailable.IsZero() && !createdAvailable.Equal(t.AvailableAt) {
+		out.CreatedAvailableAt = &createdAvailable
+	}
 	out.Archives = dedupe(out.Archives, archives)
 	return out, nil
+}
+
+// offlineEvidence keeps what what-if replay reads of a detector's
+// evidence (store/whatif reads the same fields of a live event).
+func offlineEvidence(raw json.RawMessage) *OfflineEvidence {
+	var ev struct {
+		LastHeartbeat any         `json:"last_heartbeat"`
+		Offline       json.Number `json:"offline_threshold_seconds"`
+		Stuck         json.Number `json:"stuck_threshold_seconds"`
+	}
+	out := &OfflineEvidence{}
+	if json.Unmarshal(raw, &ev) != nil {
+		return out
+	}
+	if s, ok := ev.LastHeartbeat.(string); ok {
+		out.LastHeartbeat = s
+	}
+	o, _ := ev.Offline.Int64()
+	st, _ := ev.Stuck.Int64()
+	out.OfflineThresholdSeconds, out.StuckThresholdSeconds = int(o), int(st)
+	return out
 }
 
 func endAttempt(out *TaskCompacted, at time.Time, outcome, kind, reason string) {

@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -24,6 +27,7 @@ import (
 	"github.com/clawdbot/task-service/store/archive"
 	"github.com/clawdbot/task-service/store/blob"
 	"github.com/clawdbot/task-service/store/storetest"
+	"github.com/clawdbot/task-service/store/whatif"
 )
 
 // History from three days ago, and the real binary with EVENT_RETENTION=1d,
@@ -68,6 +72,34 @@ func testCompactionThroughTheBinaries(t *testing.T, backend string) {
 	putObject(t, bs, bad.ManifestKey(), []byte(`{"period": "day", "start": "`+bad.Start.Format(time.DateOnly)+`", "object": "`+bad.Key()+
 		`", "format": "jsonl.gz", "events": 1, "bytes": 1, "sha256": "`+strings.Repeat("0", 64)+`", "seq_lo": 1, "seq_hi": 1, "snapshot": "1:1:"}`))
 
+	taskctl := buildBinary(t, "taskctl")
+	run := func(args ...string) (string, int) {
+		cmd := exec.Command(taskctl, args...)
+		cmd.Env = baseEnv(append([]string{"DATABASE_URL=" + dbURL}, env...)...)
+		out, err := cmd.CombinedOutput()
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			return string(out), exit.ExitCode()
+		}
+		require.NoError(t, err)
+		return string(out), 0
+	}
+	// What-if replay of one more retry over the old days, from the events.
+	policy := filepath.Join(t.TempDir(), "policy.json")
+	require.NoError(t, os.WriteFile(policy, []byte(`{"types": {"crawl": {"max_retries": 1}}}`), 0o600))
+	whatIf := func() whatif.Report {
+		cmd := exec.Command(taskctl, "replay", "--what-if", policy, "--since", "7d", "--json")
+		cmd.Env = baseEnv("DATABASE_URL=" + dbURL)
+		out, err := cmd.Output()
+		require.NoError(t, err)
+		var rep whatif.Report
+		require.NoError(t, json.Unmarshal(out, &rep), string(out))
+		return rep
+	}
+	fromEvents := whatIf()
+	require.Equal(t, int64(1), fromEvents.Totals.Retried)
+	require.Len(t, fromEvents.Sample, 1)
+
 	s := startServer(t, dbURL, append(env, "EVENT_RETENTION=1d", "EVENT_COMPACTION_INTERVAL=1s")...)
 	for deadline := time.Now().Add(time.Minute); !strings.Contains(s.logs.String(), "does not check out"); {
 		require.False(t, time.Now().After(deadline), "the wrong object is not refused:\n%s", s.logs.String())
@@ -107,7 +139,7 @@ func testCompactionThroughTheBinaries(t *testing.T, backend string) {
 	openEvents, err := admin.TaskEvents(ctx, open)
 	require.NoError(t, err)
 	require.Equal(t, "task.created", openEvents[0].Type, "an open task keeps its events")
-	for deadline := time.Now().Add(time.Minute); !strings.Contains(s.logs.String(), `"tasks":1,`); {
+	for deadline := time.Now().Add(time.Minute); !strings.Contains(s.logs.String(), `"tasks":2,`); {
 		require.False(t, time.Now().After(deadline), "the compaction's progress is not in the logs:\n%s", s.logs.String())
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -133,18 +165,14 @@ func testCompactionThroughTheBinaries(t *testing.T, backend string) {
 	resp.Body.Close()
 	require.Contains(t, string(page), "was compacted past the event retention")
 
-	taskctl := buildBinary(t, "taskctl")
-	run := func(args ...string) (string, int) {
-		cmd := exec.Command(taskctl, args...)
-		cmd.Env = baseEnv(append([]string{"DATABASE_URL=" + dbURL}, env...)...)
-		out, err := cmd.CombinedOutput()
-		var exit *exec.ExitError
-		if errors.As(err, &exit) {
-			return string(out), exit.ExitCode()
-		}
-		require.NoError(t, err)
-		return string(out), 0
-	}
+	// The same what-if from the task.compacted summaries: the same report.
+	fromSummaries := whatIf()
+	require.Positive(t, fromSummaries.CompactedTasks)
+	require.Zero(t, fromSummaries.Totals.NotJudged)
+	require.Equal(t, fromEvents.Totals, fromSummaries.Totals)
+	require.Equal(t, fromEvents.Types, fromSummaries.Types)
+	require.Equal(t, fromEvents.Sample, fromSummaries.Sample)
+
 	out, code := run("replay", "--verify")
 	require.Equal(t, 0, code, out)
 	require.Contains(t, out, "No differences")
@@ -251,6 +279,20 @@ func seedOldHistory(ctx context.Context, t *testing.T, dbURL string, at time.Tim
 	_, _, err = db.ReportUsage(ctx, tk.ID, w.ID, events.UsageReport{Model: "claude-sonnet-4-5", InputTokens: 100, OutputTokens: 50}, wm)
 	require.NoError(t, err)
 	_, _, err = db.CompleteTask(ctx, tk.ID, w.ID, wm)
+	require.NoError(t, err)
+	// A chain its type's max_retries (0) exhausted: what-if replay's
+	// "one more retry" changes it.
+	failed, err := db.CreateTask(ctx, db.Pool(), store.NewTaskParams{TaskTypeID: tt.ID, NewTaskParams: events.NewTaskParams{
+		Title: "old failure", AssignedTo: w.ID}}, sys)
+	require.NoError(t, err)
+	for _, step := range []store.TaskDecision{
+		func(t *events.Task) ([]events.Payload, error) { return t.Claim(w.ID) },
+		func(t *events.Task) ([]events.Payload, error) { return t.Fail(w.ID, events.FailureError, "tests failed", nil) },
+	} {
+		_, _, err = db.UpdateTask(ctx, db.Pool(), failed.ID, wm, step)
+		require.NoError(t, err)
+	}
+	_, _, err = db.UpdateTask(ctx, db.Pool(), failed.ID, sys, func(t *events.Task) ([]events.Payload, error) { return t.RetriesExhausted(0) })
 	require.NoError(t, err)
 	op, err := db.CreateTask(ctx, db.Pool(), store.NewTaskParams{TaskTypeID: tt.ID, NewTaskParams: events.NewTaskParams{
 		Title: "still waiting"}}, sys)

@@ -90,6 +90,13 @@ func (a *app) printWhatIf(rep *whatif.Report) {
 	if rep.Partial > 0 {
 		fmt.Fprintf(a.stdout, "%s events belong to chains begun before the window and are not simulated.\n", count(rep.Partial))
 	}
+	if rep.CompactedTasks > 0 {
+		fmt.Fprintf(a.stdout, "%s tasks were simulated from their task.compacted summaries (EVENT_RETENTION, ADR 035).\n", count(rep.CompactedTasks))
+	}
+	if rep.Totals.NotJudged > 0 {
+		fmt.Fprintf(a.stdout, "%s chains were not judged: compacted before their summaries kept what simulating them needs (ADR 030); they are in no other count.\n",
+			count(rep.Totals.NotJudged))
+	}
 	tw := a.table()
 	fmt.Fprintln(tw, "TYPE\tCHAINS\tCHANGED\tRETRIED\tNOT RETRIED\tSKIPPED\tNOT SKIPPED\tDETECTOR FAILED\tNOT FAILED\tUNKNOWN\tEARLIER\tLATER\tMEAN TIME CHANGE")
 	row := func(name string, c whatif.ChainCounts) {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"sort"
 	"strconv"
 	"time"
 
@@ -105,7 +107,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep := &Report{Since: cutoff, Until: r.sim.until, Policy: policy, Events: r.events, Partial: r.partial,
+	rep := &Report{Since: cutoff, Until: r.sim.until, Policy: policy, Events: r.events, Partial: r.partial, CompactedTasks: r.compactedTasks,
 		ElapsedSeconds: el.Seconds(), Totals: r.totals, Types: sortedTypes(r.byType), Sample: r.sample}
 	if el > 0 {
 		rep.EventsPerSec = float64(r.events) / el.Seconds()
@@ -129,8 +131,11 @@ type run struct {
 	totals   ChainCounts
 	byType   map[string]*ChainCounts
 	sample   []ChangedChain
+	sampleAt []time.Time // each sampled chain's first task's creation
 	events   int64
-	partial  int64
+	// compactedTasks: tasks simulated from their task.compacted summary.
+	compactedTasks int64
+	partial        int64
 }
 
 func (r *run) loadTypes(ctx context.Context, tx pgx.Tx) error {
@@ -222,17 +227,17 @@ func seqRange(ctx context.Context, tx pgx.Tx, cutoff time.Time) (int64, int64, e
 }
 
 var taskEventTypes = []string{"task.created", "task.claimed", "task.released", "task.completed", "task.failed",
-	"task.cancelled", "task.retried", "task.retry_skipped", "task.retries_exhausted"}
+	"task.cancelled", "task.retried", "task.retry_skipped", "task.retries_exhausted", "task.compacted"}
 
 // readTasks streams the window's task events in seq order. Only the
 // fields deciding needs leave the server.
 func (r *run) readTasks(ctx context.Context, tx pgx.Tx, first, last int64, cutoff, start time.Time) error {
-	rows, err := tx.Query(ctx, `SELECT seq, stream_id::text, type, occurred_at,
+	rows, err := tx.Query(ctx, `SELECT seq, tx_id::text::bigint, stream_id::text, type, occurred_at,
 		       coalesce(data->>'task_type_id', ''), coalesce(data->>'retry_count', ''), coalesce(data->>'parent_task_id', ''),
 		       coalesce(data->>'available_at', ''), coalesce(data->>'worker_id', ''), coalesce(data->>'kind', ''),
 		       coalesce(data->>'reason', ''), coalesce(data->'evidence'->>'last_heartbeat', ''),
 		       coalesce(data->'evidence'->>'offline_threshold_seconds', ''), coalesce(data->'evidence'->>'stuck_threshold_seconds', ''),
-		       coalesce(data->>'manual', '')
+		       coalesce(data->>'manual', ''), CASE WHEN type = 'task.compacted' THEN data END
 		  FROM task_events
 		 WHERE seq >= $1 AND seq <= $2 AND stream_type = 'task' AND type = ANY($3) AND occurred_at >= $4
 		 ORDER BY seq`, first, last, taskEventTypes, cutoff)
@@ -241,14 +246,33 @@ func (r *run) readTasks(ctx context.Context, tx pgx.Tx, first, last int64, cutof
 	}
 	defer rows.Close()
 	var e row
+	var txID int64
+	var compacted []byte
+	// The task.compacted events of one compaction transaction are its
+	// chains, whole: they are simulated together once that transaction's
+	// events are read (store/whatif/compacted.go).
+	var group compactedGroup
 	for rows.Next() {
-		if err := rows.Scan(&e.seq, &e.task, &e.typ, &e.at, &e.typeID, &e.retryCount, &e.parent, &e.availableAt,
-			&e.worker, &e.kind, &e.reason, &e.lastHeartbeat, &e.offline, &e.stuck, &e.manual); err != nil {
+		if err := rows.Scan(&e.seq, &txID, &e.task, &e.typ, &e.at, &e.typeID, &e.retryCount, &e.parent, &e.availableAt,
+			&e.worker, &e.kind, &e.reason, &e.lastHeartbeat, &e.offline, &e.stuck, &e.manual, &compacted); err != nil {
 			return fmt.Errorf("what-if: read events: %w", err)
 		}
 		e.at = e.at.UTC()
-		r.apply(&e)
-		r.events++
+		if e.typ == "task.compacted" {
+			if txID != group.tx {
+				if err := r.applyCompacted(&group, cutoff); err != nil {
+					return err
+				}
+				group.tx = txID
+			}
+			if err := group.add(e.task, compacted); err != nil {
+				return err
+			}
+		} else {
+			e.unsure = 0
+			r.apply(&e)
+			r.events++
+		}
 		if r.chains > r.cfg.MaxOpenChains {
 			return &OpenChainsError{Max: r.cfg.MaxOpenChains, At: e.at}
 		}
@@ -260,6 +284,9 @@ func (r *run) readTasks(ctx context.Context, tx pgx.Tx, first, last int64, cutof
 		return fmt.Errorf("what-if: read events: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := r.applyCompacted(&group, cutoff); err != nil {
 		return err
 	}
 	if r.cfg.Progress != nil {
@@ -281,6 +308,9 @@ type row struct {
 	typeID, retryCount, parent, availableAt             string
 	worker, kind, reason, lastHeartbeat, offline, stuck string
 	manual                                              string
+	// unsure: rebuilt from a compaction that did not keep what deciding
+	// on it may need (unsureDecision, unsureEvidence).
+	unsure uint8
 }
 
 // apply folds one event into its chain; a chain that reaches its final
@@ -307,6 +337,7 @@ func (r *run) apply(e *row) {
 		a.end, a.endAt = endCancelled, e.at
 	case "task.failed":
 		a.end, a.endAt, a.failKind = endFailed, e.at, e.kind
+		a.unsure |= e.unsure
 		if tp, ok := r.cfg.Policy.Types[r.typeName[c.typeID]]; ok {
 			a.permanent = tp.permanent(e.kind, e.reason)
 		}
@@ -316,6 +347,7 @@ func (r *run) apply(e *row) {
 			a.stuckOld = seconds(e.stuck)
 		}
 	case "task.retried":
+		a.unsure |= e.unsure
 		a.decision = decRetried
 		if e.manual == "true" {
 			a.decision = decManual
@@ -323,6 +355,7 @@ func (r *run) apply(e *row) {
 	case "task.retries_exhausted":
 		a.decision = decExhausted
 	case "task.retry_skipped":
+		a.unsure |= e.unsure
 		a.decision = decAdvised
 		if fixedSkip(e.reason) {
 			a.decision = decFixed
@@ -363,18 +396,43 @@ func (r *run) finish(c *chain) {
 	if p, ok := r.cfg.Policy.Types[name]; ok {
 		tp = &p
 	}
-	rec := r.sim.walk(c, nil, nil)
-	sim := r.sim.walk(c, tp, r.cfg.Policy.WorkerOfflineAfter)
-	changes := r.totals.tally(rec, sim)
 	tc := r.byType[name]
 	if tc == nil {
 		tc = &ChainCounts{}
 		r.byType[name] = tc
 	}
-	tc.tally(rec, sim)
-	if len(changes) > 0 && len(r.sample) < r.cfg.SampleSize {
-		r.sample = append(r.sample, newChange(c, name, rec, sim, changes))
+	if c.unjudged(tp, r.cfg.Policy.WorkerOfflineAfter) {
+		r.totals.NotJudged++
+		tc.NotJudged++
+		return
 	}
+	rec := r.sim.walk(c, nil, nil)
+	sim := r.sim.walk(c, tp, r.cfg.Policy.WorkerOfflineAfter)
+	changes := r.totals.tally(rec, sim)
+	tc.tally(rec, sim)
+	if len(changes) > 0 {
+		r.keepSample(newChange(c, name, rec, sim, changes), c.attempts[0].createdAt)
+	}
+}
+
+// keepSample keeps the SampleSize changed chains whose first task was
+// created first (then by its id), whatever the order in which the chains
+// ended: a chain rebuilt from a compaction ends where the compaction is
+// in the log, not where its events were.
+func (r *run) keepSample(ch ChangedChain, created time.Time) {
+	less := func(i int) bool {
+		c := r.sampleAt[i].Compare(created)
+		return c < 0 || c == 0 && r.sample[i].RootTaskID < ch.RootTaskID
+	}
+	i := sort.Search(len(r.sample), func(i int) bool { return !less(i) })
+	if i >= r.cfg.SampleSize {
+		return
+	}
+	if len(r.sample) == r.cfg.SampleSize {
+		r.sample, r.sampleAt = r.sample[:len(r.sample)-1], r.sampleAt[:len(r.sampleAt)-1]
+	}
+	r.sample = slices.Insert(r.sample, i, ch)
+	r.sampleAt = slices.Insert(r.sampleAt, i, created)
 }
 
 func parseTime(s string) time.Time {

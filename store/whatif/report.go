@@ -18,11 +18,15 @@ type Report struct {
 	EventsPerSec   float64 `json:"events_per_second"`
 	// Partial counts task events of chains that began before the window,
 	// which are not simulated.
-	Partial int64        `json:"partial_events"`
-	Totals  ChainCounts  `json:"totals"`
-	Types   []TypeCounts `json:"types"`
-	// Sample lists changed chains, the first SampleSize in the order their
-	// chains ended.
+	Partial int64 `json:"partial_events"`
+	// CompactedTasks counts the tasks simulated from their task.compacted
+	// summary (ADR 035) rather than their events; Events and Partial count
+	// the events such a summary stands for.
+	CompactedTasks int64        `json:"compacted_tasks"`
+	Totals         ChainCounts  `json:"totals"`
+	Types          []TypeCounts `json:"types"`
+	// Sample lists changed chains, the first SampleSize by their first
+	// task's creation (then its id).
 	Sample []ChangedChain `json:"sample"`
 }
 
@@ -45,6 +49,15 @@ type ChainCounts struct {
 	// OutcomeUnknown: chains whose simulated path leaves what the log
 	// recorded, so their final outcome cannot be known.
 	OutcomeUnknown int64 `json:"outcome_unknown"`
+	// NotJudged counts chains left out of every other count: rebuilt from
+	// compactions written before they kept what simulating them needs
+	// (whether a retry was manual, and so where a chain ends; a skip's
+	// reason, when the type's policy re-decides it; the stuck detector's
+	// evidence, when the offline threshold changes), so the simulation
+	// cannot tell what their events would have. Such a chain is counted as
+	// its summaries link it: an admin's retry after the reactor's decision
+	// is in it, where the events make it a chain of its own.
+	NotJudged int64 `json:"not_judged"`
 	// Recorded and Simulated count the chains by outcome.
 	Recorded  map[string]int64 `json:"recorded_outcomes"`
 	Simulated map[string]int64 `json:"simulated_outcomes"`

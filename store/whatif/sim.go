@@ -56,6 +56,35 @@ type attempt struct {
 	lastHeartbeat        time.Time
 	offlineOld, stuckOld time.Duration
 	decision             decision
+	// unsure flags what a compaction written before ADR 035's what-if
+	// fields did not keep (unsureDecision, unsureEvidence).
+	unsure uint8
+}
+
+// What an attempt rebuilt from an older compaction may lack.
+const (
+	// unsureSkip: a skip's reason (the advisor's, or one no policy
+	// changes), which matters when the type's policy re-decides it.
+	unsureSkip uint8 = 1 << iota
+	// unsureRetry: whether a retry was the reactor's or an admin's, and
+	// whether the reactor had exhausted or skipped the chain before (then
+	// the admin's retry starts a chain of its own): the chain's very shape.
+	unsureRetry
+	// unsureEvidence: the stuck detector's evidence of a worker_offline
+	// failure, which matters when the offline threshold changes.
+	unsureEvidence
+)
+
+// unjudged says whether simulating c needs something its summaries did
+// not keep.
+func (c *chain) unjudged(tp *TypePolicy, offline *time.Duration) bool {
+	for i := range c.attempts {
+		u := c.attempts[i].unsure
+		if u&unsureRetry != 0 || u&unsureSkip != 0 && tp != nil || u&unsureEvidence != 0 && offline != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // chain is a task and its retries.

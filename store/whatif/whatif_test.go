@@ -20,6 +20,8 @@ import (
 	"github.com/clawdbot/task-service/projections"
 	"github.com/clawdbot/task-service/reactors"
 	"github.com/clawdbot/task-service/store"
+	"github.com/clawdbot/task-service/store/archive"
+	"github.com/clawdbot/task-service/store/blob"
 	"github.com/clawdbot/task-service/store/storetest"
 	"github.com/clawdbot/task-service/store/whatif"
 )
@@ -44,12 +46,16 @@ type history struct {
 	worker string
 }
 
-func newHistory(t *testing.T) *history {
+func newHistory(t *testing.T) *history { return newHistoryAt(t, nil) }
+
+// newHistoryAt writes the history with the store's clock now (nil: the
+// real one).
+func newHistoryAt(t *testing.T, now func() time.Time) *history {
 	t.Helper()
 	ctx := context.Background()
 	pool := storetest.NewPool(t)
 	hub := store.NewHub()
-	db, err := store.New(pool, store.Config{Projector: projections.Projector{}, AfterCommit: hub.Wake})
+	db, err := store.New(pool, store.Config{Projector: projections.Projector{}, AfterCommit: hub.Wake, Now: now})
 	require.NoError(t, err)
 	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
 	retry, err := reactors.NewRetry(reactors.RetryConfig{DB: db, Advisor: skipPermanent{}, InstanceID: "test", Logger: log})
@@ -324,4 +330,112 @@ func TestWhatIfBoundsOpenChains(t *testing.T) {
 	require.ErrorAs(t, err, &open)
 	require.Equal(t, 1, open.Max)
 	require.Contains(t, err.Error(), "more than 1 retry chains open at once")
+}
+
+// The known history written three days ago, compacted past a one-day
+// retention (its periods archived first), answers every what-if as its
+// events did: the chains are rebuilt from their task.compacted summaries
+// (each claim, the failure with its reason and the detector's evidence,
+// each retry decision). A compaction written before the summaries kept the
+// decisions and the evidence leaves the chains a policy would decide on
+// them unjudged, and says how many.
+func TestWhatIfOverCompactedChains(t *testing.T) {
+	t.Parallel()
+	back := 72 * time.Hour
+	h := newHistoryAt(t, func() time.Time { return time.Now().Add(-back) })
+	crawl, build := h.taskType("crawl", 1), h.taskType("build", 2)
+	h.chain(crawl, "error:tests failed", "ok")
+	crawlExhausted := h.chain(crawl, "error:tests failed", "error:tests failed")
+	h.chain(crawl, "error:permanent: bad input")
+	offlineExhausted := h.chain(crawl, "offline", "timeout")
+	buildExhausted := h.chain(build, "error:flaky", "offline", "error:flaky")
+	h.chain(build, "ok")
+	h.chain(build, "cancel")
+	h.chain(build, "error:flaky", "ok")
+	// An admin's retry after the reactor exhausted the chain starts a
+	// chain of its own, which completes.
+	var last string
+	require.NoError(t, h.pool.QueryRow(h.ctx, `WITH RECURSIVE c AS (SELECT id, retry_task_id FROM worker_tasks WHERE id = $1
+		UNION ALL SELECT w.id, w.retry_task_id FROM worker_tasks w JOIN c ON w.id = c.retry_task_id)
+		SELECT id::text FROM c WHERE retry_task_id IS NULL`, crawlExhausted).Scan(&last))
+	manual, err := h.db.CreateRetry(h.ctx, h.pool, last, store.RetryParams{Manual: true, Meta: admin})
+	require.NoError(t, err)
+	wm := events.Meta{Actor: events.Actor{Kind: events.ActorWorker, ID: h.worker}}
+	_, err = h.db.Claim(h.ctx, h.worker, wm)
+	require.NoError(t, err)
+	_, _, err = h.db.CompleteTask(h.ctx, manual.ID, h.worker, wm)
+	require.NoError(t, err)
+	open := h.chain(crawl) // pending: never compacted
+
+	policies := []string{
+		`{"types": {"crawl": {"max_retries": 2}, "build": {"max_retries": 3}}}`,
+		`{"types": {"crawl": {"skip_reasons": ["^tests failed$"], "skip_advised": false}}}`,
+		`{"worker_offline_after": "30m"}`,
+		`{"worker_offline_after": "5m", "types": {"build": {"retry_backoff_seconds": 30, "max_retries": 0}}}`,
+		`{}`,
+	}
+	whatIf := func(policy string) *whatif.Report {
+		p, err := whatif.ParsePolicy([]byte(policy))
+		require.NoError(t, err)
+		rep, err := whatif.Run(h.ctx, h.pool, whatif.Config{Policy: p, Since: 7 * 24 * time.Hour, SampleSize: 100})
+		require.NoError(t, err)
+		return rep
+	}
+	before := make([]*whatif.Report, len(policies))
+	for i, p := range policies {
+		before[i] = whatIf(p)
+	}
+	require.Equal(t, int64(10), before[0].Totals.Chains)
+	require.Equal(t, sorted([]string{crawlExhausted, offlineExhausted, buildExhausted}), sampleRoots(before[0]))
+
+	// Archive the old days, then compact past a day's retention.
+	bs, err := blob.NewFS(t.TempDir())
+	require.NoError(t, err)
+	_, err = archive.Run(h.ctx, archive.Config{Pool: h.pool, Store: bs, Kind: archive.Day})
+	require.NoError(t, err)
+	now, err := store.New(h.pool, store.Config{Projector: projections.Projector{}})
+	require.NoError(t, err)
+	crep, err := now.Compact(h.ctx, store.CompactConfig{Retention: 24 * time.Hour, Period: archive.Day})
+	require.NoError(t, err)
+	require.Equal(t, int64(8), crep.Chains, "%+v", crep) // the manual retry is compacted with the chain it retried
+	var live int
+	require.NoError(t, h.pool.QueryRow(h.ctx, `SELECT count(*) FROM task_events WHERE stream_type = 'task' AND type <> 'task.compacted'
+		AND stream_id <> $1`, open).Scan(&live))
+	require.Zero(t, live, "every finished task's events are compacted")
+
+	for i, p := range policies {
+		after := whatIf(p)
+		require.Equal(t, crep.Tasks, after.CompactedTasks, p)
+		require.Zero(t, after.Totals.NotJudged, p)
+		require.Equal(t, before[i].Totals, after.Totals, p)
+		require.Equal(t, before[i].Types, after.Types, p)
+		require.Equal(t, before[i].Sample, after.Sample, p)
+		require.Equal(t, before[i].Events, after.Events, p)
+		require.Equal(t, before[i].Partial, after.Partial, p)
+	}
+
+	// As a compaction written before the decisions and the evidence were
+	// kept: a retry could have been an admin's after the reactor ended the
+	// chain (the manual retry's chain is then in the one it retried), so
+	// every chain with a retry is unjudged; a skip cannot be re-decided
+	// under its type's policy, nor a detector failure re-timed; the rest
+	// are judged as before.
+	_, err = h.pool.Exec(h.ctx, `UPDATE task_events SET data = (data - 'decisions') || CASE WHEN data ? 'attempts' THEN
+		jsonb_build_object('attempts', (SELECT jsonb_agg(a - 'evidence') FROM jsonb_array_elements(data->'attempts') a)) ELSE '{}' END
+		WHERE type = 'task.compacted'`)
+	require.NoError(t, err)
+	// Retried: crawl's retried-then-done, exhausted (with the manual retry)
+	// and offline-then-timeout, build's flaky-offline-flaky and flaky-then-ok.
+	for i, want := range []struct{ judged, unjudged int64 }{
+		{3, 6}, // and crawl's advised skip; judged: build's ok and cancel, the open chain
+		{3, 6}, // the same
+		{4, 5}, // judged: crawl's skip too (no type policy re-decides it)
+		{4, 5}, // the same (build's policy; crawl's skip stands)
+		{4, 5},
+	} {
+		rep := whatIf(policies[i])
+		require.Equal(t, want.unjudged, rep.Totals.NotJudged, policies[i])
+		require.Equal(t, want.judged, rep.Totals.Chains, policies[i])
+		require.Zero(t, rep.Totals.Changed, "%s: the chains that changed are the unjudged ones: %+v", policies[i], rep.Sample)
+	}
 }
