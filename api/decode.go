@@ -70,6 +70,10 @@ func decodeStrict(raw []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
+		var typ *json.UnmarshalTypeError
+		if errors.As(err, &typ) {
+			typ.Field = withoutEmbedded(reflect.TypeOf(v), typ.Field)
+		}
 		return jsonError(err)
 	}
 	if dec.More() {
@@ -202,6 +206,33 @@ func readAll(r io.Reader) ([]byte, error) {
 		return nil, bodyError(err)
 	}
 	return bytes.TrimSpace(raw), nil
+}
+
+// withoutEmbedded drops from encoding/json's path of a field (dotted
+// names) the Go names of the embedded structs it went through
+// (ScheduleFields.interval is the client's interval).
+func withoutEmbedded(t reflect.Type, path string) string {
+	var out []string
+	for _, seg := range strings.Split(path, ".") {
+		for t != nil && (t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Map) {
+			t = t.Elem()
+		}
+		if t == nil || t.Kind() != reflect.Struct {
+			out, t = append(out, seg), nil
+			continue
+		}
+		if f, ok := t.FieldByName(seg); ok && f.Anonymous {
+			t = f.Type
+			continue
+		}
+		out = append(out, seg)
+		if f, ok := jsonField(t, seg); ok {
+			t = f.Type
+		} else {
+			t = nil
+		}
+	}
+	return strings.Join(out, ".")
 }
 
 func jsonError(err error) error {

@@ -21,8 +21,22 @@ import (
 // (ScheduleEdit): in an edit every field is optional and a field left out
 // keeps its value (null clears it).
 type ScheduleRequest struct {
-	Name string                   `json:"name,omitempty" openapi:"maxLength=200"`
+	ScheduleFields
 	Task *events.ScheduleTemplate `json:"task,omitempty"`
+}
+
+// ScheduleEdit is the body of an edit: a create's fields, each optional,
+// its task's too: what an edit gives is merged into the schedule, which is
+// then checked whole.
+type ScheduleEdit struct {
+	ScheduleFields
+	Task *ScheduleTemplateEdit `json:"task,omitempty"`
+}
+
+// ScheduleFields are a schedule's own fields, the same in a create and an
+// edit; only the task differs (an edit's task fields are all optional).
+type ScheduleFields struct {
+	Name string `json:"name,omitempty" openapi:"maxLength=200"`
 	// Interval: every N minutes, hours or days; or Cron, a five-field
 	// expression (or @daily, @hourly...) in TimeZone (IANA, default UTC).
 	// Neither: a one-time schedule at StartAt.
@@ -38,22 +52,6 @@ type ScheduleRequest struct {
 	// MaxFailures consecutive failed executions pause the schedule
 	// (default 3; 0 never).
 	MaxFailures *int `json:"max_failures,omitempty" openapi:"min=0,max=100"`
-}
-
-// ScheduleEdit is the body of an edit: ScheduleRequest's fields (a test
-// keeps the two lists alike), each optional, its task's too: what an edit
-// gives is merged into the schedule, which is then checked whole.
-type ScheduleEdit struct {
-	Name        string                `json:"name,omitempty" openapi:"maxLength=200"`
-	Task        *ScheduleTemplateEdit `json:"task,omitempty"`
-	Interval    *events.Interval      `json:"interval,omitempty"`
-	Cron        string                `json:"cron,omitempty" openapi:"format=cron,maxLength=200" doc:"five fields (minute hour day-of-month month day-of-week) or a descriptor (@daily, @hourly, @every 2h at least the shortest interval)"`
-	TimeZone    string                `json:"time_zone,omitempty" openapi:"format=time-zone,maxLength=100" doc:"an IANA time zone such as Europe/Berlin (default UTC)"`
-	StartAt     *time.Time            `json:"start_at,omitempty"`
-	EndAt       *time.Time            `json:"end_at,omitempty" openapi:"greater=start_at" doc:"after start_at"`
-	MaxRuns     int                   `json:"max_runs,omitempty" openapi:"min=0,max=1000000000"`
-	Overlap     string                `json:"overlap,omitempty" openapi:"enum=skip|allow"`
-	MaxFailures *int                  `json:"max_failures,omitempty" openapi:"min=0,max=100"`
 }
 
 // ScheduleTemplateEdit is an edit's task: events.ScheduleTemplate's fields,

@@ -6,6 +6,7 @@ import (
 	"net/mail"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -129,11 +130,11 @@ func compileStruct(t reflect.Type) shapeCheck {
 	others := map[string][]int{} // the siblings compared with, by name
 	for _, f := range fields {
 		if f.compare != "" {
-			sib, found := jsonField(t, f.other)
-			if !found || len(f.index) != 1 {
+			sib := siblingIndex(t, f.index, f.other)
+			if sib == nil {
 				panic(fmt.Sprintf("api: %s compares %s with %s, which it lacks", t, f.name, f.other))
 			}
-			others[f.other] = sib.Index
+			others[f.other] = sib
 		}
 	}
 	return func(v reflect.Value, at string) error {
@@ -151,6 +152,21 @@ func compileStruct(t reflect.Type) shapeCheck {
 		}
 		return nil
 	}
+}
+
+// siblingIndex is the index of the field named name in the struct that
+// holds the field at index (t itself, or a struct embedded in it); nil
+// when there is none.
+func siblingIndex(t reflect.Type, index []int, name string) []int {
+	holder := t
+	for _, i := range index[:len(index)-1] {
+		holder = holder.Field(i).Type
+	}
+	sib, found := jsonField(holder, name)
+	if !found || len(sib.Index) != 1 {
+		return nil
+	}
+	return append(slices.Clone(index[:len(index)-1]), sib.Index[0])
 }
 
 func collectFields(t reflect.Type, index []int, out *[]shapeField) {

@@ -66,7 +66,7 @@ func TestSchedulePages(t *testing.T) {
 	require.Equal(t, http.StatusForbidden, resp.StatusCode)
 
 	cancelled, err := s.srv.CreateSchedule(s.ctx, api.ScheduleRequest{Task: &events.ScheduleTemplate{TaskTypeID: tt.ID, Title: "x",
-		Params: []byte(`{"days":1}`)}, Cron: "@daily"}, s.admin)
+		Params: []byte(`{"days":1}`)}, ScheduleFields: api.ScheduleFields{Cron: "@daily"}}, s.admin)
 	require.NoError(t, err)
 	_, err = s.srv.CancelSchedule(s.ctx, cancelled.ID, "", s.admin)
 	require.NoError(t, err)
