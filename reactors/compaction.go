@@ -34,16 +34,16 @@ type CompactionConfig struct {
 
 // Compaction archives the log's ended periods and then compacts the
 // finished chains past the retention (ADR 035), at start and every Every.
-// Every instance runs one; the compaction's advisory lock lets one work at
-// a time, and the archive writes a period once (its row in
-// event_archives), so two instances archiving at once cost a duplicate
-// upload at worst, never a second object.
+// Every instance runs one; advisory locks let one archive and one compact
+// at a time, so an archive object is written once (on S3 as on the
+// filesystem a second write would replace it).
 type Compaction struct {
 	cfg     CompactionConfig
 	log     zerolog.Logger
 	tasks   prometheus.Counter
 	deleted prometheus.Counter
 	periods prometheus.Counter
+	supps   prometheus.Counter
 	bytes   prometheus.Counter
 	rounds  *prometheus.CounterVec
 }
@@ -72,13 +72,15 @@ func NewCompaction(cfg CompactionConfig) (*Compaction, error) {
 			Help: "Events this instance's compaction deleted (each in a verified archive)."}),
 		periods: prometheus.NewCounter(prometheus.CounterOpts{Name: "taskservice_archive_periods_total",
 			Help: "Periods of the event log this instance archived."}),
+		supps: prometheus.NewCounter(prometheus.CounterOpts{Name: "taskservice_archive_supplements_total",
+			Help: "Supplementary archive objects this instance wrote: events that committed after their period was archived."}),
 		bytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "taskservice_archive_bytes_total",
 			Help: "Bytes of archive objects (gzipped JSON lines) this instance wrote."}),
 		rounds: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "taskservice_compaction_rounds_total",
 			Help: "Compaction rounds: done, skipped (another instance held the lock) or failed."}, []string{"outcome"}),
 	}
 	if cfg.Registerer != nil {
-		for _, m := range []prometheus.Collector{c.tasks, c.deleted, c.periods, c.bytes, c.rounds} {
+		for _, m := range []prometheus.Collector{c.tasks, c.deleted, c.periods, c.supps, c.bytes, c.rounds} {
 			if err := cfg.Registerer.Register(m); err != nil {
 				return nil, err
 			}
@@ -117,10 +119,11 @@ func (c *Compaction) Round(ctx context.Context) error {
 	arep, err := archive.Run(ctx, archive.Config{Pool: pool, Store: c.cfg.Store, Kind: c.cfg.Period,
 		Before: archive.PeriodOf(c.cfg.Period, cutoff).End(), Now: c.cfg.Now, Rest: true})
 	c.periods.Add(float64(arep.Periods))
+	c.supps.Add(float64(arep.Supplements))
 	c.bytes.Add(float64(arep.Bytes))
-	if arep.Periods > 0 {
-		c.log.Info().Int("periods", arep.Periods).Int64("events", arep.Events).Int64("bytes", arep.Bytes).
-			Str("period", c.cfg.Period).Msg("archived the event log's periods")
+	if arep.Periods > 0 || arep.Supplements > 0 {
+		c.log.Info().Int("periods", arep.Periods).Int("supplements", arep.Supplements).Int64("events", arep.Events).
+			Int64("bytes", arep.Bytes).Str("period", c.cfg.Period).Msg("archived the event log's periods")
 	}
 	if err != nil {
 		return err

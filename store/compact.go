@@ -198,17 +198,31 @@ func chainRoots(ctx context.Context, q Querier, at time.Time, id string, cutoff 
 }
 
 // compactEventsSQL reads the chains' events, each with the verified
-// archive that holds it ("" for none): by the streams' index, and one
-// event_archives row by its key each.
-const compactEventsSQL = `SELECT ` + eventColumns + `, coalesce(a.object_key, '')
+// archive object that holds it ("" for none; a period's object or one of
+// its supplements, the first that does) and its period's start when the
+// period has an object that does not hold it (a late event, NULL
+// otherwise): by the streams' index, and event_archives rows by their key.
+const compactEventsSQL = `SELECT ` + eventColumns + `, coalesce(a.object_key, ''),
+		CASE WHEN a.object_key IS NULL THEN (SELECT p.period_start FROM event_archives p
+		     WHERE p.period = $2 AND p.period_start = (date_trunc($2, e.occurred_at AT TIME ZONE 'UTC'))::date LIMIT 1) END
 		FROM task_events e
 		LEFT JOIN LATERAL (
 		    SELECT a.object_key FROM event_archives a
 		     WHERE a.period = $2 AND a.verified_at IS NOT NULL
 		       AND a.period_start = (date_trunc($2, e.occurred_at AT TIME ZONE 'UTC'))::date
 		       AND e.seq BETWEEN a.seq_lo AND a.seq_hi AND pg_visible_in_snapshot(e.tx_id, a.snapshot)
+		     ORDER BY a.part LIMIT 1
 		) a ON true
 		WHERE e.stream_id = ANY($1::uuid[]) ORDER BY e.stream_id, e.version`
+
+// lateEventsSQL records the periods, and the seqs, of events that
+// committed after their period was archived: the archive writes a
+// supplementary object of each period with those seqs (archive.Run), after
+// which their chains are compacted like the rest.
+const lateEventsSQL = `INSERT INTO event_archive_late AS l (period, period_start, seq_lo, seq_hi)
+		SELECT $1, d.start, d.lo, d.hi FROM unnest($2::date[], $3::bigint[], $4::bigint[]) AS d(start, lo, hi)
+		ON CONFLICT (period, period_start) DO UPDATE SET seq_lo = least(l.seq_lo, excluded.seq_lo),
+		    seq_hi = greatest(l.seq_hi, excluded.seq_hi), found_at = now()`
 
 // compactChains compacts those of roots' chains that qualify, in tx, and
 // returns the roots of those left for later.
@@ -265,12 +279,16 @@ SELECT c.root::text, c.id::text, l.version,
 	streams := map[string][]events.Envelope{}
 	archivesOf := map[string][]string{}
 	unarchived := map[string]bool{}
+	late := map[string]bool{}
+	type seqs struct{ lo, hi int64 }
+	lateSeqs := map[time.Time]seqs{}
 	for erows.Next() {
 		var e events.Envelope
 		var txID int64
 		var object string
+		var latePeriod *time.Time
 		if err := erows.Scan(&e.Seq, &txID, &e.StreamType, &e.StreamID, &e.Version, &e.Type, &e.SchemaVersion,
-			&e.Data, &e.Meta, &e.OccurredAt, &object); err != nil {
+			&e.Data, &e.Meta, &e.OccurredAt, &object, &latePeriod); err != nil {
 			erows.Close()
 			return nil, fmt.Errorf("read events: %w", err)
 		}
@@ -282,6 +300,14 @@ SELECT c.root::text, c.id::text, l.version,
 		streams[e.StreamID] = append(streams[e.StreamID], e)
 		if object == "" {
 			unarchived[e.StreamID] = true
+			if latePeriod != nil {
+				late[e.StreamID] = true
+				r, ok := lateSeqs[*latePeriod]
+				if !ok {
+					r = seqs{e.Seq, e.Seq}
+				}
+				lateSeqs[*latePeriod] = seqs{min(r.lo, e.Seq), max(r.hi, e.Seq)}
+			}
 		} else if as := archivesOf[e.StreamID]; len(as) == 0 || as[len(as)-1] != object {
 			archivesOf[e.StreamID] = append(as, object)
 		}
@@ -291,6 +317,14 @@ SELECT c.root::text, c.id::text, l.version,
 	}
 
 	b := &pgx.Batch{}
+	if len(lateSeqs) > 0 {
+		var starts []time.Time
+		var los, his []int64
+		for start, r := range lateSeqs {
+			starts, los, his = append(starts, start), append(los, r.lo), append(his, r.hi)
+		}
+		b.Queue(lateEventsSQL, period, starts, los, his)
+	}
 	var appended []events.Envelope
 	var delIDs []string
 	var delBelow []int32
@@ -319,6 +353,8 @@ SELECT c.root::text, c.id::text, l.version,
 				why = "its workflow is running"
 			case t.Compactable(cutoff) != "":
 				why = t.Compactable(cutoff)
+			case late[m.id]:
+				why = "an event committed after its period was archived: in the next supplement"
 			case unarchived[m.id]:
 				why = "not archived yet"
 			}
@@ -363,6 +399,11 @@ SELECT c.root::text, c.id::text, l.version,
 		}
 	}
 	if len(delIDs) == 0 {
+		if b.Len() > 0 {
+			if err := tx.SendBatch(ctx, b).Close(); err != nil {
+				return nil, mapErr(err)
+			}
+		}
 		return left, nil
 	}
 	b.Queue(`WITH gone AS (

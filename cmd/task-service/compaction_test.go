@@ -173,6 +173,25 @@ func testCompactionThroughTheBinaries(t *testing.T, backend string) {
 	require.Equal(t, fromEvents.Types, fromSummaries.Types)
 	require.Equal(t, fromEvents.Sample, fromSummaries.Sample)
 
+	// A chain whose events are stamped in the archived period but commit
+	// now (a writer whose clock is days behind): no object of the period
+	// holds them, so compaction reports the period, the next round writes
+	// its first supplement, and the chain is compacted against it.
+	lateTask := seedLateTask(ctx, t, dbURL, open)
+	var lateSum string
+	for deadline := time.Now().Add(time.Minute); ; {
+		timeline, err = admin.TaskEvents(ctx, lateTask)
+		require.NoError(t, err)
+		if len(timeline) == 1 && timeline[0].Type == "task.compacted" {
+			lateSum = timeline[0].Summary
+			break
+		}
+		require.False(t, time.Now().After(deadline), "the late chain is not compacted: %d events; logs:\n%s", len(timeline), s.logs.String())
+		time.Sleep(50 * time.Millisecond)
+	}
+	supplement := regexp.MustCompile(`events/day/[0-9-]+\.1\.jsonl\.gz`).FindString(lateSum)
+	require.NotEmpty(t, supplement, lateSum)
+
 	out, code := run("replay", "--verify")
 	require.Equal(t, 0, code, out)
 	require.Contains(t, out, "No differences")
@@ -186,6 +205,7 @@ func testCompactionThroughTheBinaries(t *testing.T, backend string) {
 	out, code = run("events", "archive", "verify", "--json")
 	require.Equal(t, 0, code, out)
 	require.Contains(t, out, `"object": "`+bad.Key()+`"`, "the history's period was read back from the store")
+	require.Contains(t, out, `"object": "`+supplement+`"`, "and its supplement")
 	var loaded uint32
 	require.NoError(t, pool.QueryRow(ctx, `SELECT 'replay_archive.archived_events'::regclass::oid`).Scan(&loaded))
 
@@ -234,6 +254,38 @@ func gzipped(t *testing.T, s string) []byte {
 	require.NoError(t, err)
 	require.NoError(t, gz.Close())
 	return buf.Bytes()
+}
+
+// seedLateTask writes, through the store with its clock a minute after the
+// open task's creation (days ago), a task that a worker claimed and
+// completed, and returns its id: events of an old period, committed now.
+func seedLateTask(ctx context.Context, t *testing.T, dbURL, open string) string {
+	t.Helper()
+	pool, err := store.Connect(ctx, dbURL, 2)
+	require.NoError(t, err)
+	defer pool.Close()
+	var at time.Time
+	var worker, typeID string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT w.created_at, (SELECT id::text FROM users WHERE email = 'old@example.com'), w.task_type_id::text
+		FROM worker_tasks w WHERE w.id = $1`, open).Scan(&at, &worker, &typeID))
+	var mu sync.Mutex
+	tick := func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		at = at.Add(time.Second)
+		return at
+	}
+	db, err := store.New(pool, store.Config{Projector: projections.Projector{}, Now: tick})
+	require.NoError(t, err)
+	tk, err := db.CreateTask(ctx, db.Pool(), store.NewTaskParams{TaskTypeID: typeID, NewTaskParams: events.NewTaskParams{
+		Title: "late crawl", AssignedTo: worker}}, events.Meta{Actor: events.System("test")})
+	require.NoError(t, err)
+	wm := events.Meta{Actor: events.Actor{Kind: events.ActorWorker, ID: worker}}
+	_, _, err = db.UpdateTask(ctx, db.Pool(), tk.ID, wm, func(t *events.Task) ([]events.Payload, error) { return t.Claim(worker) })
+	require.NoError(t, err)
+	_, _, err = db.CompleteTask(ctx, tk.ID, worker, wm)
+	require.NoError(t, err)
+	return tk.ID
 }
 
 // seedOldHistory writes, through the store with its clock at at, a worker's

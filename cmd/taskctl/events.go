@@ -29,9 +29,10 @@ func (a *app) eventsArchive(args []string) int {
 var eventsArchiveVerifySpec = cmdSpec{
 	name: "events archive verify", args: "[PERIOD...] [--event-partition day|week] [--json]",
 	summary: "Re-read archive objects of the event log and check each against its manifest: the SHA-256 and size\n" +
-		"of the object, and its number of events (each a JSON object of the period). Every period that has a\n" +
-		"manifest, or only the PERIODs given (2026-11-20, or day/2026-11-20). A mismatch names the object and\n" +
-		"what differs, and the exit status is 1. It only reads.",
+		"of the object, and its number of events (each a JSON object of the period). Every object that has a\n" +
+		"manifest, or only those of the PERIODs given (2026-11-20, or day/2026-11-20): a period's object and its\n" +
+		"supplements (day/2026-11-20.1, ...: events that committed after the period was archived). A mismatch\n" +
+		"names the object and what differs, and the exit status is 1. It only reads.",
 	example: "DATA_DIR=/var/lib/task-service/data taskctl events archive verify\n" +
 		"taskctl events archive verify day/2026-11-20",
 }
@@ -72,15 +73,31 @@ func (a *app) eventsArchiveVerify(args []string) int {
 	if err != nil {
 		return a.fail(spec.name, err)
 	}
-	if len(periods) == 0 {
-		if periods, err = archive.List(ctx, bs, *kind); err != nil {
-			return a.fail(spec.name, err)
+	objects, err := archive.List(ctx, bs, *kind)
+	if err != nil {
+		return a.fail(spec.name, err)
+	}
+	if len(periods) > 0 {
+		// The periods asked for, each with its supplements; a period with
+		// no manifest is checked too, so that it is reported missing.
+		var asked []archive.Object
+		for _, p := range periods {
+			n := len(asked)
+			for _, o := range objects {
+				if o.Period == p {
+					asked = append(asked, o)
+				}
+			}
+			if len(asked) == n {
+				asked = append(asked, archive.Object{Period: p})
+			}
 		}
+		objects = asked
 	}
 	var checks []archiveCheck
 	bad := 0
-	for _, p := range periods {
-		m, err := archive.Verify(ctx, bs, p)
+	for _, p := range objects {
+		m, err := archive.VerifyObject(ctx, bs, p)
 		c := archiveCheck{Period: p.String(), Object: p.Key(), Events: m.Events, Bytes: m.Bytes, SHA256: m.SHA256}
 		if err != nil {
 			c.Error = err.Error()

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -73,6 +74,39 @@ func (p Period) Key() string { return "events/" + p.String() + ".jsonl.gz" }
 // ManifestKey is the manifest's key: events/day/2026-11-20.manifest.json.
 func (p Period) ManifestKey() string { return "events/" + p.String() + ".manifest.json" }
 
+// Object is one archive object of a period: part 0 is the period's
+// object, written once after the period ended; part N > 0 is the N-th
+// supplement, written when events of the period committed after the
+// objects before it had read the period (ADR 035), holding exactly those.
+type Object struct {
+	Period
+	Part int
+}
+
+// Key is the object's key: events/day/2026-11-20.jsonl.gz, or
+// events/day/2026-11-20.1.jsonl.gz for the first supplement.
+func (o Object) Key() string {
+	if o.Part == 0 {
+		return o.Period.Key()
+	}
+	return fmt.Sprintf("events/%s.%d.jsonl.gz", o.Period, o.Part)
+}
+
+// ManifestKey is its manifest's key.
+func (o Object) ManifestKey() string {
+	if o.Part == 0 {
+		return o.Period.ManifestKey()
+	}
+	return fmt.Sprintf("events/%s.%d.manifest.json", o.Period, o.Part)
+}
+
+func (o Object) String() string {
+	if o.Part == 0 {
+		return o.Period.String()
+	}
+	return fmt.Sprintf("%s.%d", o.Period, o.Part)
+}
+
 // ParsePeriod reads a period as String writes it (day/2026-11-20) or a
 // bare date (a day, or a week's Monday, of kind).
 func ParsePeriod(kind, s string) (Period, error) {
@@ -97,8 +131,12 @@ func ParsePeriod(kind, s string) (Period, error) {
 // object's; Events its lines. SeqLo, SeqHi and Snapshot say which events it
 // read: those of the period with seq in [SeqLo, SeqHi] visible in Snapshot.
 type Manifest struct {
-	Period     string    `json:"period"`
-	Start      string    `json:"start"`
+	Period string `json:"period"`
+	Start  string `json:"start"`
+	// Part: 0 for the period's object, N for its N-th supplement, which
+	// holds the period's events in [SeqLo, SeqHi] visible in Snapshot that
+	// no part before it holds.
+	Part       int       `json:"part,omitempty"`
 	Object     string    `json:"object"`
 	Format     string    `json:"format"`
 	Events     int64     `json:"events"`
@@ -166,7 +204,19 @@ type Report struct {
 	Bytes   int64 `json:"bytes"`
 	// Pending: periods left for the next call (Max reached).
 	Pending bool `json:"pending"`
+	// Supplements: supplementary objects written for events that
+	// committed after their period was archived; their events are in
+	// Events and Bytes too.
+	Supplements int `json:"supplements"`
+	// Skipped: another instance was archiving.
+	Skipped bool `json:"skipped"`
 }
+
+// LockKey is the advisory lock an archive run holds: one instance writes
+// the archive at a time, so an object is written once (a second writer
+// would replace it, and the row the first recorded would describe
+// another snapshot than the object's).
+const LockKey = 7035_0003 // 7035_0001 is the schedule prune's, 7035_0002 compaction's
 
 // Run archives every period of cfg.Kind that ends at or before
 // cfg.Before (and Margin ago) and has no archive yet, oldest first, from
@@ -179,6 +229,27 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	limit := cfg.Now().Add(-Margin)
 	if cfg.Before.After(limit) || cfg.Before.IsZero() {
 		cfg.Before = limit
+	}
+	conn, err := cfg.Pool.Acquire(ctx)
+	if err != nil {
+		return rep, fmt.Errorf("archive: %w", err)
+	}
+	defer conn.Release()
+	var locked bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, LockKey).Scan(&locked); err != nil {
+		return rep, fmt.Errorf("archive: lock: %w", err)
+	}
+	if !locked {
+		rep.Skipped = true
+		return rep, nil
+	}
+	defer func() {
+		if _, err := conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, LockKey); err != nil {
+			_ = conn.Conn().Close(context.WithoutCancel(ctx))
+		}
+	}()
+	if err := supplements(ctx, cfg, &rep); err != nil {
+		return rep, err
 	}
 	var oldest *time.Time
 	if err := cfg.Pool.QueryRow(ctx, `SELECT occurred_at FROM task_events ORDER BY seq LIMIT 1`).Scan(&oldest); err != nil &&
@@ -205,7 +276,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			break
 		}
 		began := time.Now()
-		m, err := archivePeriod(ctx, cfg, p)
+		m, err := archiveObject(ctx, cfg, Object{Period: p}, 0, 0)
 		if err != nil {
 			return rep, err
 		}
@@ -223,48 +294,113 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	return rep, nil
 }
 
-// archivePeriod writes p's object and manifest, reads them back, and
-// records the archive. An object with a manifest but no row (a crash
-// between them) is checked and adopted, never written again.
-func archivePeriod(ctx context.Context, cfg Config, p Period) (Manifest, error) {
+// supplements writes a supplementary object for each period in which
+// compaction met events that no archive object of it holds
+// (event_archive_late: events that committed after their period was
+// archived, with the seqs compaction saw), so that their chains can be
+// compacted too.
+func supplements(ctx context.Context, cfg Config, rep *Report) error {
+	rows, err := cfg.Pool.Query(ctx, `SELECT l.period_start::timestamptz, l.seq_lo, l.seq_hi,
+		       (SELECT coalesce(max(a.part), -1) + 1 FROM event_archives a WHERE a.period = l.period AND a.period_start = l.period_start)
+		  FROM event_archive_late l WHERE l.period = $1 ORDER BY l.period_start`, cfg.Kind)
+	if err != nil {
+		return fmt.Errorf("archive: late events: %w", err)
+	}
+	type late struct {
+		o      Object
+		lo, hi int64
+	}
+	var todo []late
+	for rows.Next() {
+		var l late
+		var start time.Time
+		if err := rows.Scan(&start, &l.lo, &l.hi, &l.o.Part); err != nil {
+			rows.Close()
+			return fmt.Errorf("archive: late events: %w", err)
+		}
+		l.o.Period = PeriodOf(cfg.Kind, start)
+		todo = append(todo, l)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("archive: late events: %w", err)
+	}
+	for _, l := range todo {
+		if l.o.Part == 0 {
+			continue // the period has no object yet: it is the main run's
+		}
+		m, err := archiveObject(ctx, cfg, l.o, l.lo, l.hi)
+		if err != nil {
+			return err
+		}
+		if m.Events > 0 {
+			rep.Supplements++
+			rep.Events += m.Events
+			rep.Bytes += m.Bytes
+		}
+		// Done with what compaction reported, unless it reported more
+		// meanwhile (the next run writes the next part).
+		if _, err := cfg.Pool.Exec(ctx, `DELETE FROM event_archive_late WHERE period = $1 AND period_start = $2
+			AND seq_lo >= $3 AND seq_hi <= $4`, l.o.Kind, l.o.Start, l.lo, l.hi); err != nil {
+			return fmt.Errorf("archive %s: %w", l.o, err)
+		}
+	}
+	return nil
+}
+
+// archiveObject writes o and its manifest, reads them back, and records
+// them. An object with a manifest but no row (a crash between them) is
+// checked and adopted, never written again. A supplement (o.Part > 0)
+// reads seqs lo to hi; an empty one is neither written nor recorded.
+func archiveObject(ctx context.Context, cfg Config, o Object, lo, hi int64) (Manifest, error) {
 	var have bool
-	if err := cfg.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM event_archives WHERE period = $1 AND period_start = $2)`,
-		p.Kind, p.Start).Scan(&have); err != nil {
-		return Manifest{}, fmt.Errorf("archive %s: %w", p, err)
+	if err := cfg.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM event_archives WHERE period = $1 AND period_start = $2 AND part = $3)`,
+		o.Kind, o.Start, o.Part).Scan(&have); err != nil {
+		return Manifest{}, fmt.Errorf("archive %s: %w", o, err)
 	}
 	if have {
 		return Manifest{}, nil
 	}
-	m, err := ReadManifest(ctx, cfg.Store, p)
+	m, err := readManifest(ctx, cfg.Store, o)
 	switch {
 	case err == nil:
 		// Written before, not recorded: it must still check out.
-		if _, err := Verify(ctx, cfg.Store, p); err != nil {
-			return Manifest{}, fmt.Errorf("archive %s: the object is there but does not check out, so it is left as it is: %w", p, err)
+		if _, err := VerifyObject(ctx, cfg.Store, o); err != nil {
+			return Manifest{}, fmt.Errorf("archive %s: the object is there but does not check out, so it is left as it is: %w", o, err)
 		}
 	case errors.Is(err, blob.ErrNotFound):
-		if m, err = write(ctx, cfg, p); err != nil {
-			return Manifest{}, fmt.Errorf("archive %s: %w", p, err)
+		if m, err = write(ctx, cfg, o, lo, hi); err != nil {
+			return Manifest{}, fmt.Errorf("archive %s: %w", o, err)
 		}
-		if _, err := Verify(ctx, cfg.Store, p); err != nil {
-			return Manifest{}, fmt.Errorf("archive %s: read back: %w", p, err)
+		if o.Part > 0 && m.Events == 0 {
+			return m, nil
+		}
+		if _, err := VerifyObject(ctx, cfg.Store, o); err != nil {
+			return Manifest{}, fmt.Errorf("archive %s: read back: %w", o, err)
 		}
 	default:
-		return Manifest{}, fmt.Errorf("archive %s: %w", p, err)
+		return Manifest{}, fmt.Errorf("archive %s: %w", o, err)
 	}
 	_, err = cfg.Pool.Exec(ctx, `INSERT INTO event_archives
-		(period, period_start, object_key, events, bytes, sha256, seq_lo, seq_hi, snapshot, archived_at, verified_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::pg_snapshot, $10, now()) ON CONFLICT DO NOTHING`,
-		p.Kind, p.Start, m.Object, m.Events, m.Bytes, m.SHA256, m.SeqLo, m.SeqHi, m.Snapshot, m.ArchivedAt)
+		(period, period_start, part, object_key, events, bytes, sha256, seq_lo, seq_hi, snapshot, archived_at, verified_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::pg_snapshot, $11, now()) ON CONFLICT DO NOTHING`,
+		o.Kind, o.Start, o.Part, m.Object, m.Events, m.Bytes, m.SHA256, m.SeqLo, m.SeqHi, m.Snapshot, m.ArchivedAt)
 	if err != nil {
-		return Manifest{}, fmt.Errorf("archive %s: record: %w", p, err)
+		return Manifest{}, fmt.Errorf("archive %s: record: %w", o, err)
 	}
 	return m, nil
 }
 
-// write streams p's events into its object, then writes the manifest.
-func write(ctx context.Context, cfg Config, p Period) (Manifest, error) {
-	m := Manifest{Period: p.Kind, Start: p.Start.Format(time.DateOnly), Object: p.Key(), Format: Format,
+// supplementSQL reads a supplement's events: those of the period in
+// [$1, $2] that no part before it holds (the test compaction makes, in
+// store/compact.go).
+const supplementSQL = ` AND NOT EXISTS (SELECT 1 FROM event_archives a WHERE a.period = $5 AND a.period_start = $3::date
+		AND a.part < $6 AND e.seq BETWEEN a.seq_lo AND a.seq_hi AND pg_visible_in_snapshot(e.tx_id, a.snapshot))`
+
+// write streams o's events into its object, then writes the manifest. A
+// supplement with no events writes nothing.
+func write(ctx context.Context, cfg Config, o Object, lo, hi int64) (Manifest, error) {
+	p := o.Period
+	m := Manifest{Period: p.Kind, Start: p.Start.Format(time.DateOnly), Part: o.Part, Object: o.Key(), Format: Format,
 		ArchivedAt: cfg.Now().UTC().Truncate(time.Microsecond)}
 	tx, err := cfg.Pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
@@ -277,24 +413,39 @@ func write(ctx context.Context, cfg Config, p Period) (Manifest, error) {
 	if err := tx.QueryRow(ctx, `SELECT pg_current_snapshot()::text`).Scan(&m.Snapshot); err != nil {
 		return m, err
 	}
-	if m.SeqLo, err = firstSeqAt(ctx, tx, p.Start.Add(-Skew)); err != nil {
-		return m, err
-	}
-	hiNext, err := firstSeqAt(ctx, tx, p.End().Add(Skew))
-	if err != nil {
-		return m, err
-	}
-	m.SeqHi = hiNext - 1
-	rows, err := tx.Query(ctx, `SELECT seq, json_build_object('seq', seq, 'tx_id', tx_id::text::bigint, 'stream_type', stream_type,
+	query := `SELECT seq, json_build_object('seq', seq, 'tx_id', tx_id::text::bigint, 'stream_type', stream_type,
 		'stream_id', stream_id, 'version', version, 'type', type, 'schema_version', schema_version, 'data', data, 'meta', meta,
 		'occurred_at', occurred_at)::text
-		FROM task_events WHERE seq BETWEEN $1 AND $2 AND occurred_at >= $3 AND occurred_at < $4 ORDER BY seq`,
-		m.SeqLo, m.SeqHi, p.Start, p.End())
+		FROM task_events e WHERE seq BETWEEN $1 AND $2 AND occurred_at >= $3 AND occurred_at < $4`
+	args := []any{}
+	if o.Part == 0 {
+		if m.SeqLo, err = firstSeqAt(ctx, tx, p.Start.Add(-Skew)); err != nil {
+			return m, err
+		}
+		hiNext, err := firstSeqAt(ctx, tx, p.End().Add(Skew))
+		if err != nil {
+			return m, err
+		}
+		m.SeqHi = hiNext - 1
+		args = append(args, m.SeqLo, m.SeqHi, p.Start, p.End())
+	} else {
+		m.SeqLo, m.SeqHi = lo, hi
+		query += supplementSQL
+		args = append(args, m.SeqLo, m.SeqHi, p.Start, p.End(), p.Kind, o.Part)
+		var n int64
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM (`+query+`) s`, args...).Scan(&n); err != nil {
+			return m, err
+		}
+		if n == 0 {
+			return m, nil
+		}
+	}
+	rows, err := tx.Query(ctx, query+` ORDER BY seq`, args...)
 	if err != nil {
 		return m, err
 	}
 	defer rows.Close()
-	w, err := cfg.Store.Create(ctx, p.Key(), "application/gzip")
+	w, err := cfg.Store.Create(ctx, o.Key(), "application/gzip")
 	if err != nil {
 		return m, err
 	}
@@ -340,7 +491,7 @@ func write(ctx context.Context, cfg Config, p Period) (Manifest, error) {
 	committed = true
 	m.Bytes, m.SHA256 = cw.n, hex.EncodeToString(h.Sum(nil))
 	body, _ := json.MarshalIndent(m, "", "  ")
-	mw, err := cfg.Store.Create(ctx, p.ManifestKey(), "application/json")
+	mw, err := cfg.Store.Create(ctx, o.ManifestKey(), "application/json")
 	if err != nil {
 		return m, err
 	}
@@ -397,8 +548,12 @@ func (c *counter) Write(p []byte) (int, error) {
 
 // ReadManifest reads p's manifest; blob.ErrNotFound when there is none.
 func ReadManifest(ctx context.Context, bs blob.Store, p Period) (Manifest, error) {
+	return readManifest(ctx, bs, Object{Period: p})
+}
+
+func readManifest(ctx context.Context, bs blob.Store, o Object) (Manifest, error) {
 	var m Manifest
-	r, err := bs.Open(ctx, p.ManifestKey())
+	r, err := bs.Open(ctx, o.ManifestKey())
 	if err != nil {
 		return m, err
 	}
@@ -408,7 +563,7 @@ func ReadManifest(ctx context.Context, bs blob.Store, p Period) (Manifest, error
 		return m, err
 	}
 	if err := json.Unmarshal(b, &m); err != nil {
-		return m, fmt.Errorf("%s: not a manifest: %w", p.ManifestKey(), err)
+		return m, fmt.Errorf("%s: not a manifest: %w", o.ManifestKey(), err)
 	}
 	return m, nil
 }
@@ -417,27 +572,33 @@ func ReadManifest(ctx context.Context, bs blob.Store, p Period) (Manifest, error
 // SHA-256 and size of the bytes, and the number of events, each one a JSON
 // object of the period. A mismatch is ErrMismatch, saying what differs.
 func Verify(ctx context.Context, bs blob.Store, p Period) (Manifest, error) {
-	return Read(ctx, bs, p, nil)
+	return Read(ctx, bs, Object{Period: p}, nil)
 }
 
-// Read verifies p's object as Verify does and hands each event to fn (when
-// not nil) as it goes; an error from fn stops it. The caller must not
-// trust what fn saw until Read returns nil: the hash is known at the end.
-func Read(ctx context.Context, bs blob.Store, p Period, fn func(Line) error) (Manifest, error) {
-	m, err := ReadManifest(ctx, bs, p)
+// VerifyObject is Verify for any part of a period.
+func VerifyObject(ctx context.Context, bs blob.Store, o Object) (Manifest, error) {
+	return Read(ctx, bs, o, nil)
+}
+
+// Read verifies o as Verify does and hands each event to fn (when not
+// nil) as it goes; an error from fn stops it. The caller must not trust
+// what fn saw until Read returns nil: the hash is known at the end.
+func Read(ctx context.Context, bs blob.Store, o Object, fn func(Line) error) (Manifest, error) {
+	p := o.Period
+	m, err := readManifest(ctx, bs, o)
 	if err != nil {
-		return m, fmt.Errorf("%s: %w", p.ManifestKey(), err)
+		return m, fmt.Errorf("%s: %w", o.ManifestKey(), err)
 	}
-	r, err := bs.Open(ctx, p.Key())
+	r, err := bs.Open(ctx, o.Key())
 	if err != nil {
-		return m, fmt.Errorf("%s: %w", p.Key(), err)
+		return m, fmt.Errorf("%s: %w", o.Key(), err)
 	}
 	defer r.Close()
 	h := sha256.New()
 	cr := &counter{w: h}
 	gz, err := gzip.NewReader(io.TeeReader(r, cr))
 	if err != nil {
-		return m, fmt.Errorf("%s: %w: not gzip: %v", p.Key(), ErrMismatch, err)
+		return m, fmt.Errorf("%s: %w: not gzip: %v", o.Key(), ErrMismatch, err)
 	}
 	sc := bufio.NewScanner(gz)
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
@@ -445,10 +606,10 @@ func Read(ctx context.Context, bs blob.Store, p Period, fn func(Line) error) (Ma
 	for sc.Scan() {
 		var l Line
 		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-			return m, fmt.Errorf("%s: %w: line %d is not an event: %v", p.Key(), ErrMismatch, n+1, err)
+			return m, fmt.Errorf("%s: %w: line %d is not an event: %v", o.Key(), ErrMismatch, n+1, err)
 		}
 		if l.OccurredAt.Before(p.Start) || !l.OccurredAt.Before(p.End()) {
-			return m, fmt.Errorf("%s: %w: line %d (seq %d) occurred at %s, outside the period", p.Key(), ErrMismatch, n+1, l.Seq,
+			return m, fmt.Errorf("%s: %w: line %d (seq %d) occurred at %s, outside the period", o.Key(), ErrMismatch, n+1, l.Seq,
 				l.OccurredAt.Format(time.RFC3339Nano))
 		}
 		n++
@@ -459,11 +620,11 @@ func Read(ctx context.Context, bs blob.Store, p Period, fn func(Line) error) (Ma
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return m, fmt.Errorf("%s: %w: %v", p.Key(), ErrMismatch, err)
+		return m, fmt.Errorf("%s: %w: %v", o.Key(), ErrMismatch, err)
 	}
 	// Drain what gzip left unread, so the hash covers every byte.
 	if _, err := io.Copy(io.Discard, io.TeeReader(r, cr)); err != nil {
-		return m, fmt.Errorf("%s: %w", p.Key(), err)
+		return m, fmt.Errorf("%s: %w", o.Key(), err)
 	}
 	sum := hex.EncodeToString(h.Sum(nil))
 	var diffs []string
@@ -476,32 +637,48 @@ func Read(ctx context.Context, bs blob.Store, p Period, fn func(Line) error) (Ma
 	if n != m.Events {
 		diffs = append(diffs, fmt.Sprintf("it holds %d events, the manifest says %d", n, m.Events))
 	}
+	if m.Part != o.Part {
+		diffs = append(diffs, fmt.Sprintf("the manifest says part %d", m.Part))
+	}
 	if len(diffs) > 0 {
-		return m, fmt.Errorf("%s: %w: %s", p.Key(), ErrMismatch, strings.Join(diffs, "; "))
+		return m, fmt.Errorf("%s: %w: %s", o.Key(), ErrMismatch, strings.Join(diffs, "; "))
 	}
 	return m, nil
 }
 
-// List returns the periods of kind that have a manifest in the store,
-// oldest first.
-func List(ctx context.Context, bs blob.Store, kind string) ([]Period, error) {
-	var out []Period
+// List returns the objects of kind that have a manifest in the store,
+// oldest period first, each period's parts in order.
+func List(ctx context.Context, bs blob.Store, kind string) ([]Object, error) {
+	var out []Object
 	prefix := "events/" + kind + "/"
 	err := bs.List(ctx, prefix, func(info blob.Info) error {
 		name, ok := strings.CutSuffix(strings.TrimPrefix(info.Key, prefix), ".manifest.json")
 		if !ok {
 			return nil
 		}
-		p, err := ParsePeriod(kind, name)
+		date, part := name, 0
+		if d, n, ok := strings.Cut(name, "."); ok {
+			v, err := strconv.Atoi(n)
+			if err != nil || v <= 0 || strconv.Itoa(v) != n {
+				return nil // not ours
+			}
+			date, part = d, v
+		}
+		p, err := ParsePeriod(kind, date)
 		if err != nil {
 			return nil // not ours
 		}
-		out = append(out, p)
+		out = append(out, Object{Period: p, Part: part})
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	slices.SortFunc(out, func(a, b Period) int { return a.Start.Compare(b.Start) })
+	slices.SortFunc(out, func(a, b Object) int {
+		if c := a.Start.Compare(b.Start); c != 0 {
+			return c
+		}
+		return a.Part - b.Part
+	})
 	return out, nil
 }

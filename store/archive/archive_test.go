@@ -100,8 +100,30 @@ func TestArchive(t *testing.T) {
 					p.Start).Scan(&verified))
 				require.True(t, verified)
 			}
+			// One archiver at a time: while another holds the lock, a run
+			// writes nothing (a second writer would replace the objects).
+			late := day0.Add(3*24*time.Hour + time.Hour)
+			_, err = pool.Exec(ctx, `INSERT INTO task_events (stream_type, stream_id, version, type, data, meta, occurred_at)
+				VALUES ('task', gen_random_uuid(), 1, 'task.created', '{}', '{}', $1)`, late)
+			require.NoError(t, err)
+			conn, err := pool.Acquire(ctx)
+			require.NoError(t, err)
+			_, err = conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, archive.LockKey)
+			require.NoError(t, err)
+			later := func() time.Time { return day0.Add(5 * 24 * time.Hour) }
+			held, err := archive.Run(ctx, archive.Config{Pool: pool, Store: bs, Kind: archive.Day, Now: later})
+			require.NoError(t, err)
+			require.True(t, held.Skipped)
+			require.Zero(t, held.Periods)
+			_, err = conn.Exec(ctx, `SELECT pg_advisory_unlock($1)`, archive.LockKey)
+			require.NoError(t, err)
+			conn.Release()
+			next, err := archive.Run(ctx, archive.Config{Pool: pool, Store: bs, Kind: archive.Day, Now: later})
+			require.NoError(t, err)
+			require.Equal(t, 1, next.Periods)
+
 			// Written once: a second run finds nothing to do.
-			again, err := archive.Run(ctx, archive.Config{Pool: pool, Store: bs, Kind: archive.Day, Now: now})
+			again, err := archive.Run(ctx, archive.Config{Pool: pool, Store: bs, Kind: archive.Day, Now: later})
 			require.NoError(t, err)
 			require.Zero(t, again.Periods)
 

@@ -44,7 +44,7 @@ func LoadArchive(ctx context.Context, pool *pgxpool.Pool, bs blob.Store, kind st
 	rep := &ArchiveLoad{}
 	// Check first: a wrong object stops the load before anything is written.
 	for _, p := range periods {
-		if _, err := archive.Verify(ctx, bs, p); err != nil {
+		if _, err := archive.VerifyObject(ctx, bs, p); err != nil {
 			return nil, fmt.Errorf("load archive: %w", err)
 		}
 		rep.Periods = append(rep.Periods, p.String())

@@ -126,7 +126,7 @@ func TestCompactionKeepsProjections(t *testing.T) {
 	require.NoError(t, err)
 	b[len(b)/2] ^= 0xff
 	require.NoError(t, os.WriteFile(obj, b, 0o600))
-	_, err = archive.Verify(ctx, bs, periods[0])
+	_, err = archive.VerifyObject(ctx, bs, periods[0])
 	require.Error(t, err)
 	require.True(t, errors.Is(err, archive.ErrMismatch), "%v", err)
 	require.Contains(t, err.Error(), periods[0].Key())
@@ -222,15 +222,59 @@ func TestCompactionLeavesRunningWorkflows(t *testing.T) {
 	require.Zero(t, rep.Tasks)
 	require.Positive(t, rep.Left["its workflow is running"], "%v", rep.Left)
 
+	var early, late int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM task_events WHERE stream_id = $1`, ids["b"]).Scan(&early))
 	finish(ids["b"])
 	// The workflow ended: its first task is compacted. The second one's
 	// events came after their period was archived (this test's archive
-	// runs 40 days ahead): no archive holds them, so they stay.
+	// runs 40 days ahead): no archive object holds them, so they stay, and
+	// the period's next supplement is due.
 	rep = compact()
 	require.Equal(t, int64(1), rep.Tasks, "%v", rep.Left)
-	require.Equal(t, int64(1), rep.Left["not archived yet"], "%v", rep.Left)
+	require.Equal(t, int64(1), rep.Left["an event committed after its period was archived: in the next supplement"], "%v", rep.Left)
 	stream, err := db.Stream(ctx, pool, ids["a"])
 	require.NoError(t, err)
 	require.Equal(t, "task.compacted", stream[0].Type)
 	requireClean(t, verify(t, pool))
+
+	// The next round writes the period's first supplement, with exactly
+	// the late events, and compacts the second task against it.
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM task_events WHERE stream_id = $1`, ids["b"]).Scan(&late))
+	late -= early
+	rep = compact()
+	require.Equal(t, int64(1), rep.Tasks, "%v", rep.Left)
+	stream, err = db.Stream(ctx, pool, ids["b"])
+	require.NoError(t, err)
+	require.Len(t, stream, 1)
+	c, ok := stream[0].Payload.(events.TaskCompacted)
+	require.True(t, ok)
+	require.Len(t, c.Archives, 2, "its early events in the period's object, the late ones in its supplement")
+	require.Regexp(t, `^events/day/\d{4}-\d\d-\d\d\.1\.jsonl\.gz$`, c.Archives[1])
+	objects, err := archive.List(ctx, bs, archive.Day)
+	require.NoError(t, err)
+	var supplements []archive.Object
+	for _, o := range objects {
+		if o.Part > 0 {
+			supplements = append(supplements, o)
+		}
+	}
+	require.Len(t, supplements, 1)
+	m, err := archive.VerifyObject(ctx, bs, supplements[0])
+	require.NoError(t, err)
+	require.Equal(t, int64(late), m.Events, "the supplement holds the late events, nothing an earlier object holds")
+	var pending int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM event_archive_late`).Scan(&pending))
+	require.Zero(t, pending)
+	// Nothing more to write: a round finds no late event.
+	again, err := archive.Run(ctx, archive.Config{Pool: pool, Store: bs, Kind: archive.Day, Now: later})
+	require.NoError(t, err)
+	require.Zero(t, again.Periods+again.Supplements)
+	requireClean(t, verify(t, pool))
+	// The archive, supplements included, plus the live log fold to the
+	// live projections, each event once.
+	_, err = replay.LoadArchive(ctx, pool, bs, archive.Day)
+	require.NoError(t, err)
+	vrep, err := replay.Verify(ctx, pool, replay.VerifyConfig{EventsSchema: replay.ArchiveSchema})
+	require.NoError(t, err)
+	requireClean(t, vrep)
 }
