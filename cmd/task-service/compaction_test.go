@@ -339,7 +339,9 @@ func seedOldHistory(ctx context.Context, t *testing.T, dbURL string, at time.Tim
 	require.NoError(t, err)
 	for _, step := range []store.TaskDecision{
 		func(t *events.Task) ([]events.Payload, error) { return t.Claim(w.ID) },
-		func(t *events.Task) ([]events.Payload, error) { return t.Fail(w.ID, events.FailureError, "tests failed", nil) },
+		func(t *events.Task) ([]events.Payload, error) {
+			return t.Fail(w.ID, events.FailureError, "tests failed", nil)
+		},
 	} {
 		_, _, err = db.UpdateTask(ctx, db.Pool(), failed.ID, wm, step)
 		require.NoError(t, err)
