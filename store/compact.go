@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -91,12 +92,48 @@ func (db *DB) Compact(ctx context.Context, cfg CompactConfig) (CompactReport, er
 		}
 	}()
 	cutoff := db.Now().Add(-cfg.Retention)
+	pause := func(began time.Time) error {
+		// Rest at least as long as the transaction took: compaction holds
+		// a connection (and about a core) at most half the time.
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(max(cfg.Pause, time.Since(began))):
+			return nil
+		}
+	}
+	// First the chains earlier passes left that may qualify now (their
+	// blocking task changed, or their reason is one time or the archive
+	// lifts), then the sweep from the cursor.
+	after := "00000000-0000-0000-0000-000000000000"
+	for rep.Looked < int64(cfg.MaxChains) {
+		roots, err := leftRoots(ctx, conn, after, cfg.Batch)
+		if err != nil {
+			return rep, err
+		}
+		if len(roots) == 0 {
+			break
+		}
+		began := time.Now()
+		err = db.WithTx(ctx, func(tx pgx.Tx) error {
+			left, err := db.compactChains(ctx, tx, roots, cutoff, cfg.Period, &rep)
+			if err != nil {
+				return err
+			}
+			return recordLeft(ctx, tx, roots, left)
+		})
+		if err != nil {
+			return rep, fmt.Errorf("compact: %w", err)
+		}
+		rep.Looked += int64(len(roots))
+		after = roots[len(roots)-1].id
+		if err := pause(began); err != nil {
+			return rep, err
+		}
+	}
 	var at time.Time
 	var id string
-	var leftAt *time.Time
-	var leftID *string
-	if err := conn.QueryRow(ctx, `SELECT resume_at, resume_id::text, left_at, left_id::text FROM event_compaction`).
-		Scan(&at, &id, &leftAt, &leftID); err != nil {
+	if err := conn.QueryRow(ctx, `SELECT resume_at, resume_id::text FROM event_compaction`).Scan(&at, &id); err != nil {
 		return rep, mapErr(fmt.Errorf("compact: %w", err))
 	}
 	for rep.Looked < int64(cfg.MaxChains) {
@@ -105,47 +142,116 @@ func (db *DB) Compact(ctx context.Context, cfg CompactConfig) (CompactReport, er
 			return rep, err
 		}
 		if len(roots) == 0 {
-			// The sweep reached the retention's start: the next one starts
-			// at the first chain this one left, or goes on from here.
-			rep.Done = true
-			if leftAt != nil {
-				at, id = *leftAt, prevID(*leftID)
-			}
-			if _, err := conn.Exec(ctx, `UPDATE event_compaction SET resume_at = $1, resume_id = $2::uuid, left_at = NULL,
-				left_id = NULL, updated_at = now()`, at, id); err != nil {
-				return rep, mapErr(fmt.Errorf("compact: %w", err))
-			}
+			rep.Done = true // the sweep reached the retention's start
 			break
 		}
-		var left []chainRoot
+		var stop *chainRoot
 		began := time.Now()
 		err = db.WithTx(ctx, func(tx pgx.Tx) error {
-			var err error
-			left, err = db.compactChains(ctx, tx, roots, cutoff, cfg.Period, &rep)
-			return err
+			left, err := db.compactChains(ctx, tx, roots, cutoff, cfg.Period, &rep)
+			if err != nil {
+				return err
+			}
+			// A chain whose period has no archive yet stops the sweep
+			// there: the archive goes period by period, so the chains
+			// after it wait for it too. The rest the cursor passes.
+			var kept []leftChain
+			for _, l := range left {
+				if l.why == notArchived && stop == nil {
+					stop = &l.chainRoot
+				}
+				if l.why != notArchived {
+					kept = append(kept, l)
+				}
+			}
+			return recordLeft(ctx, tx, nil, kept)
 		})
 		if err != nil {
 			return rep, fmt.Errorf("compact: %w", err)
 		}
 		rep.Looked += int64(len(roots))
-		if len(left) > 0 && leftAt == nil {
-			leftAt, leftID = &left[0].createdAt, &left[0].id
-		}
 		last := roots[len(roots)-1]
 		at, id = last.createdAt, last.id
-		if _, err := conn.Exec(ctx, `UPDATE event_compaction SET resume_at = $1, resume_id = $2::uuid, left_at = $3,
-			left_id = $4::uuid, updated_at = now()`, at, id, leftAt, leftID); err != nil {
+		if stop != nil {
+			at, id = stop.createdAt, prevID(stop.id)
+		}
+		if _, err := conn.Exec(ctx, `UPDATE event_compaction SET resume_at = $1, resume_id = $2::uuid, left_at = NULL,
+			left_id = NULL, updated_at = now()`, at, id); err != nil {
 			return rep, mapErr(fmt.Errorf("compact: %w", err))
 		}
-		// Rest at least as long as the transaction took: compaction holds
-		// a connection (and about a core) at most half the time.
-		select {
-		case <-ctx.Done():
-			return rep, ctx.Err()
-		case <-time.After(max(cfg.Pause, time.Since(began))):
+		if stop != nil {
+			rep.Done = true
+			break
+		}
+		if err := pause(began); err != nil {
+			return rep, err
 		}
 	}
 	return rep, nil
+}
+
+// notArchived: a chain with an event in a period the archive has not
+// written yet.
+const notArchived = "not archived yet"
+
+// leftChain is a chain a pass left, with why and the task that blocked
+// it (revisited when that task's version moves); blocker "" for reasons
+// time or the archive lifts, revisited on every pass.
+type leftChain struct {
+	chainRoot
+	why     string
+	blocker string
+	version int
+}
+
+// leftRootsSQL reads the next chains left by earlier passes that may
+// qualify now: by root, from after.
+const leftRootsSQL = `SELECT l.root::text, l.created_at FROM event_compaction_left l
+		LEFT JOIN worker_tasks w ON w.id = l.blocker
+		WHERE l.root > $1::uuid AND (l.blocker IS NULL OR w.version IS DISTINCT FROM l.blocker_version)
+		ORDER BY l.root LIMIT $2`
+
+func leftRoots(ctx context.Context, q Querier, after string, n int) ([]chainRoot, error) {
+	rows, err := q.Query(ctx, leftRootsSQL, after, n)
+	if err != nil {
+		return nil, mapErr(fmt.Errorf("compact: read the chains left: %w", err))
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (chainRoot, error) {
+		var c chainRoot
+		err := r.Scan(&c.id, &c.createdAt)
+		return c, err
+	})
+}
+
+// recordLeft forgets the chains visited (compacted, gone, or left again)
+// and records those left, in tx.
+func recordLeft(ctx context.Context, tx pgx.Tx, visited []chainRoot, left []leftChain) error {
+	if len(visited) > 0 {
+		ids := make([]string, len(visited))
+		for i, r := range visited {
+			ids[i] = r.id
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM event_compaction_left WHERE root = ANY($1::uuid[])`, ids); err != nil {
+			return mapErr(err)
+		}
+	}
+	if len(left) == 0 {
+		return nil
+	}
+	roots, ats, whys, blockers, versions := make([]string, len(left)), make([]time.Time, len(left)), make([]string, len(left)),
+		make([]*string, len(left)), make([]*int32, len(left))
+	for i, l := range left {
+		roots[i], ats[i], whys[i] = l.id, l.createdAt, l.why
+		if l.blocker != "" {
+			b, v := l.blocker, int32(l.version)
+			blockers[i], versions[i] = &b, &v
+		}
+	}
+	_, err := tx.Exec(ctx, `INSERT INTO event_compaction_left AS l (root, created_at, reason, blocker, blocker_version)
+		SELECT * FROM unnest($1::uuid[], $2::timestamptz[], $3::text[], $4::uuid[], $5::int[])
+		ON CONFLICT (root) DO UPDATE SET reason = excluded.reason, blocker = excluded.blocker,
+		    blocker_version = excluded.blocker_version, left_at = now()`, roots, ats, whys, blockers, versions)
+	return mapErr(err)
 }
 
 // prevID returns the id a resume condition "(created_at, id) > (at, x)"
@@ -225,8 +331,8 @@ const lateEventsSQL = `INSERT INTO event_archive_late AS l (period, period_start
 		    seq_hi = greatest(l.seq_hi, excluded.seq_hi), found_at = now()`
 
 // compactChains compacts those of roots' chains that qualify, in tx, and
-// returns the roots of those left for later.
-func (db *DB) compactChains(ctx context.Context, tx pgx.Tx, roots []chainRoot, cutoff time.Time, period string, rep *CompactReport) ([]chainRoot, error) {
+// returns those left for later.
+func (db *DB) compactChains(ctx context.Context, tx pgx.Tx, roots []chainRoot, cutoff time.Time, period string, rep *CompactReport) ([]leftChain, error) {
 	ids := make([]string, len(roots))
 	for i, r := range roots {
 		ids[i] = r.id
@@ -328,7 +434,7 @@ SELECT c.root::text, c.id::text, l.version,
 	var appended []events.Envelope
 	var delIDs []string
 	var delBelow []int32
-	var left []chainRoot
+	var left []leftChain
 	for _, r := range roots {
 		ms := chains[r.id]
 		why := ""
@@ -336,7 +442,9 @@ SELECT c.root::text, c.id::text, l.version,
 			why = "gone" // deleted meanwhile: nothing to keep
 		}
 		var todo []string
+		var blocker member
 		for _, m := range ms {
+			blocker = m
 			stream := streams[m.id]
 			if len(stream) == 1 && stream[0].Type == (events.TaskCompacted{}).EventType() {
 				continue // compacted before, nothing since
@@ -356,7 +464,7 @@ SELECT c.root::text, c.id::text, l.version,
 			case late[m.id]:
 				why = "an event committed after its period was archived: in the next supplement"
 			case unarchived[m.id]:
-				why = "not archived yet"
+				why = notArchived
 			}
 			if why != "" {
 				break
@@ -366,7 +474,13 @@ SELECT c.root::text, c.id::text, l.version,
 		if why != "" {
 			rep.Left[why]++
 			if why != "gone" {
-				left = append(left, r)
+				l := leftChain{chainRoot: r, why: why}
+				// A task still open, or awaiting its retry decision, moves
+				// its version when that changes: revisit the chain then.
+				if blocker.id != "" && (strings.HasPrefix(why, "the task is ") || why == "its retry is not decided yet") {
+					l.blocker, l.version = blocker.id, blocker.version
+				}
+				left = append(left, l)
 			}
 			continue
 		}

@@ -223,4 +223,7 @@ func TestFlatReadPlans(t *testing.T) {
 	require.NotContains(t, p, "Sort", p)
 	p = plan(compactEventsSQL, []string{uuid.NewString(), uuid.NewString()}, "day")
 	require.NotContains(t, p, "Seq Scan on task_events", p)
+	// The chains earlier passes left (migration 052): their blockers by id.
+	p = plan(leftRootsSQL, uuid.NewString(), 100)
+	require.NotContains(t, p, "Seq Scan on worker_tasks", p)
 }

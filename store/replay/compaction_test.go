@@ -3,6 +3,7 @@ package replay_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -277,4 +278,76 @@ func TestCompactionLeavesRunningWorkflows(t *testing.T) {
 	vrep, err := replay.Verify(ctx, pool, replay.VerifyConfig{EventsSchema: replay.ArchiveSchema})
 	require.NoError(t, err)
 	requireClean(t, vrep)
+}
+
+// A chain left open past the retention no longer makes every later pass
+// walk the chains after it: the pass records it and moves on, and later
+// passes revisit it alone, and only once its blocking task changed.
+func TestCompactionRevisitsOnlyTheChainsItLeft(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := storetest.NewPool(t)
+	w := newWorkload(t, pool, 1)
+	db := w.db
+	worker := w.workers[0]
+	wm := w.workerMeta(worker)
+	create := func(title string) string {
+		tk, err := db.CreateTask(ctx, db.Pool(), store.NewTaskParams{TaskTypeID: w.types[0], NewTaskParams: events.NewTaskParams{
+			Title: title, AssignedTo: worker}}, w.admin)
+		require.NoError(t, err)
+		return tk.ID
+	}
+	finish := func(id string) {
+		_, _, err := db.UpdateTask(ctx, db.Pool(), id, wm, func(t *events.Task) ([]events.Payload, error) { return t.Claim(worker) })
+		require.NoError(t, err)
+		_, _, err = db.CompleteTask(ctx, id, worker, wm)
+		require.NoError(t, err)
+	}
+	open := create("open for long") // the oldest chain
+	const done = 30
+	for i := range done {
+		finish(create(fmt.Sprintf("done %d", i)))
+	}
+
+	later := func() time.Time { return time.Now().Add(40 * 24 * time.Hour) }
+	ldb, err := store.New(pool, store.Config{Projector: projections.Projector{}, Now: later})
+	require.NoError(t, err)
+	bs, err := blob.NewFS(t.TempDir())
+	require.NoError(t, err)
+	compact := func() store.CompactReport {
+		_, err := archive.Run(ctx, archive.Config{Pool: pool, Store: bs, Kind: archive.Day, Now: later})
+		require.NoError(t, err)
+		rep, err := ldb.Compact(ctx, store.CompactConfig{Retention: 30 * 24 * time.Hour, Period: archive.Day, Batch: 7})
+		require.NoError(t, err)
+		require.True(t, rep.Done)
+		return rep
+	}
+	rep := compact()
+	require.Equal(t, int64(done), rep.Tasks)
+	require.Equal(t, int64(done+1), rep.Looked)
+	require.Equal(t, int64(1), rep.Left["the task is pending"], "%v", rep.Left)
+
+	// Nothing changed: a pass looks at nothing (it walked all 31 again).
+	rep = compact()
+	require.Zero(t, rep.Looked, "%+v", rep)
+
+	// The open task is claimed: revisited (and left again, in progress);
+	// then it completes (after its period was archived: a supplement) and
+	// its chain is compacted; the list of chains left is empty.
+	_, _, err = db.UpdateTask(ctx, db.Pool(), open, wm, func(t *events.Task) ([]events.Payload, error) { return t.Claim(worker) })
+	require.NoError(t, err)
+	rep = compact()
+	require.Equal(t, int64(1), rep.Looked)
+	require.Equal(t, int64(1), rep.Left["the task is in_progress"], "%v", rep.Left)
+	_, _, err = db.CompleteTask(ctx, open, worker, wm)
+	require.NoError(t, err)
+	for range 3 {
+		if rep = compact(); rep.Tasks > 0 {
+			break
+		}
+	}
+	require.Equal(t, int64(1), rep.Tasks, "%v", rep.Left)
+	require.Zero(t, count(t, pool, `SELECT count(*) FROM event_compaction_left`))
+	require.Zero(t, compact().Looked)
+	requireClean(t, verify(t, pool))
 }
