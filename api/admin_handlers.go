@@ -54,7 +54,11 @@ func (s *Server) listWorkers(c echo.Context) error {
 }
 
 func (s *Server) capacity(c echo.Context) error {
-	cp, err := s.db.Capacity(c.Request().Context())
+	limit, err := intQueryParam(c, "limit", 1, store.MaxAccountPage, 50)
+	if err != nil {
+		return err
+	}
+	cp, err := s.db.Capacity(c.Request().Context(), store.AccountFilter{After: c.QueryParam("after"), Limit: limit})
 	if err != nil {
 		return err
 	}

@@ -768,8 +768,9 @@ func TestAdminQueries(t *testing.T) {
 		require.Equal(t, want(c.keep), got, c.name)
 	}
 
-	capacity, err := b.admin.Capacity(ctx)
+	capacity, err := b.admin.Capacity(ctx, client.AccountQuery{Limit: 1})
 	require.NoError(t, err)
+	require.Len(t, capacity.Workers, 1)
 	require.Equal(t, 3, capacity.TotalSlots)
 	require.Equal(t, 1, capacity.UsedSlots)
 	require.Equal(t, 2, capacity.AvailableSlots)

@@ -67,7 +67,7 @@ func TestSeedAnswers(t *testing.T) {
 	// The worker's pending_count counts the task waiting for it, until it is claimed.
 	requirePending := func(want int) {
 		t.Helper()
-		capacity, err := b.admin.Capacity(ctx)
+		capacity, err := b.admin.Capacity(ctx, client.AccountQuery{})
 		require.NoError(t, err)
 		require.Len(t, capacity.Workers, 1)
 		require.Equal(t, want, capacity.Workers[0].PendingCount, "capacity")

@@ -38,24 +38,29 @@ func (db *DB) Stats(ctx context.Context) (*Stats, error) {
 
 // Capacity is the fleet's room for more work.
 type Capacity struct {
-	Workers        []WorkerView `json:"workers"`
-	TotalSlots     int          `json:"total_slots"`
-	UsedSlots      int          `json:"used_slots"`
-	AvailableSlots int          `json:"available_slots"`
-	OnlineSlots    int          `json:"online_available_slots"`
-	QueueDepth     int          `json:"queue_depth"`
+	// AccountPage is one page of the workers, by name (as GET /admin/workers).
+	AccountPage
+	TotalSlots     int `json:"total_slots"`
+	UsedSlots      int `json:"used_slots"`
+	AvailableSlots int `json:"available_slots"`
+	OnlineSlots    int `json:"online_available_slots"`
+	QueueDepth     int `json:"queue_depth"`
 }
 
-// Capacity is CapacityTotals with the workers listed
-// (GET /admin/workers/capacity).
-func (db *DB) Capacity(ctx context.Context) (*Capacity, error) {
+// Capacity is CapacityTotals with one page of the workers (f's; its role
+// is the workers'), GET /admin/workers/capacity: a fleet of any size
+// answers in the time of one page.
+func (db *DB) Capacity(ctx context.Context, f AccountFilter) (*Capacity, error) {
+	f.Role = RoleWorker
+	page, err := db.ListAccountsPage(ctx, f)
+	if err != nil {
+		return nil, err
+	}
 	c, err := db.CapacityTotals(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if c.Workers, err = db.ListWorkers(ctx); err != nil {
-		return nil, err
-	}
+	c.AccountPage = *page
 	return c, nil
 }
 

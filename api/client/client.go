@@ -362,8 +362,14 @@ type AccountQuery struct {
 
 // AccountsPage reads one page of the account list, by name.
 func (c *Client) AccountsPage(ctx context.Context, q AccountQuery) (*store.AccountPage, error) {
+	var out store.AccountPage
+	return &out, c.Do(ctx, http.MethodGet, q.path(adminBase, true), nil, &out)
+}
+
+// path is base with q's page (and role, when withRole) as its query.
+func (q AccountQuery) path(base string, withRole bool) string {
 	v := url.Values{}
-	if q.Role != "" {
+	if q.Role != "" && withRole {
 		v.Set("role", q.Role)
 	}
 	if q.After != "" {
@@ -372,18 +378,17 @@ func (c *Client) AccountsPage(ctx context.Context, q AccountQuery) (*store.Accou
 	if q.Limit > 0 {
 		v.Set("limit", fmt.Sprint(q.Limit))
 	}
-	path := adminBase
-	if len(v) > 0 {
-		path += "?" + v.Encode()
+	if len(v) == 0 {
+		return base
 	}
-	var out store.AccountPage
-	return &out, c.Do(ctx, http.MethodGet, path, nil, &out)
+	return base + "?" + v.Encode()
 }
 
-// Capacity reads the fleet's capacity.
-func (c *Client) Capacity(ctx context.Context) (*store.Capacity, error) {
+// Capacity reads the fleet's capacity with one page of its workers (q's
+// Role is ignored: always the workers).
+func (c *Client) Capacity(ctx context.Context, q AccountQuery) (*store.Capacity, error) {
 	var out store.Capacity
-	return &out, c.Do(ctx, http.MethodGet, adminBase+"/capacity", nil, &out)
+	return &out, c.Do(ctx, http.MethodGet, q.path(adminBase+"/capacity", false), nil, &out)
 }
 
 // Stats reads the dashboard summary. Decoded loosely so newer servers' extra
