@@ -62,7 +62,7 @@ func TestHeartbeatSaysOffline(t *testing.T) {
 	w := e.worker("Leaving Worker", 1)
 	e.heartbeat(w)
 	online := func() bool {
-		ws, err := e.db.ListWorkers(e.ctx)
+		ws, err := e.db.ListAccounts(e.ctx, store.RoleWorker)
 		require.NoError(t, err)
 		for _, v := range ws {
 			if v.ID == w {

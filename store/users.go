@@ -185,13 +185,6 @@ func workerViewsSQL(where string) string {
   FROM users u WHERE ` + where + ` ORDER BY u.full_name, u.id`
 }
 
-// ListWorkers lists every worker with its activity. Online means the worker
-// is marked online, was heard from within the offline threshold and did not
-// say it was going offline.
-func (db *DB) ListWorkers(ctx context.Context) ([]WorkerView, error) {
-	return db.ListAccounts(ctx, RoleWorker)
-}
-
 // AccountRole picks the accounts a listing shows.
 type AccountRole string
 
@@ -201,8 +194,11 @@ const (
 	RoleAny    AccountRole = "any"
 )
 
-// ListAccounts lists the accounts that have role (any: every account) as
-// ListWorkers shows workers.
+// ListAccounts lists every account that has role (any: every account)
+// with its activity; for the few (the admins), since it is not paged
+// (ListAccountsPage is). Online means the worker is marked online, was
+// heard from within the offline threshold and did not say it was going
+// offline.
 func (db *DB) ListAccounts(ctx context.Context, role AccountRole) ([]WorkerView, error) {
 	return db.workerViews(ctx, role.where(), 0)
 }
