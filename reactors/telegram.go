@@ -48,6 +48,7 @@ type TelegramConfig struct {
 
 	WaitingAfter      time.Duration // a queued task unclaimed this long is reported (default 30 min)
 	WaitingCheckEvery time.Duration // how often to look for such tasks (default 1 min)
+	WaitingScan       int           // tasks of each priority a look reads: the queue's head (default 100)
 
 	// OnEnqueue runs inside the reactor's transaction after it inserted rows;
 	// wire it to TelegramSender.Poke so the sender looks at the outbox on the
@@ -83,6 +84,9 @@ func (c TelegramConfig) withDefaults() TelegramConfig {
 	setDur(&c.WaitingCheckEvery, time.Minute)
 	if c.MaxBatch <= 0 {
 		c.MaxBatch = 50
+	}
+	if c.WaitingScan <= 0 {
+		c.WaitingScan = 100
 	}
 	if c.Now == nil {
 		c.Now = time.Now

@@ -752,13 +752,11 @@ func TestTelegramWaitingTasks(t *testing.T) {
 	require.EqualValues(t, 2, n, "the released task and the fresh one (now 31 min old)")
 }
 
-// A look reads only the head of the queue (waitingScan tasks of each
+// A look reads only the head of the queue (WaitingScan tasks of each
 // priority): behind a head already reported, the backlog waits its turn.
 func TestTelegramWaitingReadsOnlyTheHead(t *testing.T) {
 	e := setupTelegram(t)
 	ctx := context.Background()
-	defer func(n int) { waitingScan = n }(waitingScan)
-	waitingScan = 2
 	clock := &fakeClock{}
 	clock.Set(time.Now().Add(-40 * time.Minute))
 	db, err := store.New(e.pool, store.Config{Projector: projections.Projector{}, Now: clock.Now})
@@ -769,7 +767,9 @@ func TestTelegramWaitingReadsOnlyTheHead(t *testing.T) {
 		clock.Set(time.Now().Add(time.Duration(i-40) * time.Minute))
 		queued = append(queued, f.task(t, fmt.Sprintf("Queued %d", i), 0))
 	}
-	s, err := NewTelegramSender(e.pool, e.hub, e.cfg)
+	cfg := e.cfg
+	cfg.WaitingScan = 2
+	s, err := NewTelegramSender(e.pool, e.hub, cfg)
 	require.NoError(t, err)
 	look := func() []string {
 		t.Helper()

@@ -22,17 +22,13 @@ import (
 //
 // At most waitingBatch tasks are reported per look, oldest first, so a deep
 // backlog turns into a steady trickle rather than a flood. A look reads only
-// the head of the queue, the first waitingScan tasks of each priority in
+// the head of the queue, the first WaitingScan tasks of each priority in
 // claim order (ids only, so that the walk is worker_tasks_queue's alone):
-// its cost does not grow with the backlog. Before, a look over a million
-// queued tasks read them all, 29 s on every instance every minute. So a backlog deeper than that is
-// reported by its head, whose tasks have waited longest; the others as the
-// head drains.
+// its cost does not grow with the backlog (ADR 004). A backlog deeper than
+// that is reported by its head, whose tasks have waited longest; the
+// others as the head drains.
 
 const waitingBatch = 20
-
-// waitingScan is a variable so that a test can make the head short.
-var waitingScan = 100
 
 // waitingTask is a queued task nobody claimed in time.
 type waitingTask struct {
@@ -59,7 +55,7 @@ func (s *TelegramSender) checkWaiting(ctx context.Context) (int64, error) {
 		 WHERE t.available_at <= $1 AND e.occurred_at <= $1
 		   AND NOT EXISTS (SELECT 1 FROM telegram_outbox o WHERE o.event_seq = e.seq AND o.kind = $2)
 		 ORDER BY greatest(t.available_at, e.occurred_at), t.id
-		 LIMIT $3`, now.Add(-s.cfg.WaitingAfter), kindWaiting, waitingBatch, waitingScan)
+		 LIMIT $3`, now.Add(-s.cfg.WaitingAfter), kindWaiting, waitingBatch, s.cfg.WaitingScan)
 	if err != nil {
 		return 0, fmt.Errorf("telegram: find waiting tasks: %w", err)
 	}
