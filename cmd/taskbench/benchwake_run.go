@@ -565,6 +565,12 @@ func startWakeInstance(ctx context.Context, name, dbURL string, jwtSecret []byte
 		"LOG_FORMAT=json",
 		"DIGEST_AT=off",
 	}
+	// The Go runtime's settings, as a deployment would give them.
+	for _, name := range []string{"GOGC", "GOMEMLIMIT", "GOMAXPROCS", "GODEBUG"} {
+		if v, ok := os.LookupEnv(name); ok {
+			cmd.Env = append(cmd.Env, name+"="+v)
+		}
+	}
 	out := prefixWriter(progress, name+": ")
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
