@@ -32,6 +32,11 @@ type TaskCompacted struct {
 	// state keeps only the last outcome, and what-if replay (ADR 030)
 	// needs each, with the skip's reason and whether a retry was manual.
 	Decisions []RetryDecision `json:"decisions,omitempty"`
+	// Evidence is the stuck detector's, when the task ended in a
+	// worker_offline failure (what-if replay re-times it; a compaction
+	// written before it was kept has none). Beside the attempts, so that
+	// the one attempt the state says is still left out.
+	Evidence *OfflineEvidence `json:"evidence,omitempty"`
 	// CreatedAvailableAt is when the task.created event made the task
 	// claimable, when an edit moved the state's AvailableAt since (what-if
 	// replay times a retry's backoff from it).
@@ -65,10 +70,6 @@ type Attempt struct {
 	Outcome     string `json:"outcome,omitempty"`
 	FailureKind string `json:"failure_kind,omitempty"`
 	Reason      string `json:"reason,omitempty"`
-	// Evidence is the stuck detector's, for a worker_offline failure (set
-	// on every such failure since what-if replay reads it; a compaction
-	// written before has none).
-	Evidence *OfflineEvidence `json:"evidence,omitempty"`
 }
 
 // OfflineEvidence is the part of a worker_offline failure's evidence that
@@ -243,6 +244,7 @@ func CompactTask(stream []Envelope, archives []string) (TaskCompacted, error) {
 			out.Events += p.Events
 			out.FirstSeq = p.FirstSeq
 			out.Decisions = append(out.Decisions, p.Decisions...)
+			out.Evidence = p.Evidence
 			createdAvailable = p.Task.AvailableAt
 			if p.CreatedAvailableAt != nil {
 				createdAvailable = *p.CreatedAvailableAt
@@ -266,8 +268,8 @@ func CompactTask(stream []Envelope, archives []string) (TaskCompacted, error) {
 			endAttempt(&out, e.OccurredAt, "completed", "", "")
 		case TaskFailed:
 			endAttempt(&out, e.OccurredAt, "failed", p.Kind, p.Reason)
-			if n := len(out.Attempts); n > 0 && p.Kind == FailureWorkerOffline && out.Attempts[n-1].Outcome == "failed" {
-				out.Attempts[n-1].Evidence = offlineEvidence(p.Evidence)
+			if p.Kind == FailureWorkerOffline {
+				out.Evidence = offlineEvidence(p.Evidence)
 			}
 		case TaskCancelled:
 			endAttempt(&out, e.OccurredAt, "cancelled", "", p.Reason)

@@ -131,11 +131,7 @@ func rebuild(id string, c *events.TaskCompacted) []row {
 			end.reason = *t.FailureReason
 		}
 		if end.kind == events.FailureWorkerOffline {
-			var ev *events.OfflineEvidence
-			if n := len(c.Attempts); n > 0 {
-				ev = c.Attempts[n-1].Evidence
-			}
-			if ev == nil {
+			if ev := c.Evidence; ev == nil {
 				end.unsure |= unsureEvidence
 			} else {
 				end.lastHeartbeat = ev.LastHeartbeat
