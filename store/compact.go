@@ -37,8 +37,8 @@ type CompactReport struct {
 	Looked int64 `json:"looked"` // chains looked at
 	// Left counts the chains left for a later pass, by reason.
 	Left map[string]int64 `json:"left,omitempty"`
-	// Done: the pass reached the retention's start; false when MaxChains
-	// stopped it first.
+	// Done: the pass reached the retention's start, or a chain whose
+	// period is not archived yet; false when MaxChains stopped it first.
 	Done bool `json:"done"`
 	// Skipped: another instance was compacting.
 	Skipped bool `json:"skipped"`
@@ -54,9 +54,11 @@ const MinRetention = 24 * time.Hour
 // compactionActor appends the task.compacted events.
 var compactionActor = events.Meta{Actor: events.System("compaction")}
 
-// Compact runs one compaction pass: it visits retry chains by their first
-// task's (created_at, id), from where the last pass had to leave one,
-// until the retention's start, and in each transaction of cfg.Batch chains
+// Compact runs one compaction pass: it revisits the chains earlier passes
+// left that may qualify now (event_compaction_left), then visits retry
+// chains by their first task's (created_at, id) from its cursor until the
+// retention's start (or a chain whose period is not archived yet), and in
+// each transaction of cfg.Batch chains
 // replaces every task's events of the chains that qualify by one
 // task.compacted event. A chain qualifies when every task of it is
 // finished for good, nothing happened to any before the retention's start,
