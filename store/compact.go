@@ -106,14 +106,25 @@ func (db *DB) Compact(ctx context.Context, cfg CompactConfig) (CompactReport, er
 	}
 	// First the chains earlier passes left that may qualify now (their
 	// blocking task changed, or their reason is one time or the archive
-	// lifts), then the sweep from the cursor.
-	after := "00000000-0000-0000-0000-000000000000"
-	for rep.Looked < int64(cfg.MaxChains) {
-		roots, err := leftRoots(ctx, conn, after, cfg.Batch)
+	// lifts), by root from where the last pass stopped revisiting
+	// (event_compaction.left_id), round the table at most once, and on
+	// at most half the pass's chains, so that the sweep is never starved.
+	var start string
+	if err := conn.QueryRow(ctx, `SELECT coalesce(left_id, $1::uuid)::text FROM event_compaction`, zeroID).Scan(&start); err != nil {
+		return rep, mapErr(fmt.Errorf("compact: %w", err))
+	}
+	after, upto, wrapped := start, maxID, false
+	for rep.Looked < int64(max(cfg.Batch, cfg.MaxChains/2)) {
+		roots, err := leftRoots(ctx, conn, after, upto, cfg.Batch)
 		if err != nil {
 			return rep, err
 		}
 		if len(roots) == 0 {
+			if !wrapped && start != zeroID {
+				after, upto, wrapped = zeroID, start, true
+				continue
+			}
+			after = zeroID // round the table: the next pass starts over
 			break
 		}
 		began := time.Now()
@@ -132,6 +143,9 @@ func (db *DB) Compact(ctx context.Context, cfg CompactConfig) (CompactReport, er
 		if err := pause(began); err != nil {
 			return rep, err
 		}
+	}
+	if _, err := conn.Exec(ctx, `UPDATE event_compaction SET left_id = $1::uuid`, after); err != nil {
+		return rep, mapErr(fmt.Errorf("compact: %w", err))
 	}
 	var at time.Time
 	var id string
@@ -178,7 +192,7 @@ func (db *DB) Compact(ctx context.Context, cfg CompactConfig) (CompactReport, er
 			at, id = stop.createdAt, prevID(stop.id)
 		}
 		if _, err := conn.Exec(ctx, `UPDATE event_compaction SET resume_at = $1, resume_id = $2::uuid, left_at = NULL,
-			left_id = NULL, updated_at = now()`, at, id); err != nil {
+			updated_at = now()`, at, id); err != nil {
 			return rep, mapErr(fmt.Errorf("compact: %w", err))
 		}
 		if stop != nil {
@@ -207,14 +221,22 @@ type leftChain struct {
 }
 
 // leftRootsSQL reads the next chains left by earlier passes that may
-// qualify now: by root, from after.
+// qualify now: by root, after $1 up to $2.
 const leftRootsSQL = `SELECT l.root::text, l.created_at FROM event_compaction_left l
 		LEFT JOIN worker_tasks w ON w.id = l.blocker
-		WHERE l.root > $1::uuid AND (l.blocker IS NULL OR w.version IS DISTINCT FROM l.blocker_version)
-		ORDER BY l.root LIMIT $2`
+		WHERE l.root > $1::uuid AND l.root <= $2::uuid AND (l.blocker IS NULL OR w.version IS DISTINCT FROM l.blocker_version)
+		ORDER BY l.root LIMIT $3`
 
-func leftRoots(ctx context.Context, q Querier, after string, n int) ([]chainRoot, error) {
-	rows, err := q.Query(ctx, leftRootsSQL, after, n)
+// The ends of the roots' order. event_compaction.left_id (the first
+// chain a pass had left, before migration 052) holds where the revisits
+// stopped.
+const (
+	zeroID = "00000000-0000-0000-0000-000000000000"
+	maxID  = "ffffffff-ffff-ffff-ffff-ffffffffffff"
+)
+
+func leftRoots(ctx context.Context, q Querier, after, upto string, n int) ([]chainRoot, error) {
+	rows, err := q.Query(ctx, leftRootsSQL, after, upto, n)
 	if err != nil {
 		return nil, mapErr(fmt.Errorf("compact: read the chains left: %w", err))
 	}

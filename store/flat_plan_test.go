@@ -224,6 +224,6 @@ func TestFlatReadPlans(t *testing.T) {
 	p = plan(compactEventsSQL, []string{uuid.NewString(), uuid.NewString()}, "day")
 	require.NotContains(t, p, "Seq Scan on task_events", p)
 	// The chains earlier passes left (migration 052): their blockers by id.
-	p = plan(leftRootsSQL, uuid.NewString(), 100)
+	p = plan(leftRootsSQL, uuid.NewString(), maxID, 100)
 	require.NotContains(t, p, "Seq Scan on worker_tasks", p)
 }

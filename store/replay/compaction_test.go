@@ -351,3 +351,62 @@ func TestCompactionRevisitsOnlyTheChainsItLeft(t *testing.T) {
 	require.Zero(t, compact().Looked)
 	requireClean(t, verify(t, pool))
 }
+
+// Chains left for a reason every pass revisits (here: their workflow still
+// runs) take at most half a pass: the sweep goes on behind them, and the
+// revisits go round the list of chains left from where the last pass
+// stopped.
+func TestCompactionRevisitsDoNotStarveTheSweep(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := storetest.NewPool(t)
+	w := newWorkload(t, pool, 1)
+	db := w.db
+	worker := w.workers[0]
+	wm := w.workerMeta(worker)
+	finish := func(id string) {
+		_, _, err := db.UpdateTask(ctx, db.Pool(), id, wm, func(t *events.Task) ([]events.Payload, error) { return t.Claim(worker) })
+		require.NoError(t, err)
+		_, _, err = db.CompleteTask(ctx, id, worker, wm)
+		require.NoError(t, err)
+	}
+	var steps []store.WorkflowTask
+	for i := range 8 {
+		steps = append(steps, store.WorkflowTask{Ref: fmt.Sprintf("s%d", i), Task: store.NewTaskParams{TaskTypeID: w.types[0],
+			NewTaskParams: events.NewTaskParams{Title: fmt.Sprintf("step %d", i), AssignedTo: worker}}})
+	}
+	wf, err := db.CreateWorkflow(ctx, "eight steps", steps, w.admin)
+	require.NoError(t, err)
+	for _, n := range wf.Tasks[:7] {
+		finish(n.TaskID) // the eighth stays pending: the workflow runs
+	}
+	const standalone = 12
+	for i := range standalone {
+		tk, err := db.CreateTask(ctx, db.Pool(), store.NewTaskParams{TaskTypeID: w.types[0], NewTaskParams: events.NewTaskParams{
+			Title: fmt.Sprintf("alone %d", i), AssignedTo: worker}}, w.admin)
+		require.NoError(t, err)
+		finish(tk.ID)
+	}
+
+	later := func() time.Time { return time.Now().Add(40 * 24 * time.Hour) }
+	ldb, err := store.New(pool, store.Config{Projector: projections.Projector{}, Now: later})
+	require.NoError(t, err)
+	bs, err := blob.NewFS(t.TempDir())
+	require.NoError(t, err)
+	_, err = archive.Run(ctx, archive.Config{Pool: pool, Store: bs, Kind: archive.Day, Now: later})
+	require.NoError(t, err)
+	var tasks int64
+	passes := 0
+	for ; passes < 30; passes++ {
+		rep, err := ldb.Compact(ctx, store.CompactConfig{Retention: 30 * 24 * time.Hour, Period: archive.Day, Batch: 2, MaxChains: 6})
+		require.NoError(t, err)
+		require.LessOrEqual(t, rep.Looked, int64(6))
+		tasks += rep.Tasks
+		if rep.Done {
+			break
+		}
+	}
+	require.Less(t, passes, 30, "the sweep never reached the retention's start")
+	require.Equal(t, int64(standalone), tasks)
+	require.Equal(t, int64(8), count(t, pool, `SELECT count(*) FROM event_compaction_left`), "the workflow's chains wait")
+}
