@@ -329,12 +329,15 @@ func chainRoots(ctx context.Context, q Querier, at time.Time, id string, cutoff 
 
 // compactEventsSQL reads the chains' events, each with the verified
 // archive object that holds it ("" for none; a period's object or one of
-// its supplements, the first that does) and its period's start when the
-// period has an object that does not hold it (a late event, NULL
-// otherwise): by the streams' index, and event_archives rows by their key.
+// its supplements, the first that does) and, for a late event, its
+// period's start (NULL otherwise): an event no object holds whose period
+// the archive has passed (it has an object, or a later period has one),
+// so that the archive's run in period order will not write it. By the
+// streams' index, and event_archives rows by their key.
 const compactEventsSQL = `SELECT ` + eventColumns + `, coalesce(a.object_key, ''),
-		CASE WHEN a.object_key IS NULL THEN (SELECT p.period_start FROM event_archives p
-		     WHERE p.period = $2 AND p.period_start = (date_trunc($2, e.occurred_at AT TIME ZONE 'UTC'))::date LIMIT 1) END
+		CASE WHEN a.object_key IS NULL AND EXISTS (SELECT 1 FROM event_archives p
+		     WHERE p.period = $2 AND p.period_start >= (date_trunc($2, e.occurred_at AT TIME ZONE 'UTC'))::date)
+		     THEN (date_trunc($2, e.occurred_at AT TIME ZONE 'UTC'))::date END
 		FROM task_events e
 		LEFT JOIN LATERAL (
 		    SELECT a.object_key FROM event_archives a

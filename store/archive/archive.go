@@ -298,7 +298,8 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 // compaction met events that no archive object of it holds
 // (event_archive_late: events that committed after their period was
 // archived, with the seqs compaction saw), so that their chains can be
-// compacted too.
+// compacted too; for a period behind the archived ones that has no object
+// at all, its object.
 func supplements(ctx context.Context, cfg Config, rep *Report) error {
 	rows, err := cfg.Pool.Query(ctx, `SELECT l.period_start::timestamptz, l.seq_lo, l.seq_hi,
 		       (SELECT coalesce(max(a.part), -1) + 1 FROM event_archives a WHERE a.period = l.period AND a.period_start = l.period_start)
@@ -325,9 +326,9 @@ func supplements(ctx context.Context, cfg Config, rep *Report) error {
 		return fmt.Errorf("archive: late events: %w", err)
 	}
 	for _, l := range todo {
-		if l.o.Part == 0 {
-			continue // the period has no object yet: it is the main run's
-		}
+		// Part 0: a period behind the ones archived that had no event
+		// when they were (a writer's clock days behind): its object is
+		// written as any period's, from the whole period.
 		m, err := archiveObject(ctx, cfg, l.o, l.lo, l.hi)
 		if err != nil {
 			return err
@@ -349,8 +350,10 @@ func supplements(ctx context.Context, cfg Config, rep *Report) error {
 
 // archiveObject writes o and its manifest, reads them back, and records
 // them. An object with a manifest but no row (a crash between them) is
-// checked and adopted, never written again. A supplement (o.Part > 0)
-// reads seqs lo to hi; an empty one is neither written nor recorded.
+// checked and adopted, never written again. Given seqs (hi > 0: late
+// events), it reads those of the period from lo to hi that no earlier part
+// holds, and an empty one is neither written nor recorded; else the whole
+// period, found by bisecting the seqs on occurred_at.
 func archiveObject(ctx context.Context, cfg Config, o Object, lo, hi int64) (Manifest, error) {
 	var have bool
 	if err := cfg.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM event_archives WHERE period = $1 AND period_start = $2 AND part = $3)`,
@@ -371,7 +374,7 @@ func archiveObject(ctx context.Context, cfg Config, o Object, lo, hi int64) (Man
 		if m, err = write(ctx, cfg, o, lo, hi); err != nil {
 			return Manifest{}, fmt.Errorf("archive %s: %w", o, err)
 		}
-		if o.Part > 0 && m.Events == 0 {
+		if hi > 0 && m.Events == 0 {
 			return m, nil
 		}
 		if _, err := VerifyObject(ctx, cfg.Store, o); err != nil {
@@ -396,8 +399,8 @@ func archiveObject(ctx context.Context, cfg Config, o Object, lo, hi int64) (Man
 const supplementSQL = ` AND NOT EXISTS (SELECT 1 FROM event_archives a WHERE a.period = $5 AND a.period_start = $3::date
 		AND a.part < $6 AND e.seq BETWEEN a.seq_lo AND a.seq_hi AND pg_visible_in_snapshot(e.tx_id, a.snapshot))`
 
-// write streams o's events into its object, then writes the manifest. A
-// supplement with no events writes nothing.
+// write streams o's events into its object, then writes the manifest.
+// Late events' seqs (hi > 0) with none to write write nothing.
 func write(ctx context.Context, cfg Config, o Object, lo, hi int64) (Manifest, error) {
 	p := o.Period
 	m := Manifest{Period: p.Kind, Start: p.Start.Format(time.DateOnly), Part: o.Part, Object: o.Key(), Format: Format,
@@ -418,7 +421,7 @@ func write(ctx context.Context, cfg Config, o Object, lo, hi int64) (Manifest, e
 		'occurred_at', occurred_at)::text
 		FROM task_events e WHERE seq BETWEEN $1 AND $2 AND occurred_at >= $3 AND occurred_at < $4`
 	args := []any{}
-	if o.Part == 0 {
+	if hi == 0 {
 		if m.SeqLo, err = firstSeqAt(ctx, tx, p.Start.Add(-Skew)); err != nil {
 			return m, err
 		}

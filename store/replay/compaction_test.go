@@ -410,3 +410,59 @@ func TestCompactionRevisitsDoNotStarveTheSweep(t *testing.T) {
 	require.Equal(t, int64(standalone), tasks)
 	require.Equal(t, int64(8), count(t, pool, `SELECT count(*) FROM event_compaction_left`), "the workflow's chains wait")
 }
+
+// An event stamped in a period the archive has passed without writing it
+// (it had no event then: a writer's clock days behind) is late too: the
+// next round writes that period's object, and its chain is compacted; the
+// sweep does not stop at it waiting for an archive that would never come.
+func TestCompactionArchivesAPeriodBehindTheArchive(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := storetest.NewPool(t)
+	w := newWorkload(t, pool, 1)
+	worker := w.workers[0]
+	wm := w.workerMeta(worker)
+	// The completion is written through ender.
+	run := func(ender *store.DB, title string) string {
+		tk, err := w.db.CreateTask(ctx, w.db.Pool(), store.NewTaskParams{TaskTypeID: w.types[0], NewTaskParams: events.NewTaskParams{
+			Title: title, AssignedTo: worker}}, w.admin)
+		require.NoError(t, err)
+		_, _, err = w.db.UpdateTask(ctx, w.db.Pool(), tk.ID, wm, func(t *events.Task) ([]events.Payload, error) { return t.Claim(worker) })
+		require.NoError(t, err)
+		_, _, err = ender.CompleteTask(ctx, tk.ID, worker, wm)
+		require.NoError(t, err)
+		return tk.ID
+	}
+	run(w.db, "today")
+	later := func() time.Time { return time.Now().Add(40 * 24 * time.Hour) }
+	ldb, err := store.New(pool, store.Config{Projector: projections.Projector{}, Now: later})
+	require.NoError(t, err)
+	bs, err := blob.NewFS(t.TempDir())
+	require.NoError(t, err)
+	compact := func() store.CompactReport {
+		_, err := archive.Run(ctx, archive.Config{Pool: pool, Store: bs, Kind: archive.Day, Now: later})
+		require.NoError(t, err)
+		rep, err := ldb.Compact(ctx, store.CompactConfig{Retention: 30 * 24 * time.Hour, Period: archive.Day})
+		require.NoError(t, err)
+		return rep
+	}
+	require.Equal(t, int64(1), compact().Tasks)
+
+	// A task created now, and completed by an instance whose clock is five
+	// days behind: its completion is stamped in a day the archive passed.
+	back := func() time.Time { return time.Now().Add(-5 * 24 * time.Hour) }
+	bdb, err := store.New(pool, store.Config{Projector: projections.Projector{}, Now: back})
+	require.NoError(t, err)
+	behind := run(bdb, "five days back")
+	var tasks int64
+	for range 3 {
+		tasks += compact().Tasks
+	}
+	require.Equal(t, int64(1), tasks)
+	stream, err := w.db.Stream(ctx, pool, behind)
+	require.NoError(t, err)
+	require.Len(t, stream, 1)
+	c := stream[0].Payload.(events.TaskCompacted)
+	require.Contains(t, c.Archives, archive.PeriodOf(archive.Day, back()).Key(), "the day's object, written from its late event")
+	requireClean(t, verify(t, pool))
+}
