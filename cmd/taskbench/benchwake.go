@@ -169,12 +169,11 @@ statement that took it, claim statement -> the worker.
 
 Each instance is a task-service process (--service), started on a loopback
 port with a clean environment: the bench database, a shared JWT_SECRET,
-NOTIFY_INTERVAL from --notify-interval, LOG_LEVEL=warn, every other setting
-at its default, so every reactor and timer a deployment runs runs (GOGC,
-GOMEMLIMIT, GOMAXPROCS and GODEBUG pass through to them). The
-workers and the admin client run in this process. The first
-tasks (a block of 25 per path, at least 2 x --workers) warm the
-connections up and are not counted. Every task
+NOTIFY_INTERVAL from --notify-interval, LOG_LEVEL=warn and every other setting
+at its default, so it runs every reactor and timer a deployment runs. GOGC,
+GOMEMLIMIT, GOMAXPROCS and GODEBUG pass through to it. The workers and the
+admin client run in this process. The first tasks (a block of 25 per path, at
+least 2 x --workers) warm the connections up and are not counted. Every task
 must reach exactly one worker, once, or the bench fails.
 
 The benchmark never touches your data: it drops and recreates its own
