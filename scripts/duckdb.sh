@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# duckdb.sh — run one SQL query in DuckDB, in DIR, and print its rows as JSON
+# (an array of objects). The event archive's test uses it to show that an
+# archive object is read as it is, without task-service:
+#
+#   scripts/duckdb.sh DIR "SELECT type, count(*) AS n FROM read_json_auto('events/day/2026-11-20.jsonl.gz') GROUP BY type"
+#
+# DuckDB comes from npm (@duckdb/node-api, pinned; its native engine is in the
+# package), installed once into DUCKDB_DIR (default
+# ~/.cache/task-service/duckdb-VERSION), outside the repository; Node.js and
+# npm come from Debian's packages when missing.
+set -euo pipefail
+
+PACKAGE=@duckdb/node-api@1.5.6-r.1
+log() { printf 'duckdb: %s\n' "$*" >&2; }
+
+if [[ $# -ne 2 ]]; then
+	echo "usage: scripts/duckdb.sh DIR QUERY" >&2
+	exit 2
+fi
+
+if ! command -v npm >/dev/null || ! command -v node >/dev/null; then
+	sudo=""
+	[[ $EUID -ne 0 ]] && sudo="sudo"
+	log "installing nodejs and npm (Debian packages)"
+	if ! { $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q &&
+		$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends nodejs npm; } >&2; then
+		log "could not install Node.js; install nodejs (18 or later) and npm, then run again"
+		exit 1
+	fi
+fi
+dir="${DUCKDB_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/task-service/duckdb-$(echo "$PACKAGE" | tr '/@' '_-')}"
+if [[ ! -d "$dir/node_modules/@duckdb/node-api" ]]; then
+	log "installing $PACKAGE into $dir"
+	mkdir -p "$dir"
+	npm install --prefix "$dir" --no-audit --no-fund --loglevel=error "$PACKAGE" >&2
+fi
+cat >"$dir/query.mjs" <<'JS'
+import { DuckDBInstance } from '@duckdb/node-api';
+const db = await DuckDBInstance.create(':memory:');
+const conn = await db.connect();
+const result = await conn.runAndReadAll(process.argv[2]);
+console.log(JSON.stringify(result.getRowObjectsJson()));
+JS
+cd "$1"
+node "$dir/query.mjs" "$2"
