@@ -72,7 +72,7 @@ func (s *Server) taskEvents(c echo.Context) error {
 		return err
 	}
 	ctx := c.Request().Context()
-	evs, err := s.db.Stream(ctx, s.db.Pool(), id)
+	evs, err := s.db.TaskStream(ctx, s.db.Pool(), id)
 	if err != nil {
 		return err
 	}

@@ -171,15 +171,20 @@ func (db *DB) AuthChangesStart(ctx context.Context) (events.Position, error) {
 // transaction elsewhere must not delay a revocation. Rows past the horizon
 // are read again on the next call (a follower must treat them idempotently);
 // next is where that call starts.
-const authChanges = `WITH h AS (SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin)
+func authChangesSQL(b timeBounds, args *[]any) string {
+	at := b.render("task_events.occurred_at", args)
+	// Each type a literal (readLogSQL says why).
+	return `WITH h AS (SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin)
 SELECT h.xmin, e.tx, e.seq, e.sid, e.version FROM h LEFT JOIN (
     SELECT c.tx_id::text::bigint AS tx, c.seq, c.stream_id::text AS sid, c.version, c.tx_id AS tx_order
-      FROM unnest($3::text[]) AS t(want), LATERAL (
-        SELECT task_events.tx_id, task_events.seq, task_events.stream_id, task_events.version FROM task_events
-         WHERE task_events.type = t.want AND (task_events.tx_id, task_events.seq) > ($1::text::xid8, $2)
-         ORDER BY task_events.tx_id, task_events.seq LIMIT $4) c
-     ORDER BY c.tx_id, c.seq LIMIT $4) e ON true
+      FROM (` + typeBranches(events.AuthEventTypes, func(lit string) string {
+		return `SELECT task_events.tx_id, task_events.seq, task_events.stream_id, task_events.version FROM task_events
+         WHERE task_events.type = ` + lit + ` AND (task_events.tx_id, task_events.seq) > ($1::text::xid8, $2)` + at + `
+         ORDER BY task_events.tx_id, task_events.seq LIMIT $3`
+	}) + `) c
+     ORDER BY c.tx_id, c.seq LIMIT $3) e ON true
  ORDER BY e.tx_order, e.seq`
+}
 
 // ErrLogRewound says a position read from this database is ahead of it:
 // positions only move forward on one server (they never pass the snapshot's
@@ -191,7 +196,12 @@ var ErrLogRewound = errors.New("the database is behind this instance's position 
 // AuthChanges returns the auth events (events.AuthEventTypes) after pos, at
 // most limit, and the position the next call starts from.
 func (db *DB) AuthChanges(ctx context.Context, after events.Position, limit int) ([]AuthChange, events.Position, error) {
-	rows, err := db.pool.Query(ctx, authChanges, fmt.Sprint(after.TxID), after.Seq, events.AuthEventTypes, limit)
+	// The position's log mark bounds the read by time; AuthChangesStart's
+	// xmin is a position like any other.
+	var b timeBounds
+	b.from, _ = db.logFloor(after)
+	args := []any{fmt.Sprint(after.TxID), after.Seq, limit}
+	rows, err := db.pool.Query(ctx, authChangesSQL(b, &args), args...)
 	if err != nil {
 		return nil, after, mapErr(fmt.Errorf("auth changes: %w", err))
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -56,6 +57,7 @@ func (db *DB) LockCheckpoint(ctx context.Context, tx pgx.Tx, name string) (cp Ch
 	if _, err := fmt.Sscan(txID, &cp.Position.TxID); err != nil {
 		return cp, false, fmt.Errorf("checkpoint %s: tx_id %q: %w", name, txID, err)
 	}
+	db.sawCheckpoint(name, cp.Position, false)
 	return cp, true, nil
 }
 
@@ -86,6 +88,7 @@ func (db *DB) LeaseCheckpoint(ctx context.Context, name, holder string, until ti
 	if _, err := fmt.Sscan(txID, &pos.TxID); err != nil {
 		return pos, false, fmt.Errorf("checkpoint %s: tx_id %q: %w", name, txID, err)
 	}
+	db.sawCheckpoint(name, pos, false)
 	return pos, true, nil
 }
 
@@ -113,43 +116,80 @@ type Work struct {
 // no lock; each type is one ordered index probe, so a reactor waiting for
 // rare events does not walk the events of other types.
 func (db *DB) Pending(ctx context.Context, name string, types []string) (Work, error) {
-	var w Work
-	var txID string
-	args := []any{name}
-	if len(types) > 0 {
-		args = append(args, types)
+	// The probes name the time of the reactor's checkpoint as this instance
+	// last saw it (checkpoints only move forward); when the row is behind
+	// that (a failover to a standby that lagged), the look is made again
+	// with no time.
+	seen, bounded := db.checkpointSeen(name)
+	for {
+		var w Work
+		var txID string
+		var b timeBounds
+		if bounded {
+			b.from, bounded = db.logFloor(seen)
+		}
+		args := []any{name}
+		sql := pendingSQL(types, b, &args)
+		w.Checkpoint.Name = name
+		err := db.pool.QueryRow(ctx, sql, args...).Scan(&w.Visible, &w.Hidden,
+			&txID, &w.Checkpoint.Position.Seq, &w.Checkpoint.LeaseHolder, &w.Checkpoint.LeaseUntil)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return w, events.NotFound("reactor checkpoint", name)
+		}
+		if err != nil {
+			return w, mapErr(fmt.Errorf("pending %s: %w", name, err))
+		}
+		if _, err := fmt.Sscan(txID, &w.Checkpoint.Position.TxID); err != nil {
+			return w, fmt.Errorf("checkpoint %s: tx_id %q: %w", name, txID, err)
+		}
+		if bounded && w.Checkpoint.Position.Less(seen) {
+			db.sawCheckpoint(name, w.Checkpoint.Position, true)
+			bounded = false
+			continue
+		}
+		db.sawCheckpoint(name, w.Checkpoint.Position, false)
+		return w, nil
 	}
-	w.Checkpoint.Name = name
-	err := db.pool.QueryRow(ctx, pendingSQL(types), args...).Scan(&w.Visible, &w.Hidden,
-		&txID, &w.Checkpoint.Position.Seq, &w.Checkpoint.LeaseHolder, &w.Checkpoint.LeaseUntil)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return w, events.NotFound("reactor checkpoint", name)
-	}
-	if err != nil {
-		return w, mapErr(fmt.Errorf("pending %s: %w", name, err))
-	}
-	if _, err := fmt.Sscan(txID, &w.Checkpoint.Position.TxID); err != nil {
-		return w, fmt.Errorf("checkpoint %s: tx_id %q: %w", name, txID, err)
-	}
-	return w, nil
 }
 
-func pendingSQL(types []string) string {
+// checkpointSeen is the reactor's checkpoint as this instance last read or
+// wrote it.
+func (db *DB) checkpointSeen(name string) (events.Position, bool) {
+	v, ok := db.checkpoints.Load(name)
+	if !ok {
+		return events.Position{}, false
+	}
+	return v.(events.Position), true
+}
+
+// sawCheckpoint records a reactor's checkpoint; a position behind the one
+// recorded replaces it only when back says the row went back.
+func (db *DB) sawCheckpoint(name string, pos events.Position, back bool) {
+	if old, ok := db.checkpointSeen(name); ok && pos.Less(old) && !back {
+		return
+	}
+	db.checkpoints.Store(name, pos)
+}
+
+func pendingSQL(types []string, b timeBounds, args *[]any) string {
 	const cp = `WITH c AS MATERIALIZED (
 		    SELECT tx_id, seq, coalesce(lease_holder, '') AS lease_holder, lease_until,
 		           pg_snapshot_xmin(pg_current_snapshot()) AS horizon
 		      FROM reactor_checkpoints WHERE name = $1) `
 	const tail = `, c.tx_id::text, c.seq, c.lease_holder, c.lease_until FROM c`
+	at := b.render("e.occurred_at", args)
 	if len(types) == 0 {
 		return cp + `SELECT EXISTS (SELECT 1 FROM task_events e
-		        WHERE (e.tx_id, e.seq) > (c.tx_id, c.seq) AND e.tx_id < c.horizon),
+		        WHERE (e.tx_id, e.seq) > (c.tx_id, c.seq) AND e.tx_id < c.horizon` + at + `),
 		       EXISTS (SELECT 1 FROM task_events e
-		        WHERE e.tx_id >= c.horizon AND (e.tx_id, e.seq) > (c.tx_id, c.seq))` + tail
+		        WHERE e.tx_id >= c.horizon AND (e.tx_id, e.seq) > (c.tx_id, c.seq)` + at + `)` + tail
 	}
+	// Each type a literal (readLogSQL says why).
 	probe := func(cond string) string {
-		return `EXISTS (SELECT 1 FROM unnest($2::text[]) AS t(want), LATERAL (
-		    SELECT 1 FROM task_events e WHERE e.type = t.want AND (e.tx_id, e.seq) > (c.tx_id, c.seq) AND ` + cond + `
-		     ORDER BY e.tx_id, e.seq LIMIT 1) x)`
+		return `EXISTS (` + typeBranches(types, func(lit string) string {
+			return `SELECT 1 FROM task_events e WHERE e.type = ` + lit + ` AND (e.tx_id, e.seq) > (c.tx_id, c.seq) AND ` + cond + at + `
+		     ORDER BY e.tx_id, e.seq LIMIT 1`
+		}) + `)`
 	}
 	return cp + `SELECT ` + probe(`e.tx_id < c.horizon`) + `, ` + probe(`e.tx_id >= c.horizon`) + tail
 }
@@ -175,40 +215,112 @@ type ReactorLag struct {
 // long transaction anywhere in the cluster hides them from the reactor,
 // and the lag must grow while it does, not jump after it ends.
 func (db *DB) ReactorLags(ctx context.Context) ([]ReactorLag, error) {
+	// The checkpoints first (a row per reactor), so that the lag statement
+	// names the time from which it reads: the earliest of the checkpoints'
+	// log marks (none when one is before every mark). A statement on a
+	// log partitioned by time plans only the partitions from there on.
+	rows, err := db.pool.Query(ctx, `SELECT name, tx_id::text, seq, types, updated_at FROM reactor_checkpoints ORDER BY name`)
+	if err != nil {
+		return nil, mapErr(fmt.Errorf("reactor lag: %w", err))
+	}
+	var names, txs []string
+	var seqs []int64
+	var types [][]string
+	var updated []time.Time
+	var b timeBounds
+	bounded := true
+	for rows.Next() {
+		var name, tx string
+		var seq int64
+		var ts []string
+		var at time.Time
+		if err := rows.Scan(&name, &tx, &seq, &ts, &at); err != nil {
+			rows.Close()
+			return nil, mapErr(err)
+		}
+		var pos events.Position
+		if _, err := fmt.Sscan(tx, &pos.TxID); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("checkpoint %s: tx_id %q: %w", name, tx, err)
+		}
+		pos.Seq = seq
+		if f, ok := db.logFloor(pos); !ok {
+			bounded = false
+		} else if b.from.IsZero() || f.Before(b.from) {
+			b.from = f
+		}
+		names, txs, seqs, types, updated = append(names, name), append(txs, tx), append(seqs, seq), append(types, ts), append(updated, at)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, mapErr(err)
+	}
+	out := []ReactorLag{}
+	if len(names) == 0 {
+		return out, nil
+	}
+	if !bounded {
+		b = timeBounds{}
+	}
 	now := db.Now()
-	rows, err := db.pool.Query(ctx, `SELECT c.name, c.tx_id::text, c.seq, c.updated_at, l.n, l.oldest
-		  FROM reactor_checkpoints c,
+	args := []any{maxLagCount}
+	at := b.render("e.occurred_at", &args)
+	// types travel as one text[] literal each: unnest cannot take a
+	// ragged text[][].
+	typeLists := make([]string, len(types))
+	for i, ts := range types {
+		typeLists[i] = "{" + strings.Join(quoteArray(ts), ",") + "}"
+	}
+	args = append(args, names, txs, seqs, typeLists)
+	n := len(args)
+	rows, err = db.pool.Query(ctx, fmt.Sprintf(`SELECT c.name, l.n, l.oldest
+		  FROM unnest($%d::text[], $%d::text[], $%d::bigint[], $%d::text[]) AS r(name, tx, seq, types),
+		  LATERAL (SELECT r.name, r.tx::xid8 AS tx_id, r.seq, r.types::text[] AS types) c,
 		  LATERAL (SELECT count(*) AS n, min(x.occurred_at) AS oldest FROM (
 		      SELECT e.occurred_at FROM unnest(c.types) AS t(want), LATERAL (
 		          SELECT occurred_at FROM task_events e
-		           WHERE e.type = t.want AND (e.tx_id, e.seq) > (c.tx_id, c.seq)
+		           WHERE e.type = t.want AND (e.tx_id, e.seq) > (c.tx_id, c.seq)`+at+`
 		           ORDER BY e.tx_id, e.seq LIMIT $1) e
 		      UNION ALL
 		      (SELECT e.occurred_at FROM task_events e
-		        WHERE cardinality(c.types) = 0 AND (e.tx_id, e.seq) > (c.tx_id, c.seq)
-		        ORDER BY e.tx_id, e.seq LIMIT $1)) x) l
-		 ORDER BY c.name`, maxLagCount)
+		        WHERE cardinality(c.types) = 0 AND (e.tx_id, e.seq) > (c.tx_id, c.seq)`+at+`
+		        ORDER BY e.tx_id, e.seq LIMIT $1)) x) l`, n-3, n-2, n-1, n), args...)
 	if err != nil {
 		return nil, mapErr(fmt.Errorf("reactor lag: %w", err))
 	}
 	defer rows.Close()
-	out := []ReactorLag{}
+	byName := map[string]ReactorLag{}
 	for rows.Next() {
 		var l ReactorLag
-		var txID string
-		var seq int64
 		var oldest *time.Time
-		if err := rows.Scan(&l.Name, &txID, &seq, &l.UpdatedAt, &l.EventsBehind, &oldest); err != nil {
+		if err := rows.Scan(&l.Name, &l.EventsBehind, &oldest); err != nil {
 			return nil, mapErr(err)
 		}
-		l.Position = txID + "-" + fmt.Sprint(seq)
-		l.UpdatedAt = l.UpdatedAt.UTC()
 		if oldest != nil {
 			l.SecondsBehind = max(0, now.Sub(*oldest).Seconds())
 		}
+		byName[l.Name] = l
+	}
+	if err := rows.Err(); err != nil {
+		return nil, mapErr(err)
+	}
+	for i, name := range names {
+		l := byName[name]
+		l.Name = name
+		l.Position = txs[i] + "-" + fmt.Sprint(seqs[i])
+		l.UpdatedAt = updated[i].UTC()
 		out = append(out, l)
 	}
-	return out, mapErr(rows.Err())
+	return out, nil
+}
+
+// quoteArray quotes each of ss as an element of a PostgreSQL array literal.
+func quoteArray(ss []string) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(s) + `"`
+	}
+	return out
 }
 
 // AcquireLease takes or renews the lease name for holder for ttl; false when

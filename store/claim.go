@@ -368,7 +368,9 @@ var (
 // per-key limit, its cursor, and its room at time now (SQL), at most bound:
 // the least of max_in_progress less its tasks in progress and
 // rate_limit.count less its claims in the window, counted from their
-// task.claimed events through task_events_gated_claims.
+// task.claimed events through task_events_gated_claims, within the longest
+// window a type may have, which a log partitioned by time prunes to the
+// last day's partitions when the statement starts (its plan is generic).
 func limitedTypes(now, bound, where string) string {
 	return `SELECT tt.id, tt.concurrency_key_path IS NOT NULL AS keyed, tt.max_in_progress_per_key AS per_key, tt.key_cursor,
            least(coalesce(tt.max_in_progress - ` + running("tt.id", "") + `, 2147483647),
@@ -376,7 +378,8 @@ func limitedTypes(now, bound, where string) string {
       FROM task_types tt
      CROSS JOIN LATERAL (SELECT count(*) AS n FROM task_events e
          WHERE tt.rate_limit_count IS NOT NULL AND e.type = 'task.claimed' AND e.data ? 'task_type_id'
-           AND e.data->>'task_type_id' = tt.id::text AND e.occurred_at > ` + now + ` - make_interval(secs => tt.rate_limit_seconds)) win
+           AND e.data->>'task_type_id' = tt.id::text AND e.occurred_at > ` + now + ` - make_interval(secs => tt.rate_limit_seconds)
+           AND e.occurred_at > ` + now + ` - interval '` + fmt.Sprint(int(events.MaxRateWindow.Seconds())) + ` seconds') win
      WHERE ` + where + ` AND tt.gated AND NOT tt.paused`
 }
 

@@ -126,41 +126,64 @@ func (db *DB) InProgress(ctx context.Context) ([]events.Task, error) {
 // RecentEvents reads the last limit visible events matching f, newest
 // first: the live events page starts from them and streams on after the
 // newest, with no gap and no repeat. Backward scans of the position index,
-// the type index or the stream's events.
+// the type index or the stream's events, first over the last day only
+// (headBounds): the events found there that headSure vouches for are the
+// newest of the whole log; when they are fewer than limit, the read is made
+// again with no bound.
 func (db *DB) RecentEvents(ctx context.Context, limit int, f LogFilter) ([]events.Envelope, error) {
+	b := db.headBounds()
+	for {
+		sql, args := recentEventsSQL(limit, f, b)
+		rows, err := db.pool.Query(ctx, sql, args...)
+		if err != nil {
+			return nil, mapErr(fmt.Errorf("recent events: %w", err))
+		}
+		out, err := pgx.CollectRows(rows, scanEvent)
+		if err != nil || b.from.IsZero() {
+			return out, mapErr(err)
+		}
+		sure := 0
+		for i, e := range out {
+			if db.headSure(e.Position(), e.OccurredAt, b.from) {
+				sure = i + 1
+			}
+		}
+		if sure == limit {
+			return out, nil
+		}
+		b = timeBounds{}
+	}
+}
+
+func recentEventsSQL(limit int, f LogFilter, b timeBounds) (string, []any) {
 	args := []any{limit}
-	const visible = `e.tx_id < pg_snapshot_xmin(pg_current_snapshot())`
-	var sql string
+	visible := `e.tx_id < pg_snapshot_xmin(pg_current_snapshot())` + b.render("e.occurred_at", &args)
 	switch {
 	case f.WorkerID != "":
 		// The three ways an event can be about a worker, as in readLogSQL,
 		// each a backward index scan, merged.
 		args = append(args, f.WorkerID)
+		w := fmt.Sprintf("$%d", len(args))
 		extra := f.where(&args)
 		branch := func(cond string) string {
 			return `(SELECT e.* FROM task_events e WHERE ` + visible + extra + ` AND ` + cond +
 				` ORDER BY e.tx_id DESC, e.seq DESC LIMIT $1)`
 		}
-		sql = `SELECT ` + eventColumns + ` FROM (` +
-			branch(`e.data ? 'worker_id' AND e.data->>'worker_id' = $2::text`) + ` UNION ` +
-			branch(`e.meta->'actor'->>'id' = $2::text`) + ` UNION ` +
-			branch(`e.stream_id = $2::uuid`) + `) e ORDER BY e.tx_id DESC, e.seq DESC LIMIT $1`
+		return `SELECT ` + eventColumns + ` FROM (` +
+			branch(`e.data ? 'worker_id' AND e.data->>'worker_id' = `+w+`::text`) + ` UNION ` +
+			branch(`e.meta->'actor'->>'id' = `+w+`::text`) + ` UNION ` +
+			branch(`e.stream_id = `+w+`::uuid`) + `) e ORDER BY e.tx_id DESC, e.seq DESC LIMIT $1`, args
 	case f.StreamID != "" || len(f.Types) == 0:
-		sql = `SELECT ` + eventColumns + ` FROM task_events e WHERE ` + visible + f.where(&args) +
-			` ORDER BY e.tx_id DESC, e.seq DESC LIMIT $1`
+		return `SELECT ` + eventColumns + ` FROM task_events e WHERE ` + visible + f.where(&args) +
+			` ORDER BY e.tx_id DESC, e.seq DESC LIMIT $1`, args
 	default:
-		// One backward scan of the type index per type, merged.
-		args = append(args, f.Types)
-		sql = `SELECT ` + eventColumns + ` FROM unnest($2::text[]) AS t(want), LATERAL (
-			SELECT e.* FROM task_events e WHERE e.type = t.want AND ` + visible + `
-			 ORDER BY e.tx_id DESC, e.seq DESC LIMIT $1) e ORDER BY e.tx_id DESC, e.seq DESC LIMIT $1`
+		// One backward scan of the type index per type, merged; each type
+		// a literal (readLogSQL says why).
+		return `SELECT ` + eventColumns + ` FROM (` + typeBranches(f.Types, func(lit string) string {
+			return `SELECT e.* FROM task_events e WHERE e.type = ` + lit + ` AND ` + visible +
+				` ORDER BY e.tx_id DESC, e.seq DESC LIMIT $1`
+		}) + `) e ORDER BY e.tx_id DESC, e.seq DESC LIMIT $1`, args
 	}
-	rows, err := db.pool.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, mapErr(fmt.Errorf("recent events: %w", err))
-	}
-	out, err := pgx.CollectRows(rows, scanEvent)
-	return out, mapErr(err)
 }
 
 // Workers lists every worker's id and name, by name: the pickers of the

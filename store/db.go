@@ -124,6 +124,8 @@ type DB struct {
 	afterUnblock func()
 	notifier     *Notifier // nil: no transaction carries a NOTIFY
 	offlineAfter time.Duration
+	marks        logMarks // log_marks, the log's time bounds (marks.go)
+	checkpoints  sync.Map // reactor name -> events.Position last seen (Pending)
 
 	scheduleMinInterval time.Duration
 	prices              events.Prices

@@ -75,8 +75,9 @@ func (db *DB) MakeDue(ctx context.Context, max int) ([]time.Time, error) {
 // limited type with tasks waiting for it, whichever comes first. A window
 // is full until its rate_limit.count-th latest claim is a window old: one
 // backward walk of task_events_gated_claims per rate-limited type, at most
-// count entries; with no rate-limited type, one probe of
-// task_types_limited.
+// count entries, within the longest window (a claim older than it frees no
+// room later; a log partitioned by time plans the last day's partitions);
+// with no rate-limited type, one probe of task_types_limited.
 func (db *DB) NextWakeAt(ctx context.Context) (*time.Time, error) {
 	var at *time.Time
 	err := db.pool.QueryRow(ctx, `SELECT least(
@@ -84,10 +85,12 @@ func (db *DB) NextWakeAt(ctx context.Context) (*time.Time, error) {
     (SELECT min(s.at) FROM task_types tt
       CROSS JOIN LATERAL (SELECT e.occurred_at + make_interval(secs => tt.rate_limit_seconds) AS at FROM task_events e
           WHERE e.type = 'task.claimed' AND e.data ? 'task_type_id' AND e.data->>'task_type_id' = tt.id::text
+            AND e.occurred_at > $2
           ORDER BY e.occurred_at DESC OFFSET tt.rate_limit_count - 1 LIMIT 1) s
       WHERE tt.gated AND NOT tt.paused AND tt.rate_limit_count IS NOT NULL AND s.at > $1
         AND coalesce((SELECT true FROM worker_tasks w WHERE w.task_type_id = tt.id AND `+gatedPool+` LIMIT 1),
-                     (SELECT true FROM worker_tasks w WHERE w.task_type_id = tt.id AND `+gatedMine+` LIMIT 1), false)))`, db.Now()).Scan(&at)
+                     (SELECT true FROM worker_tasks w WHERE w.task_type_id = tt.id AND `+gatedMine+` LIMIT 1), false)))`,
+		db.Now(), db.Now().Add(-events.MaxRateWindow)).Scan(&at)
 	if err != nil {
 		return nil, mapErr(fmt.Errorf("next wake: %w", err))
 	}

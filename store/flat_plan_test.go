@@ -62,18 +62,26 @@ func TestFlatReadPlans(t *testing.T) {
 		return p
 	}
 
-	// Events page, first and middle: an ordered walk of the position index.
-	for _, after := range []events.Position{{}, {TxID: 1, Seq: 100_000}} {
-		sql, args := readLogSQL(after, 500, LogFilter{})
-		p := plan(sql, args...)
-		require.Contains(t, p, "Index Scan using task_events_position", p)
-		require.NotContains(t, p, "Sort", p)
-		require.NotContains(t, p, "Seq Scan", p)
+	// Events page, first and middle: an ordered walk of the position index,
+	// with or without the times the page names (ADR 034).
+	day := time.Now().Add(-24 * time.Hour)
+	for _, b := range []timeBounds{{}, {from: day}, {from: day, until: day.Add(logWindow)}} {
+		for _, after := range []events.Position{{}, {TxID: 1, Seq: 100_000}} {
+			sql, args := readLogSQL(after, 500, LogFilter{}, b)
+			p := plan(sql, args...)
+			require.Contains(t, p, "Index Scan using task_events_position", p)
+			require.NotContains(t, p, "Sort", p)
+			require.NotContains(t, p, "Seq Scan", p)
+		}
 	}
 	// The head: one probe from the end of the same index.
-	p := plan(logHead)
-	require.Contains(t, p, "Scan Backward using task_events_position", p)
-	require.NotContains(t, p, "Sort", p)
+	for _, b := range []timeBounds{{}, {from: day}} {
+		var args []any
+		p := plan(logHeadSQL(b, &args), args...)
+		require.Contains(t, p, "Scan Backward using task_events_position", p)
+		require.NotContains(t, p, "Sort", p)
+	}
+	var p string
 
 	// Workers: today's completions one counter row each, held tasks by holder.
 	p = plan(workerViewsSQL(`u.is_worker`), time.Now().UTC().Truncate(24*time.Hour))

@@ -20,7 +20,7 @@ import (
 // occurred_at, so clocks that disagree across instances can never produce a
 // state the task never had. Not found when the task did not exist yet.
 func (db *DB) TaskAt(ctx context.Context, q Querier, id string, at time.Time) (*events.Task, error) {
-	evs, err := db.Stream(ctx, q, id)
+	evs, err := db.TaskStream(ctx, q, id)
 	if err != nil {
 		return nil, err
 	}
@@ -450,59 +450,70 @@ func (db *DB) UserNames(ctx context.Context, ids []string) (map[string]string, e
 // logHead is the position of the last event visible to consumers: every
 // event at or before it has committed, and none can appear there later.
 // The output is named tx_num so that ORDER BY tx_id means the column, whose
-// index answers in one probe (see eventColumns).
-const logHead = `SELECT tx_id::text::bigint AS tx_num, seq FROM task_events
-  WHERE tx_id < pg_snapshot_xmin(pg_current_snapshot()) ORDER BY tx_id DESC, seq DESC LIMIT 1`
+// index answers in one probe (see eventColumns). It names the times it
+// reads (headBounds).
+func logHeadSQL(b timeBounds, args *[]any) string {
+	return `SELECT tx_id::text::bigint AS tx_num, seq, occurred_at FROM task_events
+  WHERE tx_id < pg_snapshot_xmin(pg_current_snapshot())` + b.render("occurred_at", args) + ` ORDER BY tx_id DESC, seq DESC LIMIT 1`
+}
+
+// headBounds is where a newest-first read of the log looks first: the last
+// logWindow. An event found there is the newest of the whole log when it
+// occurred ClockSkew after the window's start (every event after it in the
+// log occurred at most ClockSkew before it), or when a log mark at or
+// before it says so; else the read looks again with no bound.
+func (db *DB) headBounds() timeBounds { return timeBounds{from: db.Now().Add(-logWindow)} }
+
+// headSure says the newest event at pos, found in the window from, is the
+// newest of the whole log.
+func (db *DB) headSure(pos events.Position, at, from time.Time) bool {
+	if !at.Before(from.Add(ClockSkew)) {
+		return true
+	}
+	f, ok := db.logFloor(pos)
+	return ok && !f.Before(from)
+}
 
 // LogHead returns the position of the last event consumers can see (the zero
 // position for an empty log). Reading from it misses nothing that follows.
 func (db *DB) LogHead(ctx context.Context, q Querier) (events.Position, error) {
-	var p events.Position
-	var tx int64
-	err := q.QueryRow(ctx, logHead).Scan(&tx, &p.Seq)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return events.Position{}, nil
+	b := db.headBounds()
+	for {
+		var args []any
+		var p events.Position
+		var tx int64
+		var at time.Time
+		err := q.QueryRow(ctx, logHeadSQL(b, &args), args...).Scan(&tx, &p.Seq, &at)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			if b.from.IsZero() {
+				return events.Position{}, nil
+			}
+		case err != nil:
+			return p, mapErr(fmt.Errorf("log head: %w", err))
+		default:
+			p.TxID = uint64(tx)
+			if b.from.IsZero() || db.headSure(p, at, b.from) {
+				return p, nil
+			}
+		}
+		b = timeBounds{}
 	}
-	if err != nil {
-		return p, mapErr(fmt.Errorf("log head: %w", err))
-	}
-	p.TxID = uint64(tx)
-	return p, nil
 }
 
 // ReadLogPage is ReadLog for a reader that pages with a filter: it also
 // returns where the next page starts. When the page is not full that is the
-// log's head, read before the page in the same round trip, so a filter that
-// matches little does not make the next call scan the same rows again.
-// (Every event up to that head was visible to the page's read, which came
-// after.)
+// log's head, read before the page, so a filter that matches little does
+// not make the next call scan the same rows again. (Every event up to that
+// head was visible to the page's read, which came after.)
 func (db *DB) ReadLogPage(ctx context.Context, q Querier, after events.Position, limit int, f LogFilter) ([]events.Envelope, events.Position, error) {
-	sql, args := readLogSQL(after, limit, f)
-	b := &pgx.Batch{}
-	b.Queue(logHead)
-	b.Queue(sql, args...)
-	br := q.SendBatch(ctx, b)
-	defer br.Close()
-	head := events.Position{}
-	var tx int64
-	err := br.QueryRow().Scan(&tx, &head.Seq)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-	case err != nil:
-		return nil, after, mapErr(fmt.Errorf("read log page: head: %w", err))
-	default:
-		head.TxID = uint64(tx)
-	}
-	rows, err := br.Query()
+	head, err := db.LogHead(ctx, q)
 	if err != nil {
-		return nil, after, mapErr(fmt.Errorf("read log page: %w", err))
+		return nil, after, fmt.Errorf("read log page: %w", err)
 	}
-	evs, err := pgx.CollectRows(rows, scanEvent)
+	evs, err := db.ReadLog(ctx, q, after, limit, f)
 	if err != nil {
-		return nil, after, mapErr(fmt.Errorf("read log page: %w", err))
-	}
-	if err := br.Close(); err != nil {
-		return nil, after, mapErr(fmt.Errorf("read log page: %w", err))
+		return nil, after, fmt.Errorf("read log page: %w", err)
 	}
 	next := after
 	if len(evs) > 0 {
@@ -560,19 +571,30 @@ func (e LogEnd) Behind(pos events.Position) bool {
 
 // ReadLogEnd reads where the log ends, head and xmin in one snapshot.
 func (db *DB) ReadLogEnd(ctx context.Context, q Querier) (LogEnd, error) {
-	var end LogEnd
-	var xmin int64
-	var tx, seq *int64
-	err := q.QueryRow(ctx, `WITH h AS (`+logHead+`)
-SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint, h.tx_num, h.seq FROM (SELECT 1) one LEFT JOIN h ON true`).Scan(&xmin, &tx, &seq)
-	if err != nil {
-		return end, mapErr(fmt.Errorf("log end: %w", err))
+	b := db.headBounds()
+	for {
+		var end LogEnd
+		var xmin int64
+		var tx, seq *int64
+		var at *time.Time
+		var args []any
+		err := q.QueryRow(ctx, `WITH h AS (`+logHeadSQL(b, &args)+`)
+SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint, h.tx_num, h.seq, h.occurred_at FROM (SELECT 1) one LEFT JOIN h ON true`, args...).
+			Scan(&xmin, &tx, &seq, &at)
+		if err != nil {
+			return end, mapErr(fmt.Errorf("log end: %w", err))
+		}
+		end.XMin = uint64(xmin)
+		if tx != nil {
+			end.Head = events.Position{TxID: uint64(*tx), Seq: *seq}
+			if b.from.IsZero() || db.headSure(end.Head, *at, b.from) {
+				return end, nil
+			}
+		} else if b.from.IsZero() {
+			return end, nil
+		}
+		b = timeBounds{}
 	}
-	end.XMin = uint64(xmin)
-	if tx != nil {
-		end.Head = events.Position{TxID: uint64(*tx), Seq: *seq}
-	}
-	return end, nil
 }
 
 // EventRef names one event read from a log: where it was and whose it was.

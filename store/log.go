@@ -2,8 +2,11 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -30,12 +33,47 @@ func scanEvent(r pgx.CollectableRow) (events.Envelope, error) {
 
 // Stream reads one stream's events in version order.
 func (db *DB) Stream(ctx context.Context, q Querier, streamID string) ([]events.Envelope, error) {
-	rows, err := q.Query(ctx, `SELECT `+eventColumns+` FROM task_events WHERE stream_id = $1 ORDER BY version`, streamID)
+	return db.streamSince(ctx, q, streamID, timeBounds{})
+}
+
+func (db *DB) streamSince(ctx context.Context, q Querier, streamID string, b timeBounds) ([]events.Envelope, error) {
+	args := []any{streamID}
+	rows, err := q.Query(ctx, `SELECT `+eventColumns+` FROM task_events WHERE stream_id = $1`+b.render("occurred_at", &args)+
+		` ORDER BY version`, args...)
 	if err != nil {
 		return nil, mapErr(fmt.Errorf("read stream: %w", err))
 	}
 	out, err := pgx.CollectRows(rows, scanEvent)
 	return out, mapErr(err)
+}
+
+// TaskStream is Stream for a task's timeline, read within the times its
+// row says: every event of a task's stream comes after its creation in the
+// log, so it occurred at most ClockSkew before the task's created_at, and
+// before the row's last change, so at most ClockSkew after its updated_at.
+// A log partitioned by time reads the partitions of the task's life only.
+// When the events read stop short of the row's version (an event written
+// meanwhile, a compaction at the log's end), the stream is read again from
+// the creation on with no end; a stream that is not a task's is read whole.
+func (db *DB) TaskStream(ctx context.Context, q Querier, id string) ([]events.Envelope, error) {
+	var created, updated time.Time
+	var version int
+	err := q.QueryRow(ctx, `SELECT created_at, updated_at, version FROM worker_tasks WHERE id = $1`, id).Scan(&created, &updated, &version)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return db.Stream(ctx, q, id)
+	}
+	if err != nil {
+		return nil, mapErr(fmt.Errorf("read task stream: %w", err))
+	}
+	b := timeBounds{from: created.Add(-ClockSkew), until: updated.Add(ClockSkew)}
+	if b.until.Before(b.from) {
+		b.until = time.Time{}
+	}
+	evs, err := db.streamSince(ctx, q, id, b)
+	if err != nil || b.until.IsZero() || (len(evs) > 0 && evs[len(evs)-1].Version >= version) {
+		return evs, err
+	}
+	return db.streamSince(ctx, q, id, timeBounds{from: b.from})
 }
 
 // LogFilter narrows a consumer read. Zero values do not filter.
@@ -69,33 +107,128 @@ func (f LogFilter) where(args *[]any) string {
 // ReadLog returns up to limit events after pos in consumer order (DESIGN §2):
 // only rows of transactions older than every transaction still running, so a
 // reader that follows the returned positions never skips a row that commits
-// late.
+// late. Its statements name the times they need (logBounds), so a log
+// partitioned by time is read only from the position's period on.
 func (db *DB) ReadLog(ctx context.Context, q Querier, after events.Position, limit int, f LogFilter) ([]events.Envelope, error) {
-	sql, args := readLogSQL(after, limit, f)
-	rows, err := q.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, mapErr(fmt.Errorf("read log: %w", err))
+	return db.readLogBounded(ctx, after, limit, func(after events.Position, limit int, b timeBounds) ([]events.Envelope, error) {
+		sql, args := readLogSQL(after, limit, f, b)
+		rows, err := q.Query(ctx, sql, args...)
+		if err != nil {
+			return nil, mapErr(fmt.Errorf("read log: %w", err))
+		}
+		out, err := pgx.CollectRows(rows, scanEvent)
+		return out, mapErr(err)
+	})
+}
+
+// timeBounds narrow a read of the log to occurred_at in [from, until); a
+// zero end is open.
+type timeBounds struct{ from, until time.Time }
+
+// render appends the bounds' conditions on column col to a WHERE clause.
+func (b timeBounds) render(col string, args *[]any) string {
+	var sql string
+	if !b.from.IsZero() {
+		*args = append(*args, b.from)
+		sql += fmt.Sprintf(` AND %s >= $%d`, col, len(*args))
 	}
-	out, err := pgx.CollectRows(rows, scanEvent)
-	return out, mapErr(err)
+	if !b.until.IsZero() {
+		*args = append(*args, b.until)
+		sql += fmt.Sprintf(` AND %s < $%d`, col, len(*args))
+	}
+	return sql
+}
+
+// logWindow is how far past its floor a read from a position looks first:
+// a page of a reader far behind reads a day or two of partitions, not every
+// one up to today.
+const logWindow = 24 * time.Hour
+
+// readLogBounded reads up to limit events after pos through read, with the
+// times they can have: from the log mark at or before pos on (logFloor),
+// and first only up to a window past it. An event of the window is the
+// next one in consumer order when it occurred ClockSkew before the
+// window's end: every event before it in the log occurred at most
+// ClockSkew after it. So the window's page is kept up to its last such
+// event; when that leaves the page short, the rest is read with no end.
+func (db *DB) readLogBounded(ctx context.Context, pos events.Position, limit int,
+	read func(after events.Position, limit int, b timeBounds) ([]events.Envelope, error),
+) ([]events.Envelope, error) {
+	from, ok := db.logFloor(pos)
+	until := from.Add(logWindow)
+	if !ok {
+		// Before every mark (the log's start): no floor, but the first
+		// window still ends a day after the first mark, so the oldest
+		// partitions only are planned.
+		first, ok := db.firstMark()
+		if !ok {
+			return read(pos, limit, timeBounds{})
+		}
+		until = first.Add(logWindow)
+	}
+	if until.After(db.Now().Add(-ClockSkew)) {
+		return read(pos, limit, timeBounds{from: from})
+	}
+	evs, err := read(pos, limit, timeBounds{from: from, until: until})
+	if err != nil {
+		return nil, err
+	}
+	keep := 0
+	for i, e := range evs {
+		if e.OccurredAt.Before(until.Add(-ClockSkew)) {
+			keep = i + 1
+		}
+	}
+	evs = evs[:keep]
+	if len(evs) == limit {
+		return evs, nil
+	}
+	if len(evs) > 0 {
+		pos = evs[len(evs)-1].Position()
+		if f, ok := db.logFloor(pos); ok && f.After(from) {
+			from = f
+		}
+	}
+	rest, err := read(pos, limit-len(evs), timeBounds{from: from})
+	if err != nil {
+		return nil, err
+	}
+	return append(evs, rest...), nil
 }
 
 const visibleAfter = `(tx_id, seq) > ($1::text::xid8, $2) AND tx_id < pg_snapshot_xmin(pg_current_snapshot())`
 
-func readLogSQL(after events.Position, limit int, f LogFilter) (string, []any) {
+// quoteLiteral is s as an SQL string literal (standard_conforming_strings,
+// on since PostgreSQL 9.1).
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// typeBranches is one parenthesised branch per distinct type, each naming
+// its type as a literal, joined by UNION ALL.
+func typeBranches(types []string, branch func(lit string) string) string {
+	ts := slices.Clone(types)
+	slices.Sort(ts)
+	var out []string
+	for _, t := range slices.Compact(ts) {
+		out = append(out, `(`+branch(quoteLiteral(t))+`)`)
+	}
+	return strings.Join(out, ` UNION ALL `)
+}
+
+func readLogSQL(after events.Position, limit int, f LogFilter, b timeBounds) (string, []any) {
 	args := []any{fmt.Sprint(after.TxID), after.Seq, limit}
+	visibleAfter := visibleAfter + b.render("occurred_at", &args)
 	if f.WorkerID == "" && f.StreamID == "" && len(f.Types) > 0 {
 		// One ordered scan of the (type, tx_id, seq) index per type, their
 		// first pages merged by position. A single scan filtered by type
 		// would walk every event of other types after the position: a
 		// reactor waiting for rare events (task.failed) would read the whole
-		// log since the last one on every wake.
-		types := slices.Clone(f.Types)
-		slices.Sort(types)
-		args = append(args, slices.Compact(types))
-		return `SELECT ` + eventColumns + ` FROM unnest($4::text[]) AS t(want), LATERAL (
-			SELECT * FROM task_events WHERE type = t.want AND ` + visibleAfter + `
-			 ORDER BY tx_id, seq LIMIT $3) e ORDER BY e.tx_id, e.seq LIMIT $3`, args
+		// log since the last one on every wake. Each type is a literal, not
+		// a parameter: each partition of a log partitioned by time plans its
+		// scan from its own statistics of that type, and the plan is made
+		// for the times the read names (ADR 034).
+		return `SELECT ` + eventColumns + ` FROM (` + typeBranches(f.Types, func(lit string) string {
+			return `SELECT * FROM task_events WHERE type = ` + lit + ` AND ` + visibleAfter + ` ORDER BY tx_id, seq LIMIT $3`
+		}) + `) e ORDER BY e.tx_id, e.seq LIMIT $3`, args
 	}
 	where := f.where(&args)
 	if f.WorkerID == "" {

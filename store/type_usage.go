@@ -58,6 +58,7 @@ func (db *DB) TypeUsage(ctx context.Context, id string) (*TypeUsage, error) {
     SELECT e.occurred_at FROM tt, task_events e
      WHERE tt.rate_limit_count IS NOT NULL AND e.type = 'task.claimed' AND e.data ? 'task_type_id'
        AND e.data->>'task_type_id' = tt.id::text AND e.occurred_at > $2::timestamptz - make_interval(secs => tt.rate_limit_seconds)
+       AND e.occurred_at > $4
      ORDER BY e.occurred_at DESC LIMIT (SELECT rate_limit_count FROM tt)
 )
 SELECT (SELECT count(*) FROM running)::int,
@@ -68,7 +69,7 @@ SELECT (SELECT count(*) FROM running)::int,
        (SELECT count(*) FROM perkey WHERE n >= tt.max_in_progress_per_key)::int,
        (SELECT coalesce(jsonb_agg(jsonb_build_object('key', key, 'in_progress', n) ORDER BY n DESC, key), '[]')
           FROM (SELECT key, n FROM perkey ORDER BY n DESC, key LIMIT $3) k)
-  FROM tt`, id, db.Now(), MaxUsageKeys).Scan(&u.InProgress, &u.ClaimsInWindow, &u.NextSlotAt, &u.KeysInProgress, &u.KeysAtLimit, &keys)
+  FROM tt`, id, db.Now(), MaxUsageKeys, db.Now().Add(-events.MaxRateWindow)).Scan(&u.InProgress, &u.ClaimsInWindow, &u.NextSlotAt, &u.KeysInProgress, &u.KeysAtLimit, &keys)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, events.NotFound("task type", id)
 	}

@@ -95,7 +95,7 @@ func (u *UI) renderTask(c echo.Context, status int, action string, errs formErro
 		ids = append(ids, a.TaskID)
 	}
 	d.Watch = strings.Join(ids, " ")
-	evs, err := u.db.Stream(ctx, u.db.Pool(), id)
+	evs, err := u.db.TaskStream(ctx, u.db.Pool(), id)
 	if err != nil {
 		return u.fail(c, err)
 	}

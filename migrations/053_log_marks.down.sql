@@ -1,0 +1,2 @@
+DROP FUNCTION log_marks_seed();
+DROP TABLE log_marks;

@@ -1,0 +1,133 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/clawdbot/task-service/events"
+	"github.com/clawdbot/task-service/projections"
+	"github.com/clawdbot/task-service/store/storetest"
+)
+
+// The log's reads name the times they need (log marks, the newest-first
+// windows, a task's life; ADR 034) and still return exactly what the same
+// reads with no time return: over ten days of events, some stamped by an
+// instance whose clock is 50 minutes behind, from every position.
+func TestLogReadsBoundedByTimeMissNothing(t *testing.T) {
+	ctx := context.Background()
+	start := time.Now().UTC().Add(-10 * 24 * time.Hour).Truncate(time.Hour)
+	var now atomic.Int64
+	now.Store(start.UnixNano())
+	db, err := New(storetest.NewPool(t), Config{Projector: projections.Projector{},
+		Now: func() time.Time { return time.Unix(0, now.Load()) }})
+	require.NoError(t, err)
+	admin := events.Meta{Actor: events.System("test")}
+	tt, err := db.CreateTaskType(ctx, events.TaskTypeSpec{Name: "job", Label: "Job", ParamSchema: []byte(`{"type":"object"}`)}, admin)
+	require.NoError(t, err)
+
+	var tasks []string
+	for step := range 40 { // every 6 hours for 10 days
+		now.Store(start.Add(time.Duration(step) * 6 * time.Hour).UnixNano())
+		require.NoError(t, db.LoadLogMarks(ctx))
+		for i := range 5 {
+			tk, err := db.CreateTask(ctx, db.pool, NewTaskParams{TaskTypeID: tt.ID, NewTaskParams: events.NewTaskParams{
+				Title: fmt.Sprintf("t%d-%d", step, i), Priority: events.PriorityMedium, Params: []byte(`{}`)}}, admin)
+			require.NoError(t, err)
+			tasks = append(tasks, tk.ID)
+		}
+		// A later change to an older task, stamped by a clock 50 minutes
+		// behind this one.
+		_, err := db.pool.Exec(ctx, `INSERT INTO task_events (stream_type, stream_id, version, type, data, meta, occurred_at)
+			SELECT 'task', id, version + 1, 'task.update_posted', '{"message":"m"}', '{}', $2 FROM worker_tasks WHERE id = $1`,
+			tasks[len(tasks)/2], db.Now().Add(-50*time.Minute))
+		require.NoError(t, err)
+		_, err = db.pool.Exec(ctx, `UPDATE worker_tasks SET version = version + 1 WHERE id = $1`, tasks[len(tasks)/2])
+		require.NoError(t, err)
+	}
+	now.Store(start.Add(10 * 24 * time.Hour).UnixNano())
+	require.NoError(t, db.LoadLogMarks(ctx))
+	var marks int
+	require.NoError(t, db.pool.QueryRow(ctx, `SELECT count(*) FROM log_marks`).Scan(&marks))
+	require.Greater(t, marks, 30, "a mark every 15 minutes of the store's clock, at most")
+
+	unbounded := func(after events.Position, limit int, f LogFilter) []events.Envelope {
+		sql, args := readLogSQL(after, limit, f, timeBounds{})
+		rows, err := db.pool.Query(ctx, sql, args...)
+		require.NoError(t, err)
+		out, err := pgx.CollectRows(rows, scanEvent)
+		require.NoError(t, err)
+		return out
+	}
+	// Consumers see an event once every transaction older than it ended,
+	// cluster-wide (other tests' too): wait for all of them.
+	var total int
+	require.NoError(t, db.pool.QueryRow(ctx, `SELECT count(*) FROM task_events`).Scan(&total))
+	require.Greater(t, total, 200)
+	var all []events.Envelope
+	require.Eventually(t, func() bool {
+		all = unbounded(events.Position{}, 100_000, LogFilter{})
+		return len(all) == total
+	}, time.Minute, 50*time.Millisecond)
+	bounded := 0
+	for i := 0; i < len(all); i += 7 {
+		pos := all[i].Position()
+		if f, ok := db.logFloor(pos); ok && f.After(start) {
+			bounded++
+		}
+		for _, f := range []LogFilter{{}, {Types: []string{"task.update_posted"}}, {Types: []string{"task.created", "task.update_posted"}}} {
+			for _, limit := range []int{1, 10, 500} {
+				got, err := db.ReadLog(ctx, db.pool, pos, limit, f)
+				require.NoError(t, err)
+				require.Equal(t, positions(unbounded(pos, limit, f)), positions(got), "after %s, limit %d, %v", pos, limit, f)
+			}
+		}
+	}
+	require.Greater(t, bounded, len(all)/7/2, "most reads name a time")
+
+	head, err := db.LogHead(ctx, db.pool)
+	require.NoError(t, err)
+	require.Equal(t, all[len(all)-1].Position(), head)
+	end, err := db.ReadLogEnd(ctx, db.pool)
+	require.NoError(t, err)
+	require.Equal(t, head, end.Head)
+	for _, f := range []LogFilter{{}, {Types: []string{"task.update_posted"}}} {
+		for _, limit := range []int{1, 50, 1000} {
+			got, err := db.RecentEvents(ctx, limit, f)
+			require.NoError(t, err)
+			want := unbounded(events.Position{}, 100_000, f)
+			if len(want) > limit {
+				want = want[len(want)-limit:]
+			}
+			for i, j := 0, len(want)-1; i < j; i, j = i+1, j-1 {
+				want[i], want[j] = want[j], want[i]
+			}
+			require.Equal(t, positions(want), positions(got), "recent %d, %v", limit, f)
+		}
+	}
+	for _, id := range []string{tasks[0], tasks[len(tasks)/2], tasks[len(tasks)-1], uuid.NewString()} {
+		got, err := db.TaskStream(ctx, db.pool, id)
+		require.NoError(t, err)
+		want, err := db.Stream(ctx, db.pool, id)
+		require.NoError(t, err)
+		require.Equal(t, positions(want), positions(got), id)
+	}
+	require.NoError(t, db.EnsureCheckpoint(ctx, "probe", []string{"task.update_posted"}))
+	w, err := db.Pending(ctx, "probe", []string{"task.update_posted"})
+	require.NoError(t, err)
+	require.True(t, w.Visible)
+}
+
+func positions(evs []events.Envelope) []string {
+	out := make([]string, len(evs))
+	for i, e := range evs {
+		out[i] = e.Position().String()
+	}
+	return out
+}
