@@ -34,6 +34,15 @@ func TaskRow(t *events.Task) []any {
 
 var upsertTask = upsert("worker_tasks", TaskColumns, map[string]string{"params": "jsonb", "result": "jsonb"})
 
+// guardedUpsertTask writes an existing task's row only while it holds the
+// version the writer folded from (the last parameter): the task stream's
+// concurrency guard since the log is partitioned (migration 044, ADR 034).
+// A writer that lost the race waits for the winner's row lock, finds the
+// next version, updates nothing, and task_stream_lost_race() fails its
+// batch, events and all (store maps it to events.ErrConflict).
+var guardedUpsertTask = fmt.Sprintf(`WITH u AS (%s WHERE worker_tasks.version = $%d RETURNING 1)
+SELECT task_stream_lost_race() WHERE NOT EXISTS (SELECT 1 FROM u)`, upsertTask, len(TaskColumns)+1)
+
 // GateColumns are the columns of a task copied from its type rather than
 // folded from its events: gated (the type is paused or limited) and the
 // task's concurrency key (DESIGN §13). Replay derives them from the
@@ -74,7 +83,7 @@ func queueTask(b *pgx.Batch, before, t *events.Task) {
 			b.Queue(insertDependencies, []string{t.ID})
 		}
 	default:
-		b.Queue(upsertTask, TaskRow(t)...)
+		b.Queue(guardedUpsertTask, append(TaskRow(t), before.Version)...)
 		if !bytes.Equal(before.Params, t.Params) {
 			b.Queue(rekeyTask, t.ID, t.TaskTypeID)
 		}

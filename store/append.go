@@ -100,11 +100,12 @@ func appendStream[T any, A aggregate[T]](ctx context.Context, db *DB, q Querier,
 // projectStream stamps ps onto a stream after before (nil for a new
 // stream), folds them, and queues the projection writes of the state after
 // them on b. The caller queues the events after: projection rows first,
-// events second, the row lock before the event's (stream_id, version) key,
+// events second, the row lock before the stream's head,
 // the same order as the claim (which locks the row FOR UPDATE, then inserts
 // task.claimed). The other order deadlocks against a concurrent claim of
-// the same task. A lost race still ends in the event's unique violation,
-// which rolls the overwritten row back with it.
+// the same task. A lost race fails the batch in the stream's guard (a
+// task's row written only at the version folded from, another stream's
+// head in event_streams; ADR 034), which rolls everything back.
 func projectStream[T any, A aggregate[T]](b *pgx.Batch, at time.Time, streamType, id string,
 	before *T, ps []events.Payload, meta events.Meta, project func(b *pgx.Batch, before, after *T, evs []events.Envelope),
 ) (*T, []events.Envelope, error) {

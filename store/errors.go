@@ -27,7 +27,12 @@ func mapErr(err error) error {
 		switch pgErr.Code {
 		case "23505": // unique_violation
 			switch pgErr.ConstraintName {
-			case "task_events_stream_id_version_key",
+			// event_streams_version: the events did not continue their
+			// stream's head, or a task's row had moved past the version
+			// the writer folded from (the guards of migration 044, ADR 034).
+			// task_events_stream_id_version_key: the same on a log not yet
+			// partitioned (a database migrated past 043 without 044).
+			case "event_streams_version", "task_events_stream_id_version_key",
 				// Projection rows are queued before the events (append.go), so
 				// a lost race can surface on the assignment row's (task_id,
 				// version) key before it reaches the event's.

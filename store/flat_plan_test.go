@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/clawdbot/task-service/events"
+	"github.com/clawdbot/task-service/store/archive"
 )
 
 // With a long history (200k events, 150k finished tasks of 50 workers
@@ -28,8 +30,12 @@ func TestFlatReadPlans(t *testing.T) {
 	for i := range 50 {
 		workers = append(workers, e.user(t, fmt.Sprintf("w%d", i), true, 2))
 	}
+	// Each a stream of its own, of the usual types, one in a thousand a
+	// failure (what a reactor waits for).
 	_, err := e.db.pool.Exec(e.ctx, `INSERT INTO task_events (stream_type, stream_id, version, type, data, meta, occurred_at)
-		SELECT 'task', gen_random_uuid(), 1, 'task.created', '{}', '{}', now() - (g || ' s')::interval
+		SELECT 'task', gen_random_uuid(), 1,
+		       CASE WHEN g % 1000 = 0 THEN 'task.failed' ELSE (ARRAY['task.created', 'task.claimed', 'task.completed', 'task.updated'])[1 + g % 4] END,
+		       '{}', '{}', now() - (g || ' s')::interval
 		  FROM generate_series(1, 200000) g`)
 	require.NoError(t, err)
 	_, err = e.db.pool.Exec(e.ctx, `INSERT INTO worker_tasks (id, title, task_type_id, priority, status, assigned_to,
@@ -62,26 +68,144 @@ func TestFlatReadPlans(t *testing.T) {
 		return p
 	}
 
-	// Events page, first and middle: an ordered walk of the position index,
-	// with or without the times the page names (ADR 034).
-	day := time.Now().Add(-24 * time.Hour)
-	for _, b := range []timeBounds{{}, {from: day}, {from: day, until: day.Add(logWindow)}} {
+	// The log is partitioned by day (migration 054, ADR 034): a pass makes
+	// the past days' partitions (their events move out of the default one)
+	// and the week ahead. Every read of the log below names the times it
+	// needs (log marks, a window, a task's life) and is one index scan per
+	// partition of those times, of that partition's copy of the index the
+	// read was built for, merged in order: no sort, no scan of a whole
+	// partition, and no partition outside its times planned at all.
+	_, err = e.db.MaintainPartitions(e.ctx, PartitionPolicy{Kind: archive.Day, Ahead: 7})
+	require.NoError(t, err)
+	_, err = e.db.pool.Exec(e.ctx, `ANALYZE task_events`)
+	require.NoError(t, err)
+	parts, err := EventPartitions(e.ctx, e.db.pool)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(parts), 11, "three past days, today, seven ahead: %v", parts)
+	var inDefault int
+	require.NoError(t, e.db.pool.QueryRow(e.ctx, `SELECT count(*) FROM task_events_default`).Scan(&inDefault))
+	require.Zero(t, inDefault)
+	// A partition ahead is empty until its day: its scan reads nothing,
+	// whichever the planner picks.
+	empty := map[string]bool{}
+	for _, part := range parts {
+		var n int
+		require.NoError(t, e.db.pool.QueryRow(e.ctx, `SELECT count(*) FROM `+part.Name).Scan(&n))
+		empty[part.Name] = n == 0
+	}
+	// within lists the partitions a read of b's times may plan: those that
+	// overlap them, and the default one when b is open-ended.
+	within := func(b timeBounds) map[string]bool {
+		out := map[string]bool{}
+		for _, part := range parts {
+			if part.Default {
+				out[part.Name] = b.until.IsZero() || b.from.IsZero()
+				continue
+			}
+			out[part.Name] = (b.until.IsZero() || part.From.Before(b.until)) && (b.from.IsZero() || part.To.After(b.from))
+		}
+		return out
+	}
+	perPartition := func(p string, b timeBounds, indexes ...string) {
+		t.Helper()
+		// A sort is of what index scans found (a page of each type, a
+		// stream's events), never of a partition's rows: none under the
+		// merge of the partitions' scans.
+		lines := strings.Split(p, "\n")
+		for i, l := range lines {
+			at := strings.Index(l, "Merge Append")
+			if at < 0 {
+				continue
+			}
+			for _, c := range lines[i+1:] {
+				ind := len(c) - len(strings.TrimLeft(c, " "))
+				if ind <= at-4 {
+					break // past the merge's children
+				}
+				if ind == at+2 && strings.HasPrefix(strings.TrimLeft(c, " "), "->") {
+					require.NotRegexp(t, `^->  (Incremental )?Sort  \(`, strings.TrimLeft(c, " "), "a sort under a merge:\n%s", p)
+				}
+			}
+		}
+		in := within(b)
+		planned := 0
+		for _, part := range parts {
+			any := regexp.MustCompile(` on ` + part.Name + ` `)
+			if !in[part.Name] {
+				require.NotRegexp(t, any, p, "%s is outside %v", part.Name, b)
+				continue
+			}
+			planned++
+			if empty[part.Name] {
+				require.Len(t, any.FindAllString(p, -1), len(indexes), "%s:\n%s", part.Name, p)
+				continue
+			}
+			require.NotContains(t, p, "Seq Scan on "+part.Name+" ", p)
+			times := map[string]int{}
+			for _, idx := range indexes {
+				times[idx]++
+			}
+			for idx, n := range times {
+				// An ordered index scan, or a bitmap scan of the index for a
+				// rare type (then sorted: the rows it found, not a partition's).
+				scan := regexp.MustCompile(`(Index (Only )?Scan (Backward )?using ` + part.Name + `_` + idx + ` on ` + part.Name + ` |Bitmap Index Scan on ` + part.Name + `_` + idx + ` )`)
+				require.Len(t, scan.FindAllString(p, -1), n, "%s of %s:\n%s", idx, part.Name, p)
+			}
+			require.Len(t, any.FindAllString(p, -1), len(indexes), "%s is read once per index:\n%s", part.Name, p)
+		}
+		if !b.from.IsZero() && !b.until.IsZero() {
+			require.LessOrEqual(t, planned, 3, "a bounded read plans the partitions of its times:\n%s", p)
+		}
+	}
+	midnight := time.Now().UTC().Truncate(24 * time.Hour)
+	yesterday := timeBounds{from: midnight.Add(-22 * time.Hour), until: midnight.Add(2 * time.Hour)}
+	recent := timeBounds{from: time.Now().Add(-logWindow)}
+	// Events page, first and middle, and the live tail (the same read from
+	// the last position): an ordered walk of the position index, within
+	// the window of the position's mark (readLogBounded), or from the mark
+	// on near the head.
+	for _, b := range []timeBounds{yesterday, recent} {
 		for _, after := range []events.Position{{}, {TxID: 1, Seq: 100_000}} {
 			sql, args := readLogSQL(after, 500, LogFilter{}, b)
 			p := plan(sql, args...)
-			require.Contains(t, p, "Index Scan using task_events_position", p)
-			require.NotContains(t, p, "Sort", p)
-			require.NotContains(t, p, "Seq Scan", p)
+			// Merged in order, never sorted after the fact (ADR 034: the
+			// synthetic 1M log, one tx_id a partition, gets the sort).
+			require.Regexp(t, `^Limit[^\n]*\n\s+->  Merge Append`, p)
+			perPartition(p, b, "position")
 		}
 	}
-	// The head: one probe from the end of the same index.
-	for _, b := range []timeBounds{{}, {from: day}} {
-		var args []any
-		p := plan(logHeadSQL(b, &args), args...)
-		require.Contains(t, p, "Scan Backward using task_events_position", p)
-		require.NotContains(t, p, "Sort", p)
+	// The head: one probe from the end of the same index, in the last day.
+	var args []any
+	p := plan(logHeadSQL(recent, &args), args...)
+	require.Contains(t, p, "Scan Backward using", p)
+	perPartition(p, recent, "position")
+	// A consumer's (a reactor's) read of its types from its position: the
+	// type index; a worker's events: its three indexes; a task's timeline:
+	// the stream index over the task's life.
+	sql, args := readLogSQL(events.Position{TxID: 1, Seq: 100_000}, 100, LogFilter{Types: []string{"task.failed"}}, yesterday)
+	perPartition(plan(sql, args...), yesterday, "type")
+	sql, args = readLogSQL(events.Position{TxID: 1, Seq: 100_000}, 100, LogFilter{WorkerID: workers[0]}, yesterday)
+	perPartition(plan(sql, args...), yesterday, "worker", "actor", "stream")
+	args = []any{workers[0]}
+	perPartition(plan(`SELECT seq FROM task_events WHERE stream_id = $1`+yesterday.render("occurred_at", &args)+` ORDER BY version`, args...),
+		yesterday, "stream")
+	// The newest events of a type, of a worker (the live events page's
+	// start), in the last day.
+	sql, args = recentEventsSQL(100, LogFilter{Types: []string{"task.failed", "task.retried"}}, recent)
+	perPartition(plan(sql, args...), recent, "type", "type")
+	sql, args = recentEventsSQL(100, LogFilter{WorkerID: workers[0]}, recent)
+	perPartition(plan(sql, args...), recent, "worker", "actor", "stream")
+	// A reactor's probes and the auth changes after a position.
+	args = []any{"probe"}
+	perPartition(plan(pendingSQL([]string{"task.failed"}, yesterday, &args), args...), yesterday, "type", "type")
+	args = []any{"1", 0, 100}
+	authTypes := make([]string, len(events.AuthEventTypes))
+	for i := range authTypes {
+		authTypes[i] = "type"
 	}
-	var p string
+	perPartition(plan(authChangesSQL(yesterday, &args), args...), yesterday, authTypes...)
+	// The rate limits' claims in their window: the gated-claims index.
+	perPartition(plan(limitedTypes("$1::timestamptz", "100", "true"), time.Now()), recent, "gated_claims")
 
 	// Workers: today's completions one counter row each, held tasks by holder.
 	p = plan(workerViewsSQL(`u.is_worker`), time.Now().UTC().Truncate(24*time.Hour))
@@ -118,7 +242,7 @@ func TestFlatReadPlans(t *testing.T) {
 	require.Contains(t, p, "worker_tasks_held", p)
 	require.NotContains(t, p, "Seq Scan", p)
 	// The admin list filtered by worker: the same, a page at a time.
-	sql, args, err := e.db.listTasksSQL(TaskFilter{AssignedTo: workers[0], Limit: 50})
+	sql, args, err = e.db.listTasksSQL(TaskFilter{AssignedTo: workers[0], Limit: 50})
 	require.NoError(t, err)
 	p = plan(sql, args...)
 	require.Regexp(t, `Limit [^\n]*\n *->  Index Scan using worker_tasks_assignee`, p)
@@ -229,8 +353,11 @@ func TestFlatReadPlans(t *testing.T) {
 	require.Contains(t, p, "worker_tasks_listing", p)
 	require.NotContains(t, p, "Seq Scan", p)
 	require.NotContains(t, p, "Sort", p)
+	// Compaction's read of a batch of chains names no time (an event
+	// stamped days behind must still be found, ADR 035): its stream index in
+	// every partition.
 	p = plan(compactEventsSQL, []string{uuid.NewString(), uuid.NewString()}, "day")
-	require.NotContains(t, p, "Seq Scan on task_events", p)
+	perPartition(p, timeBounds{}, "stream")
 	// The chains earlier passes left (migration 052): their blockers by id.
 	p = plan(leftRootsSQL, uuid.NewString(), maxID, 100)
 	require.NotContains(t, p, "Seq Scan on worker_tasks", p)

@@ -20,6 +20,7 @@ import (
 	"github.com/clawdbot/task-service/cmd/internal/settings"
 	"github.com/clawdbot/task-service/reactors"
 	"github.com/clawdbot/task-service/store"
+	"github.com/clawdbot/task-service/store/archive"
 	"github.com/clawdbot/task-service/store/blob"
 )
 
@@ -95,7 +96,7 @@ func (c *backgroundConfig) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.freshnessCatchUp, "freshness-catch-up", 30*time.Second, "freshness rules are looked at this often even without a wake (env FRESHNESS_CATCH_UP)")
 	c.monitor.register(fs)
 	fs.StringVar(&c.eventRetentionText, "event-retention", "", "past this age (days, such as 90d, at least 1d) a finished retry chain's events are archived and replaced by one task.compacted event per task; unset keeps every event (env EVENT_RETENTION)")
-	settings.Choice(fs, &c.eventPartition, "event-partition", "day", []string{"day", "week"}, "the event log's period, UTC day or ISO week: one archive object per period (env EVENT_PARTITION)")
+	settings.Choice(fs, &c.eventPartition, "event-partition", "day", []string{"day", "week"}, "the event log's period, UTC day or ISO week: one partition of task_events (made ahead by the service) and one archive object per period (env EVENT_PARTITION)")
 	fs.DurationVar(&c.compactionEvery, "event-compaction-interval", 10*time.Minute, "how often an instance archives ended periods and compacts, when EVENT_RETENTION is set (env EVENT_COMPACTION_INTERVAL)")
 	fs.IntVar(&c.compactionBatch, "event-compaction-batch", 100, "retry chains one compaction transaction looks at (env EVENT_COMPACTION_BATCH)")
 	fs.DurationVar(&c.compactionPause, "event-compaction-pause", 20*time.Millisecond, "least pause after each compaction transaction; it rests at least as long as the transaction took, leaving the database to the readers (env EVENT_COMPACTION_PAUSE)")
@@ -291,6 +292,14 @@ func (b *background) addWorkers(cfg config, db *store.DB, reg prometheus.Registe
 		return err
 	}
 	b.workers = append(b.workers, due.Run)
+	// Every instance keeps the log's partitions ahead; an advisory lock
+	// lets one pass at a time work.
+	parts, err := reactors.NewPartitions(reactors.PartitionsConfig{DB: db, Policy: bg.partitionPolicy(b.data),
+		Registerer: reg, Logger: log})
+	if err != nil {
+		return err
+	}
+	b.workers = append(b.workers, parts.Run)
 	// The monitor runs on every instance: its gauges are cluster-wide, and
 	// an instance that serves only the API still shows a stall.
 	monitor, err := reactors.NewMonitor(reactors.MonitorConfig{DB: db, Interval: bg.monitor.interval,
@@ -316,6 +325,29 @@ func (b *background) addWorkers(cfg config, db *store.DB, reg prometheus.Registe
 		b.workers = append(b.workers, stuck.Run)
 	}
 	return nil
+}
+
+// partitionPolicy: a week of daily partitions ahead, or two weekly ones;
+// with EVENT_RETENTION, a partition past it is dropped once empty and
+// archived (its periods' manifests in the task-data store), and sparse
+// ones past it merged (ADR 034).
+func (bg backgroundConfig) partitionPolicy(data blob.Store) store.PartitionPolicy {
+	pol := store.PartitionPolicy{Kind: bg.eventPartition, Ahead: 7}
+	if bg.eventPartition == archive.Week {
+		pol.Ahead = 2
+	}
+	if bg.eventRetention > 0 && data != nil {
+		pol.Retention = bg.eventRetention
+		pol.MergeBelow = 10_000
+		pol.Archived = func(ctx context.Context, kind string, start time.Time) (bool, error) {
+			_, err := archive.ReadManifest(ctx, data, archive.Period{Kind: kind, Start: start})
+			if errors.Is(err, blob.ErrNotFound) {
+				return false, nil
+			}
+			return err == nil, err
+		}
+	}
+	return pol
 }
 
 // start runs everything; ctx is only the parent, stop ends them.
