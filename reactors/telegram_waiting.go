@@ -51,6 +51,7 @@ func (s *TelegramSender) checkWaiting(ctx context.Context) (int64, error) {
 		  JOIN worker_tasks t ON t.id = q.id
 		  CROSS JOIN LATERAL (SELECT ev.seq, ev.occurred_at FROM task_events ev
 		       WHERE ev.stream_id = t.id AND ev.type IN ('task.created', 'task.released')
+		         AND ev.occurred_at >= t.created_at - interval '1 hour'
 		       ORDER BY ev.version DESC LIMIT 1) e
 		 WHERE t.available_at <= $1 AND e.occurred_at <= $1
 		   AND NOT EXISTS (SELECT 1 FROM telegram_outbox o WHERE o.event_seq = e.seq AND o.kind = $2)

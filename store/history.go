@@ -106,7 +106,10 @@ type Chain struct {
 const maxChainDepth = 1000
 
 // taskChain walks parent_task_id up to the root, then down through the
-// children (one per parent: worker_tasks_one_retry), in one statement.
+// children (one per parent: worker_tasks_one_retry), in one statement. A
+// retry's hint is its parent's task.retried, written with the retry's
+// creation: the read names occurred_at from then less ClockSkew, so a log
+// partitioned by time scans only the partitions from there on as it runs.
 const taskChain = `WITH RECURSIVE up AS (
     SELECT id, parent_task_id, 0 AS depth FROM worker_tasks WHERE id = $1
     UNION ALL
@@ -126,6 +129,7 @@ SELECT t.id, t.retry_count, t.title, t.status, t.assigned_to, u.full_name, t.cre
   LEFT JOIN LATERAL (
     SELECT e.data->>'hint' AS hint FROM task_events e
      WHERE e.stream_id = t.parent_task_id AND e.type = 'task.retried'
+       AND e.occurred_at >= t.created_at - interval '1 hour'
      ORDER BY e.version DESC LIMIT 1
   ) h ON true
  ORDER BY down.n`
@@ -281,6 +285,7 @@ SELECT t.id, t.retry_count, t.title, t.status, t.assigned_to, u.full_name, t.sta
     SELECT left((array_agg(e.data->>'hint' ORDER BY e.version DESC) FILTER (WHERE e.type = 'task.retried'))[1], $3 + 1) AS hint,
            (array_agg(e.data->'evidence' ORDER BY e.version DESC) FILTER (WHERE e.type = 'task.failed'))[1]::text AS evidence
       FROM task_events e WHERE e.stream_id = t.id AND e.type IN ('task.retried', 'task.failed')
+       AND e.occurred_at >= t.created_at - interval '1 hour'
   ) ev ON true
  ORDER BY up.depth`
 
