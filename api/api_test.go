@@ -651,6 +651,24 @@ func TestOperationsEndpoints(t *testing.T) {
 		require.Contains(t, string(body), `"success":true`)
 	}
 
+	// A clock far from the database's: not ready, and /readyz says which check.
+	readyz := func() (int, string) {
+		t.Helper()
+		resp, err := b.http.Get(b.url + "/readyz")
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	b.clock.Advance(-(store.MaxClockOffset + time.Minute))
+	code, body := readyz()
+	require.Equal(t, http.StatusServiceUnavailable, code, body)
+	require.Contains(t, body, `"clock":"off"`)
+	b.clock.Advance(store.MaxClockOffset + time.Minute)
+	code, body = readyz()
+	require.Equal(t, http.StatusOK, code, body)
+	require.Contains(t, body, `"clock":"ok"`)
+
 	tt := b.newType(t, "metered")
 	w := b.newWorker(t, "Meter", 1)
 	task := b.newTask(t, tt, "count me", events.PriorityMedium, "")

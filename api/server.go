@@ -296,6 +296,13 @@ func (s *Server) readyz(c echo.Context) error {
 		checks["database"], ready = "down", false
 		s.log.Warn().Err(err).Msg("readyz: database down")
 	}
+	if ready {
+		checks["clock"] = "ok"
+		if err := s.db.CheckClock(ctx); err != nil {
+			checks["clock"], ready = "off", false
+			s.log.Error().Err(err).Msg("readyz: clock")
+		}
+	}
 	if s.cfg.Ready != nil {
 		checks["listener"] = "ok"
 		if err := s.cfg.Ready(ctx); err != nil {

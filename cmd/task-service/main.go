@@ -275,6 +275,11 @@ func serve(ctx context.Context, cfg config, log zerolog.Logger) error {
 	if err != nil {
 		return err
 	}
+	// Events are stamped by this machine's clock: refuse to write them with
+	// one far from the others' (/readyz keeps checking it).
+	if err := db.CheckClock(ctx); err != nil {
+		return err
+	}
 	bs, err := openData(ctx, cfg.data, log)
 	if err != nil {
 		return err
