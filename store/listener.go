@@ -317,15 +317,7 @@ func NewNotifier(cfg NotifierConfig) (*Notifier, error) {
 func (n *Notifier) Committed(types ...string) {
 	n.cfg.Hub.Wake(types...)
 	n.mu.Lock()
-	var sooner bool
-	if len(types) == 1 && types[0] == claimedType {
-		// A claim makes no task claimable and no reactor elsewhere acts on
-		// it: the next NOTIFY can carry it, and the worker's answer does not
-		// share the moment with one (ADR 033).
-		sooner = n.pacer.later(time.Now())
-	} else {
-		sooner = n.pacer.commit(time.Now())
-	}
+	sooner := n.pacer.commit(time.Now())
 	n.addTypes(types)
 	n.mu.Unlock()
 	if !sooner {
@@ -493,21 +485,6 @@ func (p *notifyPacer) commit(now time.Time) (sooner bool) {
 	}
 	sooner = !p.pending || due.Before(p.due)
 	p.due, p.pending, p.lastPending = due, true, now
-	return sooner
-}
-
-// later records a commit that other instances need not hear of at once:
-// the next NOTIFY announces it, an interval from now at the latest. It
-// sends none at once and is not a commit that ends a quiet moment, so the
-// next commit that needs a NOTIFY at once still gets one. true when its
-// NOTIFY is due sooner than the one already pending (or none was).
-func (p *notifyPacer) later(now time.Time) (sooner bool) {
-	due := now.Add(p.interval)
-	sooner = !p.pending || due.Before(p.due)
-	if sooner {
-		p.due = due
-	}
-	p.pending, p.lastPending = true, now
 	return sooner
 }
 
