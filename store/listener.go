@@ -317,7 +317,16 @@ func NewNotifier(cfg NotifierConfig) (*Notifier, error) {
 func (n *Notifier) Committed(types ...string) {
 	n.cfg.Hub.Wake(types...)
 	n.mu.Lock()
-	sooner := n.pacer.commit(time.Now())
+	var sooner bool
+	if len(types) == 1 && types[0] == NoEvents {
+		// A commit without events (a reactor's checkpoint, an outbox row):
+		// no other instance waits for it, so it neither sends a NOTIFY at
+		// once nor ends a quiet moment; a create right after it still
+		// carries its own (ADR 032).
+		sooner = n.pacer.later(time.Now())
+	} else {
+		sooner = n.pacer.commit(time.Now())
+	}
 	n.addTypes(types)
 	n.mu.Unlock()
 	if !sooner {
@@ -485,6 +494,21 @@ func (p *notifyPacer) commit(now time.Time) (sooner bool) {
 	}
 	sooner = !p.pending || due.Before(p.due)
 	p.due, p.pending, p.lastPending = due, true, now
+	return sooner
+}
+
+// later records a commit that other instances need not hear of at once:
+// the next NOTIFY announces it, an interval from now at the latest. It
+// sends none at once and is not a commit that ends a quiet moment, so the
+// next commit that needs a NOTIFY at once still gets one. true when its
+// NOTIFY is due sooner than the one already pending (or none was).
+func (p *notifyPacer) later(now time.Time) (sooner bool) {
+	due := now.Add(p.interval)
+	sooner = !p.pending || due.Before(p.due)
+	if sooner {
+		p.due = due
+	}
+	p.pending, p.lastPending = true, now
 	return sooner
 }
 

@@ -147,3 +147,48 @@ func maxOf(ds []time.Duration) time.Duration {
 	}
 	return m
 }
+
+// TestNotifyPacerLater: a commit no other instance needs at once (one
+// without events: a reactor's checkpoint) waits for the next NOTIFY, an
+// interval at most, and does not spend the quiet moment: a create right
+// after it is announced at once, with it.
+func TestNotifyPacerLater(t *testing.T) {
+	const interval = 50 * time.Millisecond
+	start := time.Unix(1_000_000, 0)
+	at := func(ms float64) time.Time { return start.Add(time.Duration(ms * float64(time.Millisecond))) }
+	p := newNotifyPacer(interval)
+	require.True(t, p.later(at(0)), "nothing was pending")
+	require.Equal(t, at(0).Add(interval), p.due, "announced within an interval, not at once")
+	require.False(t, p.later(at(1)), "a second such commit shares that NOTIFY")
+	require.Equal(t, at(0).Add(interval), p.due)
+	require.True(t, p.commit(at(2)), "a commit with events right after: the moment was quiet, so at once")
+	require.Equal(t, at(2), p.due)
+	p.sending(at(2))
+	require.False(t, p.pending, "that NOTIFY covers the others")
+
+	p = newNotifyPacer(interval)
+	p.later(at(0))
+	require.True(t, p.carry(at(1)), "a create right after a reactor's checkpoint still carries its NOTIFY")
+	p.carried(at(1), at(2))
+	require.False(t, p.pending, "and it covers the checkpoint, which committed before it")
+
+	// Such commits alone: one NOTIFY per interval, none waits longer.
+	p = newNotifyPacer(interval)
+	sends, longest := 0, time.Duration(0)
+	var unannounced []time.Time
+	for c := time.Duration(0); c < time.Second; c += 100 * time.Microsecond {
+		now := start.Add(c)
+		for p.pending && !p.due.After(now) {
+			for _, u := range unannounced {
+				longest = max(longest, p.due.Sub(u))
+			}
+			unannounced = nil
+			p.sending(p.due)
+			sends++
+		}
+		p.later(now)
+		unannounced = append(unannounced, now)
+	}
+	require.LessOrEqual(t, sends, int(time.Second/interval)+1)
+	require.LessOrEqual(t, longest, interval)
+}
