@@ -124,7 +124,10 @@ func (db *DB) Pending(ctx context.Context, name string, types []string) (Work, e
 	for {
 		var w Work
 		var txID string
-		var b timeBounds
+		// Until ClockSkew ahead: the partitions made ahead of today are not
+		// probed. An event stamped further ahead is seen once the clock
+		// gets within that of it.
+		b := timeBounds{until: db.Now().Add(ClockSkew)}
 		if bounded {
 			b.from, bounded = db.logFloor(seen)
 		}
