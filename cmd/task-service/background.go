@@ -327,14 +327,16 @@ func (b *background) addWorkers(cfg config, db *store.DB, reg prometheus.Registe
 	return nil
 }
 
-// partitionPolicy: a week of daily partitions ahead, or two weekly ones;
+// partitionPolicy: two daily partitions ahead, or one weekly one (every
+// instance makes them hourly; a read that names no upper time probes
+// each, so fewer cost less, ADR 034);
 // with EVENT_RETENTION, a partition past it is dropped once empty and
 // archived (its periods' manifests in the task-data store), and sparse
 // ones past it merged (ADR 034).
 func (bg backgroundConfig) partitionPolicy(data blob.Store) store.PartitionPolicy {
-	pol := store.PartitionPolicy{Kind: bg.eventPartition, Ahead: 7}
+	pol := store.PartitionPolicy{Kind: bg.eventPartition, Ahead: 2}
 	if bg.eventPartition == archive.Week {
-		pol.Ahead = 2
+		pol.Ahead = 1
 	}
 	if bg.eventRetention > 0 && data != nil {
 		pol.Retention = bg.eventRetention
