@@ -79,12 +79,8 @@ func NewCompaction(cfg CompactionConfig) (*Compaction, error) {
 		rounds: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "taskservice_compaction_rounds_total",
 			Help: "Compaction rounds: done, skipped (another instance held the lock) or failed."}, []string{"outcome"}),
 	}
-	if cfg.Registerer != nil {
-		for _, m := range []prometheus.Collector{c.tasks, c.deleted, c.periods, c.supps, c.bytes, c.rounds} {
-			if err := cfg.Registerer.Register(m); err != nil {
-				return nil, err
-			}
-		}
+	if err := register(cfg.Registerer, "compaction", c.tasks, c.deleted, c.periods, c.supps, c.bytes, c.rounds); err != nil {
+		return nil, err
 	}
 	return c, nil
 }

@@ -3,7 +3,6 @@ package reactors
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -78,12 +77,8 @@ func NewDueTimer(cfg DueTimerConfig) (*DueTimer, error) {
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 5, 30},
 		}),
 	}
-	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{m.due, m.delay} {
-			if err := cfg.Registerer.Register(c); err != nil {
-				return nil, fmt.Errorf("reactors: register due timer metrics: %w", err)
-			}
-		}
+	if err := register(cfg.Registerer, "due timer", m.due, m.delay); err != nil {
+		return nil, err
 	}
 	return &DueTimer{cfg: cfg, db: cfg.DB, log: cfg.Logger.With().Str("component", "due-timer").Logger(), metrics: m}, nil
 }

@@ -3,7 +3,6 @@ package reactors
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -74,12 +73,8 @@ func NewFreshness(cfg FreshnessConfig) (*Freshness, error) {
 			Help: "Freshness rules paused because they no longer make valid tasks.",
 		}),
 	}
-	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{f.created, f.pauses} {
-			if err := cfg.Registerer.Register(c); err != nil {
-				return nil, fmt.Errorf("reactors: register freshness metrics: %w", err)
-			}
-		}
+	if err := register(cfg.Registerer, "freshness", f.created, f.pauses); err != nil {
+		return nil, err
 	}
 	return f, nil
 }

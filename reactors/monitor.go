@@ -122,13 +122,9 @@ func NewMonitor(cfg MonitorConfig) (*Monitor, error) {
 			Help: "Samples of the cluster-wide gauges that failed.",
 		}),
 	}}
-	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{mo.m.queueDepth, mo.m.backlog, mo.m.tasks, mo.m.workers, mo.m.slots,
-			mo.m.outbox, mo.m.horizonAge, mo.m.llmTokens, mo.m.llmCost, mo.m.llmBudget, mo.m.errors} {
-			if err := cfg.Registerer.Register(c); err != nil {
-				return nil, fmt.Errorf("reactors: register monitor metrics: %w", err)
-			}
-		}
+	if err := register(cfg.Registerer, "monitor", mo.m.queueDepth, mo.m.backlog, mo.m.tasks, mo.m.workers, mo.m.slots,
+		mo.m.outbox, mo.m.horizonAge, mo.m.llmTokens, mo.m.llmCost, mo.m.llmBudget, mo.m.errors); err != nil {
+		return nil, err
 	}
 	return mo, nil
 }

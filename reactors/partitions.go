@@ -50,12 +50,8 @@ func NewPartitions(cfg PartitionsConfig) (*Partitions, error) {
 		moved: prometheus.NewCounter(prometheus.CounterOpts{Name: "taskservice_event_partition_default_moved_total",
 			Help: "Events this instance's maintenance moved from task_events_default into their period's new partition."}),
 	}
-	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{p.count, p.moved} {
-			if err := cfg.Registerer.Register(c); err != nil {
-				return nil, err
-			}
-		}
+	if err := register(cfg.Registerer, "partitions", p.count, p.moved); err != nil {
+		return nil, err
 	}
 	return p, nil
 }

@@ -81,12 +81,8 @@ func NewRetry(cfg RetryConfig) (*Retry, error) {
 		Help:    "Time of one retry advisor (Claude) call, whatever its outcome.",
 		Buckets: []float64{.1, .25, .5, 1, 2, 4, 8, 15, 30},
 	})
-	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{r.outcome, r.latency} {
-			if err := cfg.Registerer.Register(c); err != nil {
-				return nil, fmt.Errorf("reactors: register retry metrics: %w", err)
-			}
-		}
+	if err := register(cfg.Registerer, "retry", r.outcome, r.latency); err != nil {
+		return nil, err
 	}
 	return r, nil
 }

@@ -95,12 +95,8 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 			Help: "Schedules paused by the scheduler after consecutive failures.",
 		}),
 	}
-	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{m.firings, m.missed, m.delay, m.looks, m.pauses} {
-			if err := cfg.Registerer.Register(c); err != nil {
-				return nil, fmt.Errorf("reactors: register scheduler metrics: %w", err)
-			}
-		}
+	if err := register(cfg.Registerer, "scheduler", m.firings, m.missed, m.delay, m.looks, m.pauses); err != nil {
+		return nil, err
 	}
 	return &Scheduler{cfg: cfg, db: cfg.DB, log: cfg.Logger.With().Str("component", "scheduler").Logger(), metrics: m}, nil
 }
