@@ -27,20 +27,6 @@ if [[ -f "$js" ]]; then
 	exit 0
 fi
 
-if ! command -v npm >/dev/null; then
-	sudo=""
-	[[ $EUID -ne 0 ]] && sudo="sudo"
-	log "installing npm (Debian package)"
-	if ! { $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q &&
-		$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends npm; } >&2; then
-		log "could not install npm; install it (apt-get install npm), then run scripts/axe.sh again"
-		exit 1
-	fi
-fi
-log "installing axe-core@$VERSION into $dir"
-mkdir -p "$dir"
-if ! npm install --prefix "$dir" --no-audit --no-fund --loglevel=error "axe-core@$VERSION" >&2 || [[ ! -f "$js" ]]; then
-	log "could not install axe-core@$VERSION from the npm registry (is it reachable? npm config get registry)"
-	exit 1
-fi
+"$(dirname "${BASH_SOURCE[0]}")/npm-package.sh" "$dir" "axe-core@$VERSION"
+[[ -f "$js" ]] || { log "axe-core@$VERSION installed into $dir without $js"; exit 1; }
 echo "$js"

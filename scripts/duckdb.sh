@@ -19,22 +19,8 @@ if [[ $# -ne 2 ]]; then
 	exit 2
 fi
 
-if ! command -v npm >/dev/null || ! command -v node >/dev/null; then
-	sudo=""
-	[[ $EUID -ne 0 ]] && sudo="sudo"
-	log "installing nodejs and npm (Debian packages)"
-	if ! { $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q &&
-		$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends nodejs npm; } >&2; then
-		log "could not install Node.js; install nodejs (18 or later) and npm, then run again"
-		exit 1
-	fi
-fi
 dir="${DUCKDB_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/task-service/duckdb-$(echo "$PACKAGE" | tr '/@' '_-')}"
-if [[ ! -d "$dir/node_modules/@duckdb/node-api" ]]; then
-	log "installing $PACKAGE into $dir"
-	mkdir -p "$dir"
-	npm install --prefix "$dir" --no-audit --no-fund --loglevel=error "$PACKAGE" >&2
-fi
+"$(dirname "${BASH_SOURCE[0]}")/npm-package.sh" "$dir" "$PACKAGE"
 cat >"$dir/query.mjs" <<'JS'
 import { DuckDBInstance } from '@duckdb/node-api';
 const db = await DuckDBInstance.create(':memory:');

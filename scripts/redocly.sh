@@ -12,21 +12,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 VERSION=1.34.20 # the 1.x line runs on Debian 12's Node.js 18; 2.x needs Node 20
 dir="${REDOCLY_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/task-service/redocly-$VERSION}"
 
-if ! command -v npm >/dev/null || ! command -v node >/dev/null; then
-	sudo=""
-	[[ $EUID -ne 0 ]] && sudo="sudo"
-	echo "redocly.sh: installing nodejs and npm (Debian packages)" >&2
-	if ! { $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q &&
-		$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends nodejs npm; } >&2; then
-		echo "redocly.sh: could not install Node.js; install nodejs (18 or later) and npm, then run again" >&2
-		exit 1
-	fi
-fi
-if [[ ! -x "$dir/node_modules/.bin/redocly" ]]; then
-	echo "redocly.sh: installing @redocly/cli@$VERSION into $dir" >&2
-	mkdir -p "$dir"
-	npm install --prefix "$dir" --no-audit --no-fund --loglevel=error "@redocly/cli@$VERSION" >&2
-fi
+scripts/npm-package.sh "$dir" "@redocly/cli@$VERSION"
 
 doc="${1:-}"
 if [[ -z "$doc" ]]; then

@@ -23,22 +23,8 @@ if [[ $# -ne 3 ]]; then
 fi
 base="$1"
 
-if ! command -v npm >/dev/null || ! command -v node >/dev/null; then
-	sudo=""
-	[[ $EUID -ne 0 ]] && sudo="sudo"
-	log "installing nodejs and npm (Debian packages)"
-	if ! { $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q &&
-		$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends nodejs npm; } >&2; then
-		log "could not install Node.js; install nodejs (18 or later) and npm, then run again"
-		exit 1
-	fi
-fi
 dir="${TSCLIENT_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/task-service/tsclient-$(echo "${PACKAGES[*]}" | tr ' @' '_-')}"
-if [[ ! -x "$dir/node_modules/.bin/tsc" ]]; then
-	log "installing ${PACKAGES[*]} into $dir"
-	mkdir -p "$dir"
-	npm install --prefix "$dir" --no-audit --no-fund --loglevel=error "${PACKAGES[@]}" >&2
-fi
+scripts/npm-package.sh "$dir" "${PACKAGES[@]}"
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
