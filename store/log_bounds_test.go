@@ -131,3 +131,38 @@ func positions(evs []events.Envelope) []string {
 	}
 	return out
 }
+
+// A reactor's probe names an upper time, ClockSkew past the store's clock
+// (so the partitions made ahead are not probed): an event stamped further
+// ahead is seen once the clock gets within ClockSkew of it, never skipped.
+func TestPendingSeesAnEventStampedAheadOnceTheClockNears(t *testing.T) {
+	ctx := context.Background()
+	var now atomic.Int64
+	now.Store(time.Now().UnixNano())
+	db, err := New(storetest.NewPool(t), Config{Projector: projections.Projector{},
+		Now: func() time.Time { return time.Unix(0, now.Load()) }})
+	require.NoError(t, err)
+	require.NoError(t, db.EnsureCheckpoint(ctx, "ahead", []string{"task.update_posted"}))
+	stamp := db.Now().Add(ClockSkew + time.Hour)
+	_, err = db.pool.Exec(ctx, `INSERT INTO task_events (stream_type, stream_id, version, type, data, meta, occurred_at)
+		VALUES ('task', gen_random_uuid(), 1, 'task.update_posted', '{"message":"m"}', '{}', $1)`, stamp)
+	require.NoError(t, err)
+	// Seen is Visible, or Hidden while another transaction of the cluster
+	// holds the horizon back (other tests share it).
+	seen := func() (Work, bool) {
+		w, err := db.Pending(ctx, "ahead", []string{"task.update_posted"})
+		require.NoError(t, err)
+		return w, w.Visible || w.Hidden
+	}
+	_, ok := seen()
+	require.False(t, ok, "stamped more than ClockSkew ahead: not probed yet")
+	now.Store(stamp.Add(-ClockSkew + time.Minute).UnixNano())
+	_, ok = seen()
+	require.True(t, ok, "within ClockSkew of the clock: seen")
+	require.Eventually(t, func() bool {
+		w, _ := seen()
+		evs, err := db.ReadLog(ctx, db.pool, w.Checkpoint.Position, 10, LogFilter{Types: []string{"task.update_posted"}})
+		require.NoError(t, err)
+		return len(evs) == 1
+	}, time.Minute, 20*time.Millisecond, "and the reactor's read finds it")
+}
