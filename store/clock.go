@@ -32,6 +32,12 @@ func (db *DB) CheckClock(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	return ClockError(off)
+}
+
+// ClockError says what is wrong with a clock off from the database's by
+// off; nil within MaxClockOffset.
+func ClockError(off time.Duration) error {
 	if off.Abs() <= MaxClockOffset {
 		return nil
 	}
