@@ -166,6 +166,13 @@ func (db *DB) readLogBounded(ctx context.Context, pos events.Position, limit int
 		}
 		until = first.Add(logWindow)
 	}
+	// A window ending inside a partition prunes nothing there: the read
+	// would only filter that partition's entries by time, every one of
+	// them when the window holds fewer than limit events (migration 054
+	// made the log before it one partition).
+	if end, ok := db.partitionEnd(until.Add(-time.Nanosecond)); ok && end.After(until) {
+		until = end
+	}
 	if until.After(db.Now().Add(-ClockSkew)) {
 		return read(pos, limit, timeBounds{from: from})
 	}

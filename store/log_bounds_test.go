@@ -166,3 +166,45 @@ func TestPendingSeesAnEventStampedAheadOnceTheClockNears(t *testing.T) {
 		return len(evs) == 1
 	}, time.Minute, 20*time.Millisecond, "and the reactor's read finds it")
 }
+
+// A read's first window reaches to the end of the partition it ends in: a
+// window ending inside a partition wider than a day (the log before
+// migration 054, one partition) prunes nothing and would make the read
+// filter every entry of that partition by time. Over daily partitions the
+// window stays a day and a bit.
+func TestReadWindowEndsWithItsPartition(t *testing.T) {
+	now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	db := &DB{now: func() time.Time { return now }}
+	day := func(d int) time.Time { return now.Truncate(24*time.Hour).AddDate(0, 0, d) }
+	db.marks.loadedAt = now.Add(-time.Second)
+	for d := -60; d <= 0; d++ {
+		db.marks.marks = append(db.marks.marks, logMark{pos: events.Position{TxID: 822, Seq: int64(100 * (d + 61))}, at: day(d)})
+	}
+	var windows []timeBounds
+	read := func(after events.Position, limit int, b timeBounds) ([]events.Envelope, error) {
+		windows = append(windows, b)
+		return nil, nil
+	}
+
+	// The log migration 054 made one partition, and the days after it.
+	db.marks.parts = []EventPartition{{Name: "old", From: day(-61), To: day(1)}, {Name: "d1", From: day(1), To: day(2)}, {Name: "default", Default: true}}
+	for _, pos := range []events.Position{{}, {TxID: 822, Seq: 150}, {TxID: 822, Seq: 3000}} {
+		windows = nil
+		_, err := db.readLogBounded(context.Background(), pos, 100, read)
+		require.NoError(t, err)
+		require.Len(t, windows, 1, "from %v: one read, with no end", pos)
+		require.True(t, windows[0].until.IsZero(), "from %v", pos)
+	}
+
+	// Daily partitions: the window stays the day after the floor.
+	db.marks.parts = nil
+	for d := -61; d <= 1; d++ {
+		db.marks.parts = append(db.marks.parts, EventPartition{Name: fmt.Sprint(d), From: day(d), To: day(d + 1)})
+	}
+	windows = nil
+	_, err := db.readLogBounded(context.Background(), events.Position{TxID: 822, Seq: 150}, 100, read)
+	require.NoError(t, err)
+	require.Len(t, windows, 2, "the window, then the rest")
+	require.Equal(t, timeBounds{from: day(-60), until: day(-59)}, windows[0])
+	require.Equal(t, timeBounds{from: day(-60)}, windows[1])
+}

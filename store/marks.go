@@ -30,8 +30,11 @@ type logMark struct {
 // logMarks is an instance's copy of log_marks, sorted by position, loaded
 // and extended in the background so that no read waits for it.
 type logMarks struct {
-	mu       sync.Mutex
-	marks    []logMark
+	mu    sync.Mutex
+	marks []logMark
+	// parts are task_events' partitions (their bounds), loaded with the
+	// marks: a read's first window reaches to the end of its partition.
+	parts    []EventPartition
 	loadedAt time.Time // the store's clock at the last load
 	loading  bool
 }
@@ -132,6 +135,10 @@ func (db *DB) LoadLogMarks(ctx context.Context) error {
 	if err := rows.Err(); err != nil {
 		return mapErr(err)
 	}
+	parts, err := EventPartitions(ctx, db.pool)
+	if err != nil {
+		return err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, mk := range got {
@@ -150,5 +157,19 @@ func (db *DB) LoadLogMarks(ctx context.Context) error {
 		m.marks = append(m.marks, mk)
 	}
 	m.loadedAt = now
+	m.parts = parts
 	return nil
+}
+
+// partitionEnd is the end of the partition holding t, as last loaded.
+func (db *DB) partitionEnd(t time.Time) (time.Time, bool) {
+	m := &db.marks
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, p := range m.parts {
+		if !p.Default && !t.Before(p.From) && t.Before(p.To) {
+			return p.To, true
+		}
+	}
+	return time.Time{}, false
 }
