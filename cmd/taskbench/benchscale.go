@@ -73,6 +73,7 @@ type benchScaleConfig struct {
 	backlog     int // pending tasks created after the history
 	workers     int
 	jsonOut     bool
+	cpuProfile  string
 }
 
 func runBenchScale(args []string, stdout, stderr io.Writer) int {
@@ -89,6 +90,7 @@ func runBenchScale(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&cfg.rebuild, "rebuild", false, "build the databases again even when kept ones exist")
 	fs.BoolVar(&cfg.buildOnly, "build-only", false, "build (or check) the databases and stop")
 	fs.BoolVar(&cfg.jsonOut, "json", false, "print the results as JSON instead of a table")
+	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of each size's timed reads to PREFIX-SIZE.pprof (the in-process server included)")
 	usage := func(w io.Writer) {
 		fmt.Fprint(w, benchScaleHelp)
 		fs.SetOutput(w)
@@ -157,7 +159,15 @@ func runBenchScale(args []string, stdout, stderr io.Writer) int {
 		if cfg.buildOnly {
 			continue
 		}
+		stop := func() {}
+		if cfg.cpuProfile != "" {
+			if stop, err = startCPUProfile(fmt.Sprintf("%s-%s.pprof", cfg.cpuProfile, sizeLabel(n)), stderr); err != nil {
+				fmt.Fprintf(stderr, "taskbench scale: %v\n", err)
+				return 1
+			}
+		}
 		size, err := timeScaleReads(ctx, cfg, db, stderr)
+		stop()
 		if err != nil {
 			fmt.Fprintf(stderr, "taskbench scale: %s: %v\n", sizeLabel(n), err)
 			return 1
