@@ -26,6 +26,8 @@ type CompactionConfig struct {
 	// Batch is the chains of one transaction; Pause is slept after each.
 	Batch int
 	Pause time.Duration
+	// Share is the most of its time a pass spends in transactions.
+	Share float64
 	// Now is the clock (default the store's).
 	Now        func() time.Time
 	Registerer prometheus.Registerer
@@ -127,7 +129,7 @@ func (c *Compaction) Round(ctx context.Context) error {
 	for {
 		start := time.Now()
 		rep, err := c.cfg.DB.Compact(ctx, store.CompactConfig{Retention: c.cfg.Retention, Period: c.cfg.Period,
-			Batch: c.cfg.Batch, Pause: c.cfg.Pause})
+			Batch: c.cfg.Batch, Pause: c.cfg.Pause, Share: c.cfg.Share})
 		c.tasks.Add(float64(rep.Tasks))
 		c.deleted.Add(float64(rep.Events))
 		if rep.Tasks > 0 || rep.Looked > 0 {

@@ -24,9 +24,13 @@ type CompactConfig struct {
 	Batch int
 	// MaxChains bounds the chains one pass looks at (default 10,000).
 	MaxChains int
-	// Pause is slept after each transaction, at least as long as the
-	// transaction took, so a pass leaves the database to the readers.
+	// Pause is the least rest after each transaction.
 	Pause time.Duration
+	// Share is the most of its time a pass spends in transactions (0 <
+	// Share <= 1; 0 is 0.5): after each it rests (1/Share - 1) times as
+	// long as the transaction took, leaving the database to the readers
+	// whatever the machine's speed and load.
+	Share float64
 }
 
 // CompactReport says what one pass did.
@@ -94,13 +98,17 @@ func (db *DB) Compact(ctx context.Context, cfg CompactConfig) (CompactReport, er
 		}
 	}()
 	cutoff := db.Now().Add(-cfg.Retention)
+	if cfg.Share <= 0 || cfg.Share > 1 {
+		cfg.Share = 0.5
+	}
 	pause := func(began time.Time) error {
-		// Rest at least as long as the transaction took: compaction holds
-		// a connection (and about a core) at most half the time.
+		// A transaction holds a connection and about a core of the
+		// database: rest so that it does at most cfg.Share of the time.
+		rest := time.Duration(float64(time.Since(began)) * (1/cfg.Share - 1))
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(max(cfg.Pause, time.Since(began))):
+		case <-time.After(max(cfg.Pause, rest)):
 			return nil
 		}
 	}

@@ -70,6 +70,7 @@ type backgroundConfig struct {
 	compactionEvery    time.Duration
 	compactionBatch    int
 	compactionPause    time.Duration
+	compactionShare    float64
 }
 
 func (c *backgroundConfig) register(fs *flag.FlagSet) {
@@ -99,7 +100,8 @@ func (c *backgroundConfig) register(fs *flag.FlagSet) {
 	settings.Choice(fs, &c.eventPartition, "event-partition", "day", []string{"day", "week"}, "the event log's period, UTC day or ISO week: one partition of task_events (made ahead by the service) and one archive object per period (env EVENT_PARTITION)")
 	fs.DurationVar(&c.compactionEvery, "event-compaction-interval", 10*time.Minute, "how often an instance archives ended periods and compacts, when EVENT_RETENTION is set (env EVENT_COMPACTION_INTERVAL)")
 	fs.IntVar(&c.compactionBatch, "event-compaction-batch", 100, "retry chains one compaction transaction looks at (env EVENT_COMPACTION_BATCH)")
-	fs.DurationVar(&c.compactionPause, "event-compaction-pause", 20*time.Millisecond, "least pause after each compaction transaction; it rests at least as long as the transaction took, leaving the database to the readers (env EVENT_COMPACTION_PAUSE)")
+	fs.DurationVar(&c.compactionPause, "event-compaction-pause", 20*time.Millisecond, "least pause after each compaction transaction (env EVENT_COMPACTION_PAUSE)")
+	fs.Float64Var(&c.compactionShare, "event-compaction-share", 0.25, "most of its time compaction spends in transactions, from 0.01 to 1: after each it rests long enough, leaving the database to the readers (env EVENT_COMPACTION_SHARE)")
 }
 
 // checkCompaction reads EVENT_RETENTION (days, or a Go duration) and
@@ -122,6 +124,9 @@ func (c *backgroundConfig) checkCompaction() error {
 	}
 	if c.compactionBatch < 1 || c.compactionBatch > 10_000 {
 		errs = append(errs, fmt.Errorf("EVENT_COMPACTION_BATCH=%d: want a whole number from 1 to 10000", c.compactionBatch))
+	}
+	if !(c.compactionShare >= 0.01 && c.compactionShare <= 1) {
+		errs = append(errs, fmt.Errorf("EVENT_COMPACTION_SHARE=%v: want a share of the time from 0.01 to 1, such as 0.25", c.compactionShare))
 	}
 	return errors.Join(errs...)
 }
@@ -267,7 +272,7 @@ func (b *background) addWorkers(cfg config, db *store.DB, reg prometheus.Registe
 	}
 	if bg.eventRetention > 0 {
 		comp, err := reactors.NewCompaction(reactors.CompactionConfig{DB: db, Store: b.data, Retention: bg.eventRetention,
-			Period: bg.eventPartition, Every: bg.compactionEvery, Batch: bg.compactionBatch, Pause: bg.compactionPause,
+			Period: bg.eventPartition, Every: bg.compactionEvery, Batch: bg.compactionBatch, Pause: bg.compactionPause, Share: bg.compactionShare,
 			Registerer: reg, Logger: log})
 		if err != nil {
 			return err

@@ -516,6 +516,8 @@ func TestHelpAndConfigErrors(t *testing.T) {
 		"EVENT_RETENTION=soon":               `EVENT_RETENTION="soon": want a number of days such as 90d`,
 		"EVENT_PARTITION=month":              `EVENT_PARTITION="month": want one of day, week`,
 		"EVENT_COMPACTION_BATCH=0":           `EVENT_COMPACTION_BATCH=0: want a whole number from 1 to 10000`,
+		"EVENT_COMPACTION_SHARE=0":           `EVENT_COMPACTION_SHARE=0: want a share of the time from 0.01 to 1`,
+		"EVENT_COMPACTION_SHARE=1.5":         `EVENT_COMPACTION_SHARE=1.5: want a share of the time from 0.01 to 1`,
 		"EVENT_COMPACTION_INTERVAL=0s":       `EVENT_COMPACTION_INTERVAL=0s: want a duration of at least 1s`,
 	} {
 		code, out = runCmd(t, baseEnv("DATABASE_URL="+dbURL, "LISTEN_ADDR="+freeAddr(t), "JWT_SECRET=e2e-secret-0123456789abcdef", env))
