@@ -33,6 +33,12 @@ type Reactor struct {
 	// reactor's Claude call). While it runs, this instance holds a lease on
 	// the reactor so other instances do not prepare the same batch.
 	Prepare func(ctx context.Context, evs []events.Envelope) error
+	// Dormant, when its events need nothing done now (Telegram's reactor
+	// with notifications off, which only moves its checkpoint on): commits
+	// do not wake it, it reads on the catch-up ticker alone, and once more
+	// as the runner stops, so its checkpoint stays near the log's end
+	// without a look per commit (ADR 037).
+	Dormant bool
 }
 
 // RunnerConfig configures a Runner.
@@ -132,8 +138,12 @@ func (r *Runner) loop(ctx context.Context, re Reactor) {
 	if len(re.Types) > 0 {
 		wants = func(t string) bool { return slices.Contains(re.Types, t) }
 	}
-	wake, unsubscribe := r.cfg.Hub.SubscribeTo(wants)
-	defer unsubscribe()
+	var wake <-chan struct{} // nil for a dormant reactor: never ready
+	if !re.Dormant {
+		ch, unsubscribe := r.cfg.Hub.SubscribeTo(wants)
+		defer unsubscribe()
+		wake = ch
+	}
 	for backoff := 100 * time.Millisecond; ; backoff = min(backoff*2, 30*time.Second) {
 		err := r.db.EnsureCheckpoint(ctx, re.Name, re.Types)
 		if err == nil {
@@ -154,6 +164,9 @@ func (r *Runner) loop(ctx context.Context, re Reactor) {
 	for {
 		select {
 		case <-ctx.Done():
+			if re.Dormant {
+				r.lastDrain(ctx, re, log)
+			}
 			return
 		case <-wake:
 		case <-ticker.C:
@@ -188,6 +201,20 @@ func (r *Runner) loop(ctx context.Context, re Reactor) {
 		}
 	}
 }
+
+// lastDrain catches a dormant reactor up once more as the runner stops,
+// within a bound of its own, so a restart that wakes it up (notifications
+// turned on) starts from about where this instance stopped.
+func (r *Runner) lastDrain(ctx context.Context, re Reactor, log zerolog.Logger) {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lastDrainTimeout)
+	defer cancel()
+	if _, err := r.drain(dctx, re); err != nil {
+		log.Warn().Err(err).Msg("the last catch-up at stop failed")
+	}
+}
+
+// lastDrainTimeout bounds lastDrain: a stop is not held up for long.
+const lastDrainTimeout = 2 * time.Second
 
 // lookBurst is how many looks may follow each other without pacing: the
 // few commits of one request or one small burst are served at once.

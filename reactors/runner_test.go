@@ -244,3 +244,46 @@ func TestPendingSeesHiddenEvents(t *testing.T) {
 		return work.Visible
 	})
 }
+
+// A dormant reactor reads at start, on the catch-up ticker and as the
+// runner stops, never on a commit's wake; a reactor beside it on the same
+// events is woken as before.
+func TestDormantReactorSleepsThroughWakes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var awake, dormant atomic.Int32
+	count := func(n *atomic.Int32) func(context.Context, pgx.Tx, []events.Envelope) error {
+		return func(_ context.Context, _ pgx.Tx, evs []events.Envelope) error {
+			n.Add(int32(len(evs)))
+			return nil
+		}
+	}
+	tt := e.taskType(events.TaskTypeSpec{})
+	e.createTask(tt, "before the start", "")
+	r, err := reactors.NewRunner(reactors.RunnerConfig{DB: e.db, Hub: e.hub, InstanceID: "a", CatchUp: time.Hour, Logger: e.log,
+		Reactors: []reactors.Reactor{
+			{Name: "awake", Types: []string{"task.created"}, Handle: count(&awake)},
+			{Name: "dormant", Types: []string{"task.created"}, Handle: count(&dormant), Dormant: true},
+		}})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() { _ = r.Run(ctx); close(done) }()
+	e.eventually("both reactors to read the log at start", func() bool { return awake.Load() == 1 && dormant.Load() == 1 })
+
+	for i := range 3 {
+		e.createTask(tt, fmt.Sprint("t", i), "") // each commit wakes the hub
+		e.eventually("the awake reactor to handle the create", func() bool { return awake.Load() == int32(2+i) })
+	}
+	require.Equal(t, int32(1), dormant.Load(), "the commits' wakes did not reach the dormant reactor")
+
+	cancel()
+	<-done
+	require.Equal(t, int32(4), dormant.Load(), "the stop's last read caught it up")
+	lags, err := e.db.ReactorLags(e.ctx)
+	require.NoError(t, err)
+	for _, l := range lags {
+		require.Zero(t, l.EventsBehind, l.Name)
+	}
+}

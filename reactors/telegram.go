@@ -154,6 +154,9 @@ func NewTelegramReactor(cfg TelegramConfig) Reactor {
 	return Reactor{
 		Name:  telegramReactorID,
 		Types: append([]string(nil), telegramEventTypes...),
+		// With notifications off it only moves its checkpoint: no look per
+		// completion (ADR 037).
+		Dormant: !cfg.Enabled,
 		Handle: func(ctx context.Context, tx pgx.Tx, evs []events.Envelope) error {
 			if !cfg.Enabled {
 				return nil // kill switch: the checkpoint moves on, nothing is recorded

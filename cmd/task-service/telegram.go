@@ -91,7 +91,8 @@ func (c telegramConfig) startupMessage() string {
 }
 
 // build returns the telegram reactor (for the runner) and its sender.
-// With the kill switch off the reactor still runs and moves its checkpoint,
+// With the kill switch off the reactor still runs and moves its checkpoint
+// (on the catch-up ticker and at stop, not on every commit: it is dormant),
 // so turning notifications on later does not announce the past.
 func (c telegramConfig) build(pool *pgxpool.Pool, hub *store.Hub, reg prometheus.Registerer, log zerolog.Logger) (reactors.Reactor, *reactors.TelegramSender, error) {
 	cfg := c.reactorConfig()
