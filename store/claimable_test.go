@@ -63,8 +63,37 @@ func TestClaimablePlansOncePerConnection(t *testing.T) {
 		require.NoError(t, err)
 	}
 	var generic, custom int
-	require.NoError(t, pool.QueryRow(e.ctx, `SELECT generic_plans, custom_plans FROM pg_prepared_statements
-		WHERE statement = $1`, claimableSQL).Scan(&generic, &custom))
+	// The first look has the limited branch (a new store assumes a limited
+	// type may exist), the next ones are plain.
+	require.NoError(t, pool.QueryRow(e.ctx, `SELECT sum(generic_plans)::int, sum(custom_plans)::int FROM pg_prepared_statements
+		WHERE statement IN ($1, $2)`, claimableSQL, claimablePlainSQL).Scan(&generic, &custom))
 	require.Equal(t, 0, custom, "no custom plan")
 	require.Equal(t, 3, generic, "the generic plan each time")
+}
+
+// While no limited type exists the look reads the plain pool; a limited
+// type created since (here or on another instance) is seen by that read,
+// which then looks again with the limited types' tasks counted as the
+// claim would take them.
+func TestClaimableSeesALimitedTypeCreatedSince(t *testing.T) {
+	e := newLimitsEnv(t)
+	a := e.user(t, "a", true, 5)
+	plain := e.limitedType(t, "plain", events.TypeLimits{})
+	e.taskOf(t, plain, `{}`, "")
+	c, err := e.db.Claimable(e.ctx, []string{a}, 10)
+	require.NoError(t, err)
+	require.Equal(t, Claimable{Pool: 1, Assigned: []string{}}, c)
+	require.False(t, e.db.limited.Load(), "no limited type: the next looks are plain")
+
+	capped := e.limitedType(t, "capped", events.TypeLimits{MaxInProgress: ptr(2)})
+	for range 3 {
+		e.taskOf(t, capped, `{}`, "")
+	}
+	e.taskOf(t, capped, `{}`, a)
+	e.db.limited.Store(false) // as on an instance that has not claimed since the type was limited
+	c, err = e.db.Claimable(e.ctx, []string{a}, 10)
+	require.NoError(t, err)
+	require.Equal(t, 3, c.Pool, "the plain task and two of the capped type's (its room)")
+	require.Equal(t, []string{a}, c.Assigned)
+	require.True(t, e.db.limited.Load(), "the claims take the limited branch from now on")
 }
