@@ -65,59 +65,79 @@ func TestLogReadsBoundedByTimeMissNothing(t *testing.T) {
 		require.NoError(t, err)
 		return out
 	}
-	// Consumers see an event once every transaction older than it ended,
-	// cluster-wide (other tests' too): wait for all of them.
-	var total int
-	require.NoError(t, db.pool.QueryRow(ctx, `SELECT count(*) FROM task_events`).Scan(&total))
-	require.Greater(t, total, 200)
-	var all []events.Envelope
-	require.Eventually(t, func() bool {
-		all = unbounded(events.Position{}, 100_000, LogFilter{})
-		return len(all) == total
-	}, time.Minute, 50*time.Millisecond)
-	bounded := 0
-	for i := 0; i < len(all); i += 7 {
-		pos := all[i].Position()
-		if f, ok := db.logFloor(pos); ok && f.After(start) {
-			bounded++
-		}
-		for _, f := range []LogFilter{{}, {Types: []string{"task.update_posted"}}, {Types: []string{"task.created", "task.update_posted"}}} {
-			for _, limit := range []int{1, 10, 500} {
-				got, err := db.ReadLog(ctx, db.pool, pos, limit, f)
-				require.NoError(t, err)
-				require.Equal(t, positions(unbounded(pos, limit, f)), positions(got), "after %s, limit %d, %v", pos, limit, f)
+	check := func(layout string) {
+		t.Helper()
+		// Consumers see an event once every transaction older than it ended,
+		// cluster-wide (other tests' too): wait for all of them.
+		var total int
+		require.NoError(t, db.pool.QueryRow(ctx, `SELECT count(*) FROM task_events`).Scan(&total))
+		require.Greater(t, total, 200)
+		var all []events.Envelope
+		require.Eventually(t, func() bool {
+			all = unbounded(events.Position{}, 100_000, LogFilter{})
+			return len(all) == total
+		}, time.Minute, 50*time.Millisecond)
+		bounded := 0
+		for i := 0; i < len(all); i += 7 {
+			pos := all[i].Position()
+			if f, ok := db.logFloor(pos); ok && f.After(start) {
+				bounded++
+			}
+			for _, f := range []LogFilter{{}, {Types: []string{"task.update_posted"}}, {Types: []string{"task.created", "task.update_posted"}}} {
+				for _, limit := range []int{1, 10, 500} {
+					got, err := db.ReadLog(ctx, db.pool, pos, limit, f)
+					require.NoError(t, err)
+					require.Equal(t, positions(unbounded(pos, limit, f)), positions(got), "%s: after %s, limit %d, %v", layout, pos, limit, f)
+				}
 			}
 		}
-	}
-	require.Greater(t, bounded, len(all)/7/2, "most reads name a time")
+		require.Greater(t, bounded, len(all)/7/2, "most reads name a time")
 
-	head, err := db.LogHead(ctx, db.pool)
-	require.NoError(t, err)
-	require.Equal(t, all[len(all)-1].Position(), head)
-	end, err := db.ReadLogEnd(ctx, db.pool)
-	require.NoError(t, err)
-	require.Equal(t, head, end.Head)
-	for _, f := range []LogFilter{{}, {Types: []string{"task.update_posted"}}} {
-		for _, limit := range []int{1, 50, 1000} {
-			got, err := db.RecentEvents(ctx, limit, f)
+		head, err := db.LogHead(ctx, db.pool)
+		require.NoError(t, err)
+		require.Equal(t, all[len(all)-1].Position(), head)
+		end, err := db.ReadLogEnd(ctx, db.pool)
+		require.NoError(t, err)
+		require.Equal(t, head, end.Head)
+		for _, f := range []LogFilter{{}, {Types: []string{"task.update_posted"}}} {
+			for _, limit := range []int{1, 50, 1000} {
+				got, err := db.RecentEvents(ctx, limit, f)
+				require.NoError(t, err)
+				want := unbounded(events.Position{}, 100_000, f)
+				if len(want) > limit {
+					want = want[len(want)-limit:]
+				}
+				for i, j := 0, len(want)-1; i < j; i, j = i+1, j-1 {
+					want[i], want[j] = want[j], want[i]
+				}
+				require.Equal(t, positions(want), positions(got), "%s: recent %d, %v", layout, limit, f)
+			}
+		}
+		for _, id := range []string{tasks[0], tasks[len(tasks)/2], tasks[len(tasks)-1], uuid.NewString()} {
+			got, err := db.TaskStream(ctx, db.pool, id)
 			require.NoError(t, err)
-			want := unbounded(events.Position{}, 100_000, f)
-			if len(want) > limit {
-				want = want[len(want)-limit:]
-			}
-			for i, j := 0, len(want)-1; i < j; i, j = i+1, j-1 {
-				want[i], want[j] = want[j], want[i]
-			}
-			require.Equal(t, positions(want), positions(got), "recent %d, %v", limit, f)
+			want, err := db.Stream(ctx, db.pool, id)
+			require.NoError(t, err)
+			require.Equal(t, positions(want), positions(got), "%s: %s", layout, id)
 		}
 	}
-	for _, id := range []string{tasks[0], tasks[len(tasks)/2], tasks[len(tasks)-1], uuid.NewString()} {
-		got, err := db.TaskStream(ctx, db.pool, id)
-		require.NoError(t, err)
-		want, err := db.Stream(ctx, db.pool, id)
-		require.NoError(t, err)
-		require.Equal(t, positions(want), positions(got), id)
-	}
+	check("every event in the default partition")
+
+	// The same log partitioned as migration 054 leaves a log it converts:
+	// its first six days one partition (a read's window ends inside it),
+	// the days after it one partition each.
+	conn, err := db.pool.Acquire(ctx)
+	require.NoError(t, err)
+	_, err = createPartition(ctx, conn.Conn(), "task_events_old", start.Truncate(24*time.Hour), start.Truncate(24*time.Hour).AddDate(0, 0, 6), nil)
+	conn.Release()
+	require.NoError(t, err)
+	_, err = db.MaintainPartitions(ctx, PartitionPolicy{Kind: "day", Ahead: 1})
+	require.NoError(t, err)
+	require.NoError(t, db.LoadLogMarks(ctx))
+	parts, err := EventPartitions(ctx, db.pool)
+	require.NoError(t, err)
+	require.Greater(t, len(parts), 5, "the old log and the days after it")
+	check("the old log one partition, days after")
 	require.NoError(t, db.EnsureCheckpoint(ctx, "probe", []string{"task.update_posted"}))
 	w, err := db.Pending(ctx, "probe", []string{"task.update_posted"})
 	require.NoError(t, err)
