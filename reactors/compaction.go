@@ -67,6 +67,9 @@ func NewCompaction(cfg CompactionConfig) (*Compaction, error) {
 	if cfg.Now == nil {
 		cfg.Now = cfg.DB.Now
 	}
+	if cfg.Share <= 0 || cfg.Share > 1 {
+		cfg.Share = 0.5
+	}
 	c := &Compaction{cfg: cfg, log: cfg.Logger.With().Str("worker", "compaction").Logger(),
 		tasks: prometheus.NewCounter(prometheus.CounterOpts{Name: "taskservice_compaction_tasks_total",
 			Help: "Tasks whose events this instance replaced by one task.compacted event."}),
@@ -115,7 +118,7 @@ func (c *Compaction) Round(ctx context.Context) error {
 	cutoff := c.cfg.Now().Add(-c.cfg.Retention)
 	pool := c.cfg.DB.Pool().Pool
 	arep, err := archive.Run(ctx, archive.Config{Pool: pool, Store: c.cfg.Store, Kind: c.cfg.Period,
-		Before: archive.PeriodOf(c.cfg.Period, cutoff).End(), Now: c.cfg.Now, Rest: true})
+		Before: archive.PeriodOf(c.cfg.Period, cutoff).End(), Now: c.cfg.Now, Share: c.cfg.Share})
 	c.periods.Add(float64(arep.Periods))
 	c.supps.Add(float64(arep.Supplements))
 	c.bytes.Add(float64(arep.Bytes))

@@ -192,9 +192,11 @@ type Config struct {
 	Max int
 	// Now is the clock (default time.Now).
 	Now func() time.Time
-	// Rest: after each period, wait as long as it took (the service's
-	// rounds), so the archive holds a connection half the time at most.
-	Rest bool
+	// Share, when above 0, is the most of its time a run spends writing
+	// periods (the service's, compaction's EVENT_COMPACTION_SHARE): after
+	// each period it rests (1/Share - 1) times as long as the period took,
+	// leaving the database and the cores to the readers.
+	Share float64
 }
 
 // Report says what Run did.
@@ -283,11 +285,11 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		rep.Periods++
 		rep.Events += m.Events
 		rep.Bytes += m.Bytes
-		if cfg.Rest {
+		if cfg.Share > 0 && cfg.Share < 1 {
 			select {
 			case <-ctx.Done():
 				return rep, ctx.Err()
-			case <-time.After(time.Since(began)):
+			case <-time.After(time.Duration(float64(time.Since(began)) * (1/cfg.Share - 1))):
 			}
 		}
 	}
