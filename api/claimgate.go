@@ -44,6 +44,14 @@ type claimGate struct {
 	// came meanwhile.
 	offers   int
 	deferred bool
+	// empty: the last look found nothing claimable for any waiter, with no
+	// limited type (whose room a completion frees), and nothing since can
+	// have changed that but claims and completions. A completion's wake
+	// then needs no look: it frees a slot of its worker, but there is no
+	// task for any slot; one that unblocked tasks says so in its wake. A
+	// join, an offer or a wake of any other kind ends it (changes bumps).
+	empty   bool
+	changes uint64
 }
 
 // claimWaiter is one waiting long-poll.
@@ -79,6 +87,7 @@ func newClaimGate(hub *store.Hub, probe func(context.Context, []string, int) (st
 func (g *claimGate) offer() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.changed()
 	for _, w := range g.waiters {
 		if !w.missed && w.worker != "" {
 			w.give()
@@ -128,14 +137,28 @@ func (g *claimGate) join(worker string, max int) *claimWaiter {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.waiters = append(g.waiters, w)
+	g.changed() // the last look did not ask about it
 	if g.stop == nil {
 		// Only events make tasks claimable, and never a claim (while a
-		// limited type exists, a claim's wake names no type).
-		wake, unsubscribe := g.hub.SubscribeTo(store.Except(events.TaskClaimed{}.EventType()))
+		// limited type exists, a claim's wake names no type). A
+		// completion's wake comes apart (see empty).
+		wake, unsubscribe := g.hub.SubscribeTo(store.Except(claimedType, completedType))
+		ended, unsubscribeEnded := g.hub.SubscribeTo(func(t string) bool { return t == completedType })
 		g.stop = make(chan struct{})
-		go g.loop(wake, unsubscribe, g.stop)
+		go g.loop(wake, ended, func() { unsubscribe(); unsubscribeEnded() }, g.stop)
 	}
 	return w
+}
+
+var (
+	claimedType   = events.TaskClaimed{}.EventType()
+	completedType = events.TaskCompleted{}.EventType()
+)
+
+// changed ends empty. Call with g.mu held.
+func (g *claimGate) changed() {
+	g.empty = false
+	g.changes++
 }
 
 // leave unregisters a waiter; the last one out ends the loop.
@@ -163,18 +186,54 @@ func (g *claimGate) missed(w *claimWaiter) {
 	g.kickLoop()
 }
 
-func (g *claimGate) loop(wake <-chan struct{}, unsubscribe func(), stop <-chan struct{}) {
+func (g *claimGate) loop(wake, ended <-chan struct{}, unsubscribe func(), stop <-chan struct{}) {
 	defer unsubscribe()
 	for {
 		select {
 		case <-stop:
 			return
 		case <-wake:
-			g.dispatch(true)
+			g.woken(ended)
+		case <-ended:
+			select {
+			case <-wake: // a wake that named more than completions
+				g.woken(ended)
+				continue
+			default:
+			}
+			if g.completed() {
+				g.dispatch(true)
+			}
 		case <-g.kick:
 			g.dispatch(false)
 		}
 	}
+}
+
+// woken looks after a wake that may have made tasks claimable. The same
+// wake may have reached ended too (it named a completion as well, or no
+// type): this look serves it.
+func (g *claimGate) woken(ended <-chan struct{}) {
+	select {
+	case <-ended:
+	default:
+	}
+	g.mu.Lock()
+	g.changed()
+	g.mu.Unlock()
+	g.dispatch(true)
+}
+
+// completed says whether a wake that named only completions needs a look:
+// not while the gate is empty.
+func (g *claimGate) completed() (look bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.empty {
+		g.count("skipped", 0)
+		return false
+	}
+	return true
 }
 
 // dispatch looks at what is claimable and hands out turns. After a wake
@@ -190,19 +249,24 @@ func (g *claimGate) dispatch(woken bool) {
 	}
 	if g.offers > 0 {
 		g.deferred = true
+		g.changed()
 		g.mu.Unlock()
 		return
 	}
 	var workers []string
 	limit := 0
+	everyone := true // the look asks about every waiter with a worker
 	for _, w := range g.waiters {
 		if !w.missed && w.worker != "" {
 			if !slices.Contains(workers, w.worker) {
 				workers = append(workers, w.worker)
 			}
 			limit += w.max
+		} else if w.worker != "" {
+			everyone = false
 		}
 	}
+	changes := g.changes
 	g.mu.Unlock()
 	if len(workers) == 0 {
 		return
@@ -214,6 +278,7 @@ func (g *claimGate) dispatch(woken bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if err != nil {
+		g.changed()
 		// Without the look, do what the look saves: everyone claims.
 		g.log.Warn().Err(err).Msg("long-poll: reading what is claimable failed; every waiter claims")
 		g.count("error", len(g.waiters))
@@ -222,6 +287,7 @@ func (g *claimGate) dispatch(woken bool) {
 		}
 		return
 	}
+	g.empty = found.Pool == 0 && len(found.Assigned) == 0 && !found.Limited && everyone && g.changes == changes
 	pool, given := found.Pool, 0
 	for _, w := range g.waiters {
 		if w.missed || w.worker == "" {

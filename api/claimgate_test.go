@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
@@ -247,4 +248,96 @@ func TestClaimGateLooksAfterTheOfferedClaim(t *testing.T) {
 	g.leave(second)
 	require.False(t, kicked())
 	require.Zero(t, g.offers)
+}
+
+// A completion's wake needs no look while the last look found nothing
+// claimable for any waiter, with no limited type: the completion frees a
+// slot, but there is no task for one. Whatever came since (an offer, a
+// join, a wake of another kind, a look that left a waiter out) makes the
+// next completion's wake look again.
+func TestClaimGateSkipsCompletionsWhileNothingIsClaimable(t *testing.T) {
+	p := &fakeProbe{asked: make(chan []string, 16)}
+	g := newClaimGate(store.NewHub(), p.probe, zerolog.Nop())
+	g.stop = make(chan struct{}) // join starts no loop: the test drives the gate
+	a, b := g.join(uuid.NewString(), 1), g.join(uuid.NewString(), 1)
+	require.True(t, g.completed(), "no look yet")
+
+	g.dispatch(true)
+	<-p.asked
+	require.False(t, g.completed(), "nothing claimable for anyone: a completion changes nothing")
+
+	g.offer() // a commit here made tasks claimable
+	require.Equal(t, []bool{true, false}, turned(a, b))
+	require.True(t, g.completed())
+	g.missed(a) // the offered claim found nothing
+	<-g.kick
+	g.dispatch(false)
+	require.Equal(t, []string{b.worker}, <-p.asked)
+	require.True(t, g.completed(), "the look left a out, and a's slot may fit a task of its own")
+
+	g.dispatch(true)
+	<-p.asked
+	require.False(t, g.completed())
+	c := g.join(uuid.NewString(), 1)
+	require.True(t, g.completed(), "nobody asked about c's own tasks")
+
+	g.dispatch(true)
+	<-p.asked
+	require.False(t, g.completed())
+	p.set(store.Claimable{Limited: true}, nil)
+	g.dispatch(true)
+	<-p.asked
+	require.True(t, g.completed(), "a completion may make room in a limited type")
+
+	p.set(store.Claimable{Assigned: []string{c.worker}}, nil)
+	g.dispatch(true)
+	<-p.asked
+	require.True(t, g.completed())
+	require.Equal(t, []bool{false, false, true}, turned(a, b, c))
+}
+
+// The loop: a wake that names only completions reaches the gate apart
+// from the others, and is skipped while nothing is claimable; one that
+// names anything else (or nothing) looks.
+func TestClaimGateLoopSkipsCompletions(t *testing.T) {
+	hub := store.NewHub()
+	p := &fakeProbe{asked: make(chan []string, 16)}
+	g := newClaimGate(hub, p.probe, zerolog.Nop())
+	g.looks = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "looks"}, []string{"outcome"})
+	g.turns = prometheus.NewCounter(prometheus.CounterOpts{Name: "turns"})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(g.looks)
+	a := g.join(uuid.NewString(), 1)
+	defer g.leave(a)
+	hub.Wake("task.created")
+	<-p.asked
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+		}
+	}
+	skipped := func() float64 {
+		mfs, err := reg.Gather()
+		require.NoError(t, err)
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				if m.GetLabel()[0].GetValue() == "skipped" {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+		return 0
+	}
+	waitFor("the look to settle", func() bool { g.mu.Lock(); defer g.mu.Unlock(); return g.empty })
+	hub.Wake("task.completed")
+	waitFor("the completion's wake to be skipped", func() bool { return skipped() == 1 })
+	require.Empty(t, p.asked)
+
+	for _, types := range [][]string{{"task.completed", "task.unblocked"}, nil, {"task.failed"}} {
+		hub.Wake(types...)
+		<-p.asked
+	}
 }

@@ -43,7 +43,7 @@ func newMetrics(reg *prometheus.Registry) *metrics {
 	})
 	m.gateLooks = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "taskservice_claim_gate_looks_total",
-		Help: "The claim gate's reads of what waiting long-polls could claim, by outcome: some, none, error (then every waiter claims).",
+		Help: "The claim gate's reads of what waiting long-polls could claim, by outcome: some, none, error (then every waiter claims); skipped counts completions' wakes that needed no read.",
 	}, []string{"outcome"})
 	m.gateTurns = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "taskservice_claim_gate_turns_total", Help: "Waiting long-polls the claim gate let claim.",

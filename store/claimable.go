@@ -14,6 +14,9 @@ type Claimable struct {
 	// Assigned lists the workers, among those asked about, that have tasks
 	// assigned to them and claimable now.
 	Assigned []string
+	// Limited says that an unpaused limited type exists: a completion of
+	// one of its tasks may make room for more.
+	Limited bool
 }
 
 // Claimable reads what claims by workers could find now: the pool's
@@ -37,22 +40,22 @@ type Claimable struct {
 // with the branch, so its tasks are never left out.
 func (db *DB) Claimable(ctx context.Context, workers []string, limit int) (Claimable, error) {
 	if !db.limited.Load() {
-		c, live, err := db.claimable(ctx, claimablePlainSQL, workers, limit)
-		if err != nil || !live {
+		c, err := db.claimable(ctx, claimablePlainSQL, workers, limit)
+		if err != nil || !c.Limited {
 			return c, err
 		}
 	}
-	c, live, err := db.claimable(ctx, claimableSQL, workers, limit)
+	c, err := db.claimable(ctx, claimableSQL, workers, limit)
 	if err == nil {
-		db.limited.Store(live)
+		db.limited.Store(c.Limited)
 	}
 	return c, err
 }
 
-// claimable runs one of the looks; live is whether an unpaused limited
-// type exists. A plain look that finds one also sets db.limited, for the
-// claims too.
-func (db *DB) claimable(ctx context.Context, sql string, workers []string, limit int) (c Claimable, live bool, err error) {
+// claimable runs one of the looks. A plain look that finds a limited type
+// sets db.limited, for the claims too.
+func (db *DB) claimable(ctx context.Context, sql string, workers []string, limit int) (Claimable, error) {
+	var c Claimable
 	b := &pgx.Batch{}
 	if sql == claimablePlainSQL {
 		// Under genericPlan alone its plan, made while worker_tasks was
@@ -63,15 +66,15 @@ func (db *DB) claimable(ctx context.Context, sql string, workers []string, limit
 		b.Queue(genericPlan)
 	}
 	b.Queue(sql, db.Now(), workers, limit).QueryRow(func(row pgx.Row) error {
-		return row.Scan(&c.Pool, &c.Assigned, &live)
+		return row.Scan(&c.Pool, &c.Assigned, &c.Limited)
 	})
 	if err := db.pool.SendBatch(ctx, b).Close(); err != nil {
-		return Claimable{}, false, fmt.Errorf("claimable: %w", err)
+		return Claimable{}, fmt.Errorf("claimable: %w", err)
 	}
-	if live {
+	if c.Limited {
 		db.limited.Store(true)
 	}
-	return c, live, nil
+	return c, nil
 }
 
 // genericPlan makes the statements after it in a batch (its implicit

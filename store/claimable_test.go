@@ -95,5 +95,6 @@ func TestClaimableSeesALimitedTypeCreatedSince(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 3, c.Pool, "the plain task and two of the capped type's (its room)")
 	require.Equal(t, []string{a}, c.Assigned)
+	require.True(t, c.Limited)
 	require.True(t, e.db.limited.Load(), "the claims take the limited branch from now on")
 }

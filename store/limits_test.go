@@ -255,7 +255,7 @@ func TestAssignedTaskWaitsForRoom(t *testing.T) {
 	require.Len(t, got, 1)
 	c, err := e.db.Claimable(e.ctx, []string{a, b}, 10)
 	require.NoError(t, err)
-	require.Equal(t, Claimable{Pool: 0, Assigned: []string{}}, c, "the type is full")
+	require.Equal(t, Claimable{Pool: 0, Assigned: []string{}, Limited: true}, c, "the type is full")
 	require.Empty(t, e.claim(t, a, 5), "a's own task waits for room")
 	e.complete(t, got[0])
 	got = e.claim(t, a, 5)
