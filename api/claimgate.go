@@ -61,6 +61,9 @@ type claimWaiter struct {
 	turn    chan struct{} // 1-buffered: claim now
 	missed  bool          // given a turn since the last wake and found nothing
 	offered bool          // given its turn by offer, its claim not ended
+	// looked: it joined while the gate was empty, and the gate looks for
+	// it instead of its first claim (join).
+	looked bool
 }
 
 // probeTimeout bounds one look; on error every waiter gets a turn.
@@ -137,6 +140,15 @@ func (g *claimGate) join(worker string, max int) *claimWaiter {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.waiters = append(g.waiters, w)
+	if g.empty && w.worker != "" {
+		// Nothing was claimable for anyone at the last look, and only
+		// claims and completions came since: a claim now would find
+		// nothing in the pool, and the look that asks about this worker
+		// too (its own tasks) costs less than a claim that finds nothing
+		// (ADR 037).
+		w.looked = true
+		g.kickLoop()
+	}
 	g.changed() // the last look did not ask about it
 	if g.stop == nil {
 		// Only events make tasks claimable, and never a claim (while a
@@ -174,6 +186,7 @@ func (g *claimGate) leave(w *claimWaiter) {
 	if len(g.waiters) == 0 && g.stop != nil {
 		close(g.stop)
 		g.stop = nil
+		g.changed() // no loop sees the wakes until the next join
 	}
 }
 

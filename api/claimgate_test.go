@@ -278,8 +278,14 @@ func TestClaimGateSkipsCompletionsWhileNothingIsClaimable(t *testing.T) {
 	g.dispatch(true)
 	<-p.asked
 	require.False(t, g.completed())
+	require.False(t, a.looked || b.looked, "they joined before any look")
 	c := g.join(uuid.NewString(), 1)
 	require.True(t, g.completed(), "nobody asked about c's own tasks")
+	require.True(t, c.looked, "c joined an empty gate: a look instead of its first claim")
+	<-g.kick
+	d := g.join(uuid.NewString(), 1)
+	require.False(t, d.looked, "the gate was no longer empty")
+	g.leave(d)
 
 	g.dispatch(true)
 	<-p.asked

@@ -87,13 +87,17 @@ func (s *Server) claimWaiting(c echo.Context, wait time.Duration, max int) ([]*s
 	s.metrics.claimWaiters.Inc()
 	defer s.metrics.claimWaiters.Dec()
 	given := false // this attempt is a turn the gate gave
-	for {
-		tasks, err := s.claimOnce(ctx, worker, max, meta)
-		if err != nil || len(tasks) > 0 {
-			return tasks, err
-		}
-		if given {
-			s.gate.missed(waiter)
+	// The first attempt is the gate's look when it said so (join).
+	claim := waiter == nil || !waiter.looked
+	for ; ; claim = true {
+		if claim {
+			tasks, err := s.claimOnce(ctx, worker, max, meta)
+			if err != nil || len(tasks) > 0 {
+				return tasks, err
+			}
+			if given {
+				s.gate.missed(waiter)
+			}
 		}
 		select {
 		case <-turn:

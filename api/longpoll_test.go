@@ -269,3 +269,43 @@ func TestLongPollWakesOnlyWhomATaskIsFor(t *testing.T) {
 	require.GreaterOrEqual(t, metricSum(t, b.reg, "taskservice_claim_gate_turns_total"), 1.0)
 	require.Zero(t, metricSum(t, b.reg, "taskservice_claim_gate_looks_total", "outcome", "error"))
 }
+
+// A long-poll that joins while nothing is claimable for anyone (the gate's
+// last look found nothing, and only claims and completions came since)
+// makes no claim first: the gate looks for it, and it claims when a task
+// comes for it.
+func TestLongPollJoiningAnEmptyGateClaimsOnlyForATask(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, store.NewHub(), func(c *api.Config) { c.ClaimRecheck = time.Hour })
+	tt := b.newType(t, "report")
+	first, second, away := b.newWorker(t, "Empty1", 1), b.newWorker(t, "Empty2", 1), b.newWorker(t, "Away", 1)
+	base := claimCount(t, b)
+	p1 := claimAsync(b.ctx, first, 60*time.Second)
+	waiters(t, b, 1)
+	require.Eventually(t, func() bool { return claimCount(t, b) == base+1 }, 10*time.Second, 5*time.Millisecond,
+		"the first waiter claims: the gate has not looked yet")
+	none := func() float64 { return metricSum(t, b.reg, "taskservice_claim_gate_looks_total", "outcome", "none") }
+	// A task for a worker that is not waiting: the look finds nothing for
+	// the waiters, so the gate is empty.
+	b.newTask(t, tt, "For the absent", events.PriorityMedium, away.ID)
+	require.Eventually(t, func() bool { return none() == 1 }, 10*time.Second, 5*time.Millisecond)
+
+	p2 := claimAsync(b.ctx, second, 60*time.Second)
+	waiters(t, b, 2)
+	require.Eventually(t, func() bool { return none() == 2 }, 10*time.Second, 5*time.Millisecond,
+		"the gate looks for the second waiter")
+	require.Equal(t, base+1, claimCount(t, b), "instead of its claim")
+
+	mine := b.newTask(t, tt, "For the second", events.PriorityMedium, second.ID)
+	r := <-p2
+	require.NoError(t, r.err)
+	require.NotNil(t, r.task, "the second waiter's wait ran out")
+	require.Equal(t, mine.ID, r.task.ID)
+	require.Equal(t, base+2, claimCount(t, b), "one claim, for its task")
+
+	pool := b.newTask(t, tt, "For the first", events.PriorityMedium, "")
+	r = <-p1
+	require.NoError(t, r.err)
+	require.NotNil(t, r.task)
+	require.Equal(t, pool.ID, r.task.ID)
+}
