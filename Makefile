@@ -58,7 +58,7 @@ TEST_DB_ENV = \
 PROMTOOL_ENV = PROMTOOL="$$(scripts/promtool.sh)"; export PROMTOOL; export REQUIRE_PROMTOOL=1
 
 .PHONY: bench-schedules
-.PHONY: bench-login
+.PHONY: bench-login bench-compaction
 .PHONY: image test-image test-kube test-failover test-pg-move test-slow
 .PHONY: build run test test-race bench bench-go bench-worker bench-scale lint lint-openapi fuzz fuzz-contract devdb devdb-stop screenshots bench-ui
 
@@ -210,6 +210,16 @@ bench-scale:
 	$(GO) build -o bin/ ./cmd/taskbench; \
 	echo "bin/taskbench scale --sizes $(SCALE_SIZES) --calls $(SCALE_CALLS) --profile $(SCALE_PROFILE)" >&2; \
 	bin/taskbench scale --sizes $(SCALE_SIZES) --calls $(SCALE_CALLS) --profile $(SCALE_PROFILE)
+
+# Reads while the event log is compacted (issue 28, ADR 035): the 1M database of
+# bench-scale, archived, then compacted by task-service beside a store lane, with
+# taskbench scale before and during (scripts/bench-compaction.sh; 15 minutes or so).
+bench-compaction:
+	@set -e; \
+	if [ -z "$${DATABASE_URL:-}" ]; then DATABASE_URL="$$(scripts/devdb.sh)"; fi; \
+	export DATABASE_URL; \
+	$(GO) build -o bin/ ./cmd/taskbench ./cmd/task-service; \
+	scripts/bench-compaction.sh
 
 lint:
 	@set -e; \

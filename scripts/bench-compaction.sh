@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# bench-compaction.sh — the reads while the event log is compacted (issue 28, ADR 035).
+#
+#   scripts/bench-compaction.sh            (make bench-compaction)
+#
+# On the 1M-task database of `make bench-scale` (taskservice_scale_1m, built first if
+# missing), with a store lane of `taskbench lanes` running all along:
+#   1. a fresh copy of the uncompacted log: the first run keeps the built database as
+#      taskservice_scale_1m_uncompacted, every run starts again from it;
+#   2. the archive: task-service with EVENT_RETENTION=31d (the older half of the tasks)
+#      writes every period before the retention into ARCHIVE_DIR, and is stopped as the
+#      archive is done (a compaction pass may have begun);
+#   3. `taskbench scale --sizes 1m` once before compaction, then task-service again,
+#      compacting with its defaults (EVENT_COMPACTION_SHARE and the rest), and
+#      `taskbench scale` RUNS times while it runs;
+#   4. the log's rows and bytes before and after, and every read over 20 ms at p99.
+#
+# Environment:
+#   DATABASE_URL   the PostgreSQL server (default: scripts/devdb.sh's); only the
+#                  taskservice_scale_1m* and taskservice_bench databases are written
+#   BIN            where task-service and taskbench are (default bin/, built by make)
+#   RUNS           taskbench scale runs during compaction (default 4)
+#   ARCHIVE_DIR    the archive's directory (default .data/compaction-archive, emptied)
+#   OUT            where the logs and tables go (default .data/bench-compaction)
+# Progress goes to stderr; the tables to OUT/scale*.txt and the summary to stdout.
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
+BIN="${BIN:-$REPO/bin}"
+RUNS="${RUNS:-4}"
+ARCHIVE_DIR="${ARCHIVE_DIR:-$REPO/.data/compaction-archive}"
+OUT="${OUT:-$REPO/.data/bench-compaction}"
+URL="${DATABASE_URL:-$("$REPO/scripts/devdb.sh")}"
+server="${URL%%\?*}"; server="${server%/*}"
+db() { echo "$server/$1?sslmode=disable"; }
+log() { printf 'bench-compaction: %s\n' "$*" >&2; }
+die() { printf 'bench-compaction: error: %s\n' "$*" >&2; exit 1; }
+sql() { psql -X -q -At -v ON_ERROR_STOP=1 "$(db "$1")" -c "$2"; }
+for b in task-service taskbench; do [ -x "$BIN/$b" ] || die "$BIN/$b is missing: run make bench-compaction, or build it with go build -o bin/ ./cmd/$b"; done
+command -v psql >/dev/null || die "psql is missing: apt-get install postgresql-client-15"
+
+mkdir -p "$OUT"
+rm -f "$OUT"/scale*.txt "$OUT"/*.log
+exists() { [ "$(sql postgres "SELECT count(*) FROM pg_database WHERE datname = '$1'")" = 1 ]; }
+if ! exists taskservice_scale_1m_uncompacted; then
+	if ! exists taskservice_scale_1m; then
+		log "building taskservice_scale_1m (several minutes)"
+		DATABASE_URL="$(db taskservice)" "$BIN/taskbench" scale --sizes 1m --build-only
+	fi
+	log "keeping the uncompacted build as taskservice_scale_1m_uncompacted"
+	sql postgres "ALTER DATABASE taskservice_scale_1m RENAME TO taskservice_scale_1m_uncompacted"
+fi
+log "copying taskservice_scale_1m_uncompacted to taskservice_scale_1m"
+sql postgres "DROP DATABASE IF EXISTS taskservice_scale_1m"
+sql postgres "CREATE DATABASE taskservice_scale_1m TEMPLATE taskservice_scale_1m_uncompacted"
+rm -rf "$ARCHIVE_DIR"; mkdir -p "$ARCHIVE_DIR"
+
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT
+service() { # LOG [ENV...]: task-service on the copy, compacting
+	local logf=$1; shift
+	: >"$logf"
+	env DATABASE_URL="$(db taskservice_scale_1m)" LISTEN_ADDR=127.0.0.1:0 JWT_SECRET=bench-compaction-0123456789abcdef \
+		REACTORS=false EVENT_RETENTION=31d EVENT_COMPACTION_INTERVAL=1m DATA_DIR="$ARCHIVE_DIR" "$@" \
+		"$BIN/task-service" >"$logf" 2>&1 &
+	pids+=($!)
+}
+wait_for() { # LOG TEXT: until the log says TEXT
+	until grep -q "$2" "$1"; do
+		grep -q '"level":"error"' "$1" && die "task-service failed: $(grep '"level":"error"' "$1" | head -1)"
+		sleep 1
+	done
+}
+log "archiving the periods before the retention (EVENT_COMPACTION_SHARE=1: no rest)"
+started=$SECONDS
+service "$OUT/archive.log" EVENT_COMPACTION_SHARE=1
+wait_for "$OUT/archive.log" 'archived the event log'
+kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true
+log "archived in $((SECONDS - started)) s: $(grep -o '"periods":[0-9]*\|"events":[0-9]*' "$OUT/archive.log" | head -2 | tr '\n' ' ')"
+log_size() { sql taskservice_scale_1m "SELECT count(*) || ' rows, ' || pg_size_pretty((SELECT sum(pg_total_relation_size(inhrelid))
+	FROM pg_inherits WHERE inhparent = 'task_events'::regclass)) FROM task_events"; }
+before_size=$(log_size)
+
+log "a store lane all along (taskbench lanes --modes store --workers 16, in a loop)"
+touch "$OUT/lane.on"
+(while [ -f "$OUT/lane.on" ]; do DATABASE_URL="$(db taskservice)" "$BIN/taskbench" lanes --modes store --workers 16 >>"$OUT/lanes.log" 2>&1 || sleep 1; done) &
+pids+=($!)
+sleep 20 # the lane's pre-fill
+scale() { DATABASE_URL="$(db taskservice)" "$BIN/taskbench" scale --sizes 1m --calls 60 >"$OUT/scale$1.txt" 2>>"$OUT/scale.log"; echo "$1 $(uptime)" >>"$OUT/load.log"; }
+log "reads before compaction"
+scale 0
+log "compacting: task-service with its defaults"
+service "$OUT/service.log"
+wait_for "$OUT/service.log" 'compacted finished chains'
+for r in $(seq 1 "$RUNS"); do
+	log "reads during compaction, run $r of $RUNS"
+	scale "$r"
+done
+rm -f "$OUT/lane.on"
+cleanup; pids=()
+
+echo "task_events before: $before_size; after: $(log_size) (dead rows not yet vacuumed)"
+echo "compacted: $(sql taskservice_scale_1m "SELECT tasks || ' tasks, ' || events || ' events deleted' FROM event_compaction")"
+echo "load average at each run:"; cat "$OUT/load.log"
+echo "reads over 20 ms at p99 (run 0: before compaction):"
+for f in "$OUT"/scale*.txt; do
+	r=$(basename "$f" .txt); r=${r#scale}
+	awk -v r="$r" '/ \/ / && $NF+0 > 20 { print "  run " r ": " $0 }' "$f"
+done
+echo "tables: $OUT/scale*.txt"
