@@ -85,17 +85,42 @@ func Seed(ctx context.Context, pool *pgxpool.Pool, cfg Config) (int, error) {
 	g := &gen{cfg: cfg, rnd: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)), at: cfg.Start,
 		held: map[string]int{}, caps: map[string]int{}}
 	g.setup()
-	n, err := pool.CopyFrom(ctx, pgx.Identifier{"task_events"},
-		[]string{"stream_type", "stream_id", "version", "type", "schema_version", "data", "meta", "occurred_at"},
-		pgx.CopyFromFunc(g.next))
-	if err != nil {
-		return int(n), err
+	// A COPY (a transaction) per txEvents events: a real log is written by
+	// many transactions, and the planner's estimates of a read from a
+	// position ((tx_id, seq) > ...) go by tx_id; one transaction for the
+	// whole log made every such read look empty.
+	var total int64
+	for done := false; !done; {
+		left := txEvents
+		n, err := pool.CopyFrom(ctx, pgx.Identifier{"task_events"},
+			[]string{"stream_type", "stream_id", "version", "type", "schema_version", "data", "meta", "occurred_at"},
+			pgx.CopyFromFunc(func() ([]any, error) {
+				if left == 0 {
+					return nil, nil
+				}
+				row, err := g.next()
+				if row == nil {
+					done = true
+				}
+				left--
+				return row, err
+			}))
+		total += n
+		if err != nil {
+			return int(total), err
+		}
+		if n == 0 {
+			break
+		}
 	}
-	// The log was written behind the store's back, in one transaction:
-	// mark its days (migration 053), as the migration marks a log it finds.
-	_, err = pool.Exec(ctx, `SELECT log_marks_seed()`)
-	return int(n), err
+	// The log was written behind the store's back: mark its days
+	// (migration 053), as the migration marks a log it finds.
+	_, err := pool.Exec(ctx, `SELECT log_marks_seed()`)
+	return int(total), err
 }
+
+// txEvents is how many events each transaction of Seed writes.
+const txEvents = 1000
 
 func newID() string { return uuid.Must(uuid.NewV7()).String() }
 
