@@ -285,7 +285,7 @@ func buildScaleDB(ctx context.Context, cfg benchScaleConfig, n int, progress io.
 		step = time.Hour / time.Duration(evs+cfg.backlog)
 	}
 	seeded := make(chan struct{})
-	go func() { // the COPY says nothing until it ends: count what it wrote
+	go func() { // the COPYs say nothing until the last ends: estimate what they wrote
 		t := time.NewTicker(10 * time.Second)
 		defer t.Stop()
 		for {
@@ -294,7 +294,8 @@ func buildScaleDB(ctx context.Context, cfg benchScaleConfig, n int, progress io.
 				return
 			case <-t.C:
 				var est int64
-				_ = pool.QueryRow(ctx, `SELECT (pg_relation_size('task_events') / 8192 * 20)`).Scan(&est)
+				_ = pool.QueryRow(ctx, `SELECT coalesce(sum(pg_relation_size(inhrelid)), 0) / 8192 * 20
+					FROM pg_inherits WHERE inhparent = 'task_events'::regclass`).Scan(&est)
 				fmt.Fprintf(progress, "bench-scale: %s: writing events, about %d of %d so far (%s)\n",
 					sizeLabel(n), est, evs, time.Since(start).Round(time.Second))
 			}
