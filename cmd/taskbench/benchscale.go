@@ -320,12 +320,23 @@ func buildScaleDB(ctx context.Context, cfg benchScaleConfig, n int, progress io.
 		return nil, err
 	}
 	moveStart := time.Now()
-	prep, err := sdb.MaintainPartitions(ctx, store.PartitionPolicy{Kind: archive.Day, Ahead: 2})
-	if err != nil {
-		return nil, err
+	made := 0
+	for try := 1; ; try++ {
+		// A pass gives up on a partition when autovacuum holds the default
+		// one past its lock timeout; the next pass goes on from there.
+		prep, err := sdb.MaintainPartitions(ctx, store.PartitionPolicy{Kind: archive.Day, Ahead: 2})
+		made += len(prep.Created)
+		if err == nil {
+			break
+		}
+		if try == 20 {
+			return nil, err
+		}
+		fmt.Fprintf(progress, "bench-scale: %s: %v; again\n", sizeLabel(n), err)
+		time.Sleep(time.Second)
 	}
 	fmt.Fprintf(progress, "bench-scale: %s: %d partitions made in %s; rebuilding the projections\n",
-		sizeLabel(n), len(prep.Created), time.Since(moveStart).Round(time.Millisecond))
+		sizeLabel(n), made, time.Since(moveStart).Round(time.Millisecond))
 	rebuildStart := time.Now()
 	rr, err := replay.Rebuild(ctx, pool, replay.RebuildConfig{Progress: func(p replay.Progress) {
 		if p.Done == p.Total || p.Done%(1<<20) == 0 {
