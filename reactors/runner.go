@@ -34,10 +34,11 @@ type Reactor struct {
 	// the reactor so other instances do not prepare the same batch.
 	Prepare func(ctx context.Context, evs []events.Envelope) error
 	// Dormant, when its events need nothing done now (Telegram's reactor
-	// with notifications off, which only moves its checkpoint on): commits
-	// do not wake it, it reads on the catch-up ticker alone, and once more
-	// as the runner stops, so its checkpoint stays near the log's end
-	// without a look per commit (ADR 037).
+	// with notifications off): Handle is not called, and the runner moves
+	// its checkpoint to the log's head instead of reading the events.
+	// Commits do not wake it: it moves at start, on the catch-up ticker and
+	// once more as the runner stops, so its checkpoint stays near the
+	// log's end without a look per commit (ADR 037).
 	Dormant bool
 }
 
@@ -260,7 +261,11 @@ func (r *Runner) drain(ctx context.Context, re Reactor) (hidden bool, err error)
 		if work.Checkpoint.Leased(r.cfg.InstanceID, r.db.Now()) {
 			return false, nil // another instance prepares a batch; its commit wakes us
 		}
-		res, err := r.batch(ctx, re)
+		batch := r.batch
+		if re.Dormant {
+			batch = r.skip
+		}
+		res, err := batch(ctx, re)
 		r.metrics.batches.WithLabelValues(re.Name, res.String()).Inc()
 		if err != nil {
 			return false, err
@@ -353,6 +358,41 @@ func (r *Runner) batch(ctx context.Context, re Reactor) (batchResult, error) {
 	}
 	r.metrics.events.WithLabelValues(re.Name).Add(float64(len(handled)))
 	r.metrics.duration.WithLabelValues(re.Name).Observe(time.Since(start).Seconds())
+	return batchDone, nil
+}
+
+// skip moves a dormant reactor's checkpoint to the log's head, past events
+// it has nothing to do with, without reading them: one read of the head
+// however many there are.
+func (r *Runner) skip(ctx context.Context, re Reactor) (batchResult, error) {
+	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.BatchTimeout)
+	defer cancel()
+	res := batchDone
+	err := r.db.WithTx(tctx, func(tx pgx.Tx) error {
+		cp, ok, err := r.db.LockCheckpoint(tctx, tx, re.Name)
+		if err != nil {
+			return err
+		}
+		if !ok || cp.Leased(r.cfg.InstanceID, r.db.Now()) {
+			res = batchSkipped
+			return errRollback
+		}
+		head, err := r.db.LogHead(tctx, tx)
+		if err != nil {
+			return err
+		}
+		if !cp.Position.Less(head) {
+			res = batchEmpty
+			return errRollback
+		}
+		return r.db.SaveCheckpoint(tctx, tx, re.Name, head)
+	})
+	if errors.Is(err, errRollback) {
+		return res, nil
+	}
+	if err != nil {
+		return batchFailed, err
+	}
 	return batchDone, nil
 }
 
