@@ -51,7 +51,7 @@ if ! exists taskservice_scale_1m_uncompacted; then
 	sql postgres "ALTER DATABASE taskservice_scale_1m RENAME TO taskservice_scale_1m_uncompacted"
 fi
 log "copying taskservice_scale_1m_uncompacted to taskservice_scale_1m"
-sql postgres "DROP DATABASE IF EXISTS taskservice_scale_1m"
+PGOPTIONS="-c client_min_messages=warning" sql postgres "DROP DATABASE IF EXISTS taskservice_scale_1m"
 sql postgres "CREATE DATABASE taskservice_scale_1m TEMPLATE taskservice_scale_1m_uncompacted"
 rm -rf "$ARCHIVE_DIR"; mkdir -p "$ARCHIVE_DIR"
 
