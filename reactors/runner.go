@@ -316,13 +316,12 @@ func (r *Runner) batch(ctx context.Context, re Reactor) (batchResult, error) {
 	tctx, cancelTx := context.WithTimeout(bctx, r.cfg.BatchTimeout)
 	defer cancelTx()
 	err := r.db.WithTx(tctx, func(tx pgx.Tx) error {
-		cp, ok, err := r.db.LockCheckpoint(tctx, tx, re.Name)
+		cp, err := r.lockCheckpoint(tctx, tx, re.Name)
+		if errors.Is(err, errRollback) {
+			res = batchSkipped
+		}
 		if err != nil {
 			return err
-		}
-		if !ok || cp.Leased(r.cfg.InstanceID, r.db.Now()) {
-			res = batchSkipped
-			return errRollback
 		}
 		if prepared != nil && cp.Position != prepared.from {
 			// Our lease ran out and another instance moved on: prepare again.
@@ -361,6 +360,19 @@ func (r *Runner) batch(ctx context.Context, re Reactor) (batchResult, error) {
 	return batchDone, nil
 }
 
+// lockCheckpoint locks a reactor's checkpoint in tx; errRollback when it is
+// missing or another instance's lease holds it (the batch is skipped).
+func (r *Runner) lockCheckpoint(ctx context.Context, tx pgx.Tx, name string) (store.Checkpoint, error) {
+	cp, ok, err := r.db.LockCheckpoint(ctx, tx, name)
+	if err != nil {
+		return cp, err
+	}
+	if !ok || cp.Leased(r.cfg.InstanceID, r.db.Now()) {
+		return cp, errRollback
+	}
+	return cp, nil
+}
+
 // skip moves a dormant reactor's checkpoint to the log's head, past events
 // it has nothing to do with, without reading them: one read of the head
 // however many there are.
@@ -369,13 +381,12 @@ func (r *Runner) skip(ctx context.Context, re Reactor) (batchResult, error) {
 	defer cancel()
 	res := batchDone
 	err := r.db.WithTx(tctx, func(tx pgx.Tx) error {
-		cp, ok, err := r.db.LockCheckpoint(tctx, tx, re.Name)
+		cp, err := r.lockCheckpoint(tctx, tx, re.Name)
+		if errors.Is(err, errRollback) {
+			res = batchSkipped
+		}
 		if err != nil {
 			return err
-		}
-		if !ok || cp.Leased(r.cfg.InstanceID, r.db.Now()) {
-			res = batchSkipped
-			return errRollback
 		}
 		head, err := r.db.LogHead(tctx, tx)
 		if err != nil {
