@@ -18,7 +18,12 @@ type PartitionsConfig struct {
 	Policy store.PartitionPolicy
 	// Every is the time between two passes (default 1 hour: partitions
 	// exist Policy.Ahead periods ahead, so a missed pass costs nothing).
-	Every      time.Duration
+	Every time.Duration
+	// Retry is how soon a pass follows a failed one (a lock it gave up
+	// waiting for, behind autovacuum or a long reader), doubling up to
+	// Every (default 10 s): events left in the default partition would
+	// otherwise wait there for a whole Every.
+	Retry      time.Duration
 	Registerer prometheus.Registerer
 	Logger     zerolog.Logger
 }
@@ -44,6 +49,9 @@ func NewPartitions(cfg PartitionsConfig) (*Partitions, error) {
 	if cfg.Every <= 0 {
 		cfg.Every = time.Hour
 	}
+	if cfg.Retry <= 0 {
+		cfg.Retry = 10 * time.Second
+	}
 	p := &Partitions{cfg: cfg, log: cfg.Logger.With().Str("worker", "partitions").Logger(),
 		count: prometheus.NewGauge(prometheus.GaugeOpts{Name: "taskservice_event_partitions",
 			Help: "Partitions of task_events after this instance's last maintenance pass, the default one included."}),
@@ -58,14 +66,17 @@ func NewPartitions(cfg PartitionsConfig) (*Partitions, error) {
 
 // Run maintains until ctx ends.
 func (p *Partitions) Run(ctx context.Context) error {
-	t := time.NewTicker(p.cfg.Every)
-	defer t.Stop()
+	retry := p.cfg.Retry
 	for {
+		next := p.cfg.Every
 		rep, err := p.cfg.DB.MaintainPartitions(ctx, p.cfg.Policy)
 		switch {
 		case err != nil && ctx.Err() == nil:
-			p.log.Warn().Err(err).Msg("cannot maintain the event log's partitions; will try again")
-		case !rep.Skipped:
+			next, retry = min(retry, p.cfg.Every), min(2*retry, p.cfg.Every)
+			p.log.Warn().Err(err).Dur("again_in", next).Msg("cannot maintain the event log's partitions; will try again")
+		case err != nil || rep.Skipped:
+		default:
+			retry = p.cfg.Retry
 			p.count.Set(float64(rep.Partitions))
 			p.moved.Add(float64(rep.Moved))
 			if len(rep.Created)+len(rep.Dropped)+len(rep.Merged) > 0 {
@@ -76,7 +87,7 @@ func (p *Partitions) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-t.C:
+		case <-time.After(next):
 		}
 	}
 }
