@@ -264,6 +264,14 @@ func createPartition(ctx context.Context, conn *pgx.Conn, name string, from, to 
 	if err != nil {
 		return 0, mapErr(fmt.Errorf("create partition %s: %w", name, err))
 	}
+	if moved > 0 || len(absorb) > 0 {
+		// A new table has no statistics until autovacuum gets to it: the
+		// planner would take its moved rows for none (ANALYZE blocks no
+		// reader or writer).
+		if _, err := conn.Exec(ctx, `ANALYZE `+pgx.Identifier{name}.Sanitize()); err != nil {
+			return moved, mapErr(fmt.Errorf("analyze partition %s: %w", name, err))
+		}
+	}
 	return moved, nil
 }
 
