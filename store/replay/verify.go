@@ -184,6 +184,9 @@ func Verify(ctx context.Context, pool *pgxpool.Pool, cfg VerifyConfig) (*Report,
 	if err := verifyScheduleCounts(ctx, tx, rep, cfg.MaxDifferences); err != nil {
 		return nil, fmt.Errorf("verify: %w", err)
 	}
+	if err := verifyEventStreams(ctx, tx, rep, cfg.MaxDifferences); err != nil {
+		return nil, fmt.Errorf("verify: %w", err)
+	}
 	rep.Elapsed = time.Since(start)
 	return rep, nil
 }
