@@ -91,6 +91,18 @@ func (db *DB) refreshMarksLocked() {
 	}()
 }
 
+// addMarkSQL adds a mark at the log's end unless the newest one (the last
+// by position: one probe of the key, however many marks a year leaves) is
+// more recent than $2.
+const addMarkSQL = `INSERT INTO log_marks (tx_id, seq, occurred_at)
+		SELECT pg_snapshot_xmax(pg_current_snapshot()), 0, least($1, statement_timestamp() - $3::interval)
+		 WHERE coalesce((SELECT occurred_at FROM log_marks ORDER BY tx_id DESC, seq DESC LIMIT 1), '-infinity') <= $2
+		ON CONFLICT (tx_id, seq) DO NOTHING`
+
+// marksAfterSQL reads the marks after a position, in order.
+const marksAfterSQL = `SELECT tx_id::text::bigint, seq, occurred_at FROM log_marks
+		 WHERE (tx_id, seq) > ($1::text::xid8, $2) ORDER BY tx_id, seq`
+
 // LoadLogMarks adds a mark at the log's end when the newest one is older
 // than markEvery (by the store's clock), then reads the marks after those
 // already held. The service does it in the background as reads need it;
@@ -110,14 +122,10 @@ func (db *DB) LoadLogMarks(ctx context.Context) error {
 	// whose clock runs ahead must not mark the others' events as later
 	// than they are. No read of the log: one tiny insert, skipped while a
 	// recent mark exists.
-	if _, err := db.pool.Exec(ctx, `INSERT INTO log_marks (tx_id, seq, occurred_at)
-		SELECT pg_snapshot_xmax(pg_current_snapshot()), 0, least($1, statement_timestamp() - $3::interval)
-		 WHERE NOT EXISTS (SELECT 1 FROM log_marks WHERE occurred_at > $2)
-		ON CONFLICT (tx_id, seq) DO NOTHING`, now.Add(-ClockSkew), now.Add(-ClockSkew-markEvery), ClockSkew.String()); err != nil {
+	if _, err := db.pool.Exec(ctx, addMarkSQL, now.Add(-ClockSkew), now.Add(-ClockSkew-markEvery), ClockSkew.String()); err != nil {
 		return mapErr(fmt.Errorf("log mark: %w", err))
 	}
-	rows, err := db.pool.Query(ctx, `SELECT tx_id::text::bigint, seq, occurred_at FROM log_marks
-		 WHERE (tx_id, seq) > ($1::text::xid8, $2) ORDER BY tx_id, seq`, fmt.Sprint(after.pos.TxID), after.pos.Seq)
+	rows, err := db.pool.Query(ctx, marksAfterSQL, fmt.Sprint(after.pos.TxID), after.pos.Seq)
 	if err != nil {
 		return mapErr(fmt.Errorf("log marks: %w", err))
 	}
