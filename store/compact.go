@@ -79,24 +79,15 @@ func (db *DB) Compact(ctx context.Context, cfg CompactConfig) (CompactReport, er
 	if cfg.MaxChains <= 0 {
 		cfg.MaxChains = 10_000
 	}
-	conn, err := db.pool.Acquire(ctx)
+	conn, release, locked, err := db.lockedConn(ctx, compactLockKey)
 	if err != nil {
-		return rep, mapErr(fmt.Errorf("compact: %w", err))
-	}
-	defer conn.Release()
-	var locked bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, compactLockKey).Scan(&locked); err != nil {
-		return rep, mapErr(fmt.Errorf("compact: lock: %w", err))
+		return rep, fmt.Errorf("compact: lock: %w", err)
 	}
 	if !locked {
 		rep.Skipped = true
 		return rep, nil
 	}
-	defer func() {
-		if _, err := conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, compactLockKey); err != nil {
-			_ = conn.Conn().Close(context.WithoutCancel(ctx))
-		}
-	}()
+	defer release()
 	cutoff := db.Now().Add(-cfg.Retention)
 	if cfg.Share <= 0 || cfg.Share > 1 {
 		cfg.Share = 0.5

@@ -94,24 +94,15 @@ func (db *DB) MaintainPartitions(ctx context.Context, pol PartitionPolicy) (Part
 	if _, err := archive.ParseKind(pol.Kind); err != nil {
 		return rep, fmt.Errorf("maintain partitions: %w", err)
 	}
-	conn, err := db.pool.Acquire(ctx)
+	conn, release, locked, err := db.lockedConn(ctx, partitionLockKey)
 	if err != nil {
-		return rep, mapErr(fmt.Errorf("maintain partitions: %w", err))
-	}
-	defer conn.Release()
-	var locked bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, partitionLockKey).Scan(&locked); err != nil {
-		return rep, mapErr(fmt.Errorf("maintain partitions: lock: %w", err))
+		return rep, fmt.Errorf("maintain partitions: lock: %w", err)
 	}
 	if !locked {
 		rep.Skipped = true
 		return rep, nil
 	}
-	defer func() {
-		if _, err := conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, partitionLockKey); err != nil {
-			_ = conn.Conn().Close(context.WithoutCancel(ctx))
-		}
-	}()
+	defer release()
 	now := db.Now()
 
 	// The periods that need a partition: those of the events in the default

@@ -51,25 +51,15 @@ func (db *DB) PruneScheduleHistory(ctx context.Context, lim HistoryLimits) (Prun
 	if lim.Days < 1 || lim.Runs < 1 {
 		return rep, fmt.Errorf("prune schedule history: days and runs must be at least 1, not %d and %d", lim.Days, lim.Runs)
 	}
-	conn, err := db.pool.Acquire(ctx)
+	conn, release, locked, err := db.lockedConn(ctx, pruneLockKey)
 	if err != nil {
-		return rep, mapErr(fmt.Errorf("prune schedule history: %w", err))
-	}
-	defer conn.Release()
-	var locked bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, pruneLockKey).Scan(&locked); err != nil {
-		return rep, mapErr(fmt.Errorf("prune schedule history: lock: %w", err))
+		return rep, fmt.Errorf("prune schedule history: lock: %w", err)
 	}
 	if !locked {
 		rep.Skipped = true
 		return rep, nil
 	}
-	defer func() {
-		// A failed unlock leaves the lock with the session: close it.
-		if _, err := conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, pruneLockKey); err != nil {
-			_ = conn.Conn().Close(context.WithoutCancel(ctx))
-		}
-	}()
+	defer release()
 	cut := db.Now().Add(-time.Duration(lim.Days) * 24 * time.Hour)
 	after := "00000000-0000-0000-0000-000000000000"
 	for {
