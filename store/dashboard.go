@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -186,13 +187,48 @@ func recentEventsSQL(limit int, f LogFilter, b timeBounds) (string, []any) {
 	}
 }
 
-// Workers lists every worker's id and name, by name: the pickers of the
-// admin UI (bounded by the fleet).
-func (db *DB) Workers(ctx context.Context) ([]WorkerRef, error) {
-	rows, err := db.pool.Query(ctx, `SELECT id, full_name FROM users WHERE is_worker ORDER BY full_name, id`)
+// Workers lists the first limit workers by name (id and name): the admin
+// UI's pickers read one more than they show as a list, to know whether the
+// fleet is too big for one (users_by_name, read from its start).
+func (db *DB) Workers(ctx context.Context, limit int) ([]WorkerRef, error) {
+	rows, err := db.pool.Query(ctx, workersSQL, limit)
 	if err != nil {
 		return nil, mapErr(fmt.Errorf("workers: %w", err))
 	}
 	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[WorkerRef])
 	return out, mapErr(err)
 }
+
+const workersSQL = `SELECT id, full_name FROM users WHERE is_worker ORDER BY full_name, id LIMIT $1`
+
+// WorkerMatch is a worker a picker suggests.
+type WorkerMatch struct {
+	ID    string
+	Name  string
+	Email string
+}
+
+// MatchWorkers returns at most limit workers whose name or email starts
+// with prefix, ignoring case, by name: the picker's suggestions. Each is a
+// range of one of migration 055's indexes, read from its start.
+func (db *DB) MatchWorkers(ctx context.Context, prefix string, limit int) ([]WorkerMatch, error) {
+	from := strings.ToLower(prefix)
+	// Every string that starts with from sorts (bytewise) before from
+	// followed by the highest code point.
+	rows, err := db.pool.Query(ctx, matchWorkersSQL, from, from+"\U0010FFFF", limit)
+	if err != nil {
+		return nil, mapErr(fmt.Errorf("match workers: %w", err))
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[WorkerMatch])
+	return out, mapErr(err)
+}
+
+const matchWorkersSQL = `SELECT id, full_name, email FROM (
+	(SELECT id, full_name, email FROM users WHERE is_worker
+	   AND lower(full_name) COLLATE "C" >= $1 AND lower(full_name) COLLATE "C" < $2
+	 ORDER BY lower(full_name) COLLATE "C", id LIMIT $3)
+	UNION
+	(SELECT id, full_name, email FROM users WHERE is_worker
+	   AND email COLLATE "C" >= $1 AND email COLLATE "C" < $2
+	 ORDER BY email COLLATE "C" LIMIT $3)) m
+	ORDER BY lower(full_name) COLLATE "C", email COLLATE "C" LIMIT $3`

@@ -346,6 +346,15 @@ func TestFlatReadPlans(t *testing.T) {
 	require.Regexp(t, `Limit [^\n]*\n *->  [^\n]*Index Scan using users_by_name`, p)
 	require.NotContains(t, p, "Sort", p)
 	require.NotContains(t, p, "Seq Scan on users", p)
+	// The UI's worker pickers (issue 24): the first 201 workers by name,
+	// and the suggestions for a typed prefix, each from its index's top.
+	p = plan(workersSQL, 201)
+	require.Regexp(t, `Limit [^\n]*\n *->  [^\n]*Index Scan using users_by_name`, p)
+	require.NotContains(t, p, "Sort", p)
+	p = plan(matchWorkersSQL, "bulk 50", "bulk 50\U0010FFFF", 20)
+	require.Contains(t, p, "Index Scan using users_workers_by_name_prefix", p)
+	require.Contains(t, p, "Index Scan using users_workers_by_email_prefix", p)
+	require.NotContains(t, p, "Seq Scan on users", p)
 
 	// Compaction (ADR 035): the next page of chains walks the listing
 	// index from its cursor; their events are read by stream.

@@ -12,13 +12,13 @@ import (
 )
 
 type eventsData struct {
-	Q       url.Values
-	Rows    []eventRow
-	Stream  string // the stream's query: the same filters
-	After   string // the newest position shown: the stream goes on from it
-	Types   []string
-	Workers []store.WorkerRef
-	Error   string
+	Q      url.Values
+	Rows   []eventRow
+	Stream string // the stream's query: the same filters
+	After  string // the newest position shown: the stream goes on from it
+	Types  []string
+	Worker *workerPicker
+	Error  string
 }
 
 // backlog is how many events the page starts with.
@@ -60,13 +60,17 @@ func eventFilter(q url.Values) (store.LogFilter, url.Values, error) {
 
 func (u *UI) events(c echo.Context) error {
 	ctx := c.Request().Context()
-	q := c.QueryParams()
+	q, err := u.resolveFilter(ctx, c.QueryParams(), "worker")
 	d := eventsData{Q: q, Types: events.Types()}
-	var err error
-	if d.Workers, err = u.db.Workers(ctx); err != nil {
-		return u.fail(c, err)
+	var f store.LogFilter
+	var stream url.Values
+	if err == nil {
+		f, stream, err = eventFilter(q)
 	}
-	f, stream, err := eventFilter(q)
+	var perr error
+	if d.Worker, perr = u.workerPicker(ctx, "worker", "f-worker", "any", q.Get("worker"), ""); perr != nil {
+		return u.fail(c, perr)
+	}
 	if err != nil {
 		fe, status, ferr := errorsOf(err)
 		if ferr != nil {
@@ -75,6 +79,7 @@ func (u *UI) events(c echo.Context) error {
 		for _, m := range fe {
 			d.Error = m
 		}
+		d.Worker.Error = fe["worker"]
 		return u.render(c, status, "events", d)
 	}
 	evs, err := u.db.RecentEvents(ctx, backlog, f)

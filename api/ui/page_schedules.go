@@ -59,7 +59,7 @@ func (u *UI) typeNames(c echo.Context) (map[string]string, error) {
 type scheduleForm struct {
 	Schedule *events.Schedule // nil when creating
 	Types    []events.TaskType
-	Workers  []store.WorkerRef // the assignee picker's choices
+	Assignee *workerPicker // the task's assignee
 	Form     url.Values
 	Errors   formErrors
 	// On the schedule's page.
@@ -184,8 +184,20 @@ func (u *UI) choices(ctx context.Context, d *scheduleForm, archived bool) (err e
 	if d.Types, err = u.db.ListTaskTypes(ctx, archived); err != nil {
 		return err
 	}
-	d.Workers, err = u.db.Workers(ctx)
+	d.Assignee, err = u.workerPicker(ctx, "task.assigned_to", "f-task-assigned_to", "the pool", d.Form.Get("task.assigned_to"), d.Errors["task.assigned_to"])
 	return err
+}
+
+// scheduleJSON is scheduleBody with the assignee a picker sent turned
+// into its id.
+func (u *UI) scheduleJSON(ctx context.Context, form url.Values) ([]byte, error) {
+	worker, err := u.resolveWorker(ctx, "task.assigned_to", form.Get("task.assigned_to"))
+	if err != nil {
+		return nil, err
+	}
+	f := cloneValues(form)
+	f.Set("task.assigned_to", worker)
+	return scheduleBody(f)
 }
 
 func (u *UI) newSchedule(c echo.Context) error {
@@ -207,7 +219,7 @@ func (u *UI) createSchedule(c echo.Context) error {
 		return u.fail(c, events.Invalid("form", "could not be read"))
 	}
 	var s *events.Schedule
-	body, err := scheduleBody(form)
+	body, err := u.scheduleJSON(c.Request().Context(), form)
 	if err == nil {
 		s, err = u.api.CreateScheduleJSON(ctx, body, actor(c))
 	}
@@ -290,7 +302,7 @@ func (u *UI) updateSchedule(c echo.Context) error {
 	if err != nil {
 		return u.fail(c, events.Invalid("form", "could not be read"))
 	}
-	body, err := scheduleBody(form)
+	body, err := u.scheduleJSON(c.Request().Context(), form)
 	if err == nil {
 		_, err = u.api.UpdateSchedule(c.Request().Context(), s.ID, body, actor(c))
 	}

@@ -19,7 +19,7 @@ type taskData struct {
 	Chain   *store.Chain
 	LLM     *store.TaskUsage // the task's LLM usage and its chain's
 	Events  []eventRow
-	Workers []store.WorkerRef
+	Assign  *workerPicker // the assign form's worker
 	Names   map[string]string
 	Watch   string // the chain's task ids, for the live refresh
 	Prios   []events.Priority
@@ -68,7 +68,7 @@ func (u *UI) renderTask(c echo.Context, status int, action string, errs formErro
 	if err != nil {
 		return u.notFound(c, "no task "+c.Param("id"))
 	}
-	d := taskData{Action: action, Errs: map[string]formErrors{action: errs}, Prios: allPriorities(), Names: map[string]string{}}
+	d := taskData{Action: action, Errs: map[string]formErrors{action: errs}, Prios: allPriorities()}
 	if action != "" {
 		d.Form, _ = c.FormParams()
 	}
@@ -104,10 +104,15 @@ func (u *UI) renderTask(c echo.Context, status int, action string, errs formErro
 		return u.fail(c, err)
 	}
 	d.Events = eventRows(views)
-	if d.Workers, err = u.db.Workers(ctx); err != nil {
-		return u.fail(c, err)
+	if d.D.Status == events.StatusPending { // only a pending task has the assign form
+		assign := ""
+		if action == "assign" {
+			assign = d.Form.Get("assigned_to")
+		}
+		if d.Assign, err = u.workerPicker(ctx, "assigned_to", "assign-worker", "choose a worker", assign, errs["assigned_to"]); err != nil {
+			return u.fail(c, err)
+		}
 	}
-	d.Names = workerNames(d.Workers)
 	if at := c.QueryParam("at"); at != "" {
 		d.At = at
 		t, perr := time.Parse(time.RFC3339Nano, at)
@@ -125,7 +130,33 @@ func (u *UI) renderTask(c echo.Context, status int, action string, errs formErro
 			}
 		}
 	}
+	if d.Names, err = u.userNames(ctx, taskPeople(d.D, d.AsOf)...); err != nil {
+		return u.fail(c, err)
+	}
 	return u.render(c, status, "task", d)
+}
+
+// taskPeople are the users the task page names: its assignee (now and as
+// of the time asked for), its checkpoint's worker, and who took part in
+// its assignments.
+func taskPeople(t *store.TaskDetail, asOf *events.Task) []string {
+	var ids []string
+	if t.AssignedTo != nil {
+		ids = append(ids, *t.AssignedTo)
+	}
+	if asOf != nil && asOf.AssignedTo != nil {
+		ids = append(ids, *asOf.AssignedTo)
+	}
+	if t.Checkpoint != nil {
+		ids = append(ids, t.Checkpoint.WorkerID)
+	}
+	for _, a := range t.Assignments {
+		ids = append(ids, a.WorkerID)
+		if a.AssignedBy != nil {
+			ids = append(ids, *a.AssignedBy)
+		}
+	}
+	return ids
 }
 
 // taskAction runs one admin command from a task page's form: on success
@@ -173,8 +204,12 @@ func (u *UI) releaseTask(c echo.Context) error {
 
 func (u *UI) assignTask(c echo.Context) error {
 	return u.taskAction(c, "assign", func(id string, f url.Values) (string, error) {
-		_, err := u.api.AssignTask(c.Request().Context(), id,
-			api.AssignRequest{AssignedTo: f.Get("assigned_to"), Reason: strings.TrimSpace(f.Get("reason"))}, actor(c))
+		worker, err := u.resolveWorker(c.Request().Context(), "assigned_to", f.Get("assigned_to"))
+		if err != nil {
+			return "", err
+		}
+		_, err = u.api.AssignTask(c.Request().Context(), id,
+			api.AssignRequest{AssignedTo: worker, Reason: strings.TrimSpace(f.Get("reason"))}, actor(c))
 		return "", err
 	})
 }

@@ -13,7 +13,6 @@ import (
 
 	"github.com/clawdbot/task-service/api"
 	"github.com/clawdbot/task-service/events"
-	"github.com/clawdbot/task-service/store"
 )
 
 // schemaField is one input of the new-task form, made from a property of
@@ -30,14 +29,14 @@ type schemaField struct {
 }
 
 type newTaskData struct {
-	Types   []events.TaskType
-	Type    *events.TaskType
-	Fields  []schemaField
-	RawOnly bool // the schema has no properties: one JSON field for all params
-	Workers []store.WorkerRef
-	Prios   []events.Priority
-	Form    url.Values
-	Errors  formErrors
+	Types    []events.TaskType
+	Type     *events.TaskType
+	Fields   []schemaField
+	RawOnly  bool // the schema has no properties: one JSON field for all params
+	Assignee *workerPicker
+	Prios    []events.Priority
+	Form     url.Values
+	Errors   formErrors
 	// Unplaced are the params errors no input shows (a raw JSON form, a path
 	// inside a field): the fieldset lists them.
 	Unplaced []string
@@ -54,7 +53,7 @@ func (u *UI) renderNewTask(c echo.Context, status int, typeID string, form url.V
 	if d.Types, err = u.db.ListTaskTypes(ctx, false); err != nil {
 		return u.fail(c, err)
 	}
-	if d.Workers, err = u.db.Workers(ctx); err != nil {
+	if d.Assignee, err = u.workerPicker(ctx, "assigned_to", "assigned_to", "the pool", form.Get("assigned_to"), errs["assigned_to"]); err != nil {
 		return u.fail(c, err)
 	}
 	for i := range d.Types {
@@ -276,7 +275,15 @@ func (u *UI) createTask(c echo.Context) error {
 	req := api.CreateTaskRequest{Title: strings.TrimSpace(form.Get("title")), Description: form.Get("description"),
 		TaskTypeID: typeID, Priority: events.Priority(form.Get("priority")), Reason: strings.TrimSpace(form.Get("reason")),
 		UniqueKey: form.Get("unique_key"), UniqueFor: strings.TrimSpace(form.Get("unique_for"))}
-	if a := form.Get("assigned_to"); a != "" {
+	a, err := u.resolveWorker(ctx, "assigned_to", form.Get("assigned_to"))
+	if err != nil {
+		fe, status, ferr := errorsOf(err)
+		if ferr != nil {
+			return u.fail(c, ferr)
+		}
+		return u.renderNewTask(c, status, typeID, form, fe)
+	}
+	if a != "" {
 		req.AssignedTo = &a
 	}
 	if at := strings.TrimSpace(form.Get("run_at")); at != "" {

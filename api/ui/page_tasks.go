@@ -38,7 +38,7 @@ type tasksData struct {
 	Queue    int
 	Next     string // the next page's URL, "" on the last page
 	Types    []events.TaskType
-	Workers  []store.WorkerRef
+	Assignee *workerPicker
 	Statuses []events.Status
 	Prios    []events.Priority
 	Error    string // a filter the list refused
@@ -128,20 +128,24 @@ func (u *UI) tasks(c echo.Context) error {
 
 func (u *UI) renderTasks(c echo.Context, q url.Values, status int, problems []string) error {
 	ctx := c.Request().Context()
+	q, err := u.resolveFilter(ctx, q, "assignee")
 	d := tasksData{Q: q, Problems: problems, PageSizes: pageSizes, Statuses: allStatuses(), Prios: allPriorities(),
 		Sorts: sortChoices, Sort: q.Get("sort"), ByColumn: sortLinks(q), First: pageURL(q, "")}
 	if d.Sort == "" {
 		d.Sort = "newest"
 	}
 	d.SortedBy = sortedBy(d.Sort)
-	var err error
-	if d.Types, err = u.db.ListTaskTypes(ctx, true); err != nil {
-		return u.fail(c, err)
+	var f store.TaskFilter
+	if err == nil {
+		f, err = taskFilter(q)
 	}
-	if d.Workers, err = u.db.Workers(ctx); err != nil {
-		return u.fail(c, err)
+	var rerr error
+	if d.Types, rerr = u.db.ListTaskTypes(ctx, true); rerr != nil {
+		return u.fail(c, rerr)
 	}
-	f, err := taskFilter(q)
+	if d.Assignee, rerr = u.workerPicker(ctx, "assignee", "f-assignee", "anyone", q.Get("assignee"), ""); rerr != nil {
+		return u.fail(c, rerr)
+	}
 	if err != nil {
 		fe, st, ferr := errorsOf(err)
 		if ferr != nil {
@@ -150,6 +154,7 @@ func (u *UI) renderTasks(c echo.Context, q url.Values, status int, problems []st
 		for _, m := range fe {
 			d.Error = m
 		}
+		d.Assignee.Error = fe["assignee"]
 		return u.render(c, st, "tasks", d)
 	}
 	page, err := u.db.ListTasks(ctx, f)
@@ -163,7 +168,17 @@ func (u *UI) renderTasks(c echo.Context, q url.Values, status int, problems []st
 		return u.fail(c, err)
 	}
 	d.Queue = page.QueueDepth
-	d.Rows = u.taskRows(page.Tasks, d.Types, d.Workers)
+	ids := make([]string, 0, len(page.Tasks))
+	for _, t := range page.Tasks {
+		if t.AssignedTo != nil {
+			ids = append(ids, *t.AssignedTo)
+		}
+	}
+	names, err := u.userNames(ctx, ids...)
+	if err != nil {
+		return u.fail(c, err)
+	}
+	d.Rows = u.taskRows(page.Tasks, d.Types, names)
 	if len(listFilter(q)) > 0 {
 		d.CancelAll, d.RetryAll = matchingURL("cancel", q), matchingURL("retry", q)
 	}
@@ -212,12 +227,12 @@ func sortLinks(q url.Values) map[string]string {
 	return map[string]string{"created": created, "started": by("started"), "duration": by("longest")}
 }
 
-func (u *UI) taskRows(ts []events.Task, types []events.TaskType, workers []store.WorkerRef) []taskRow {
+// taskRows are the list's lines; names names the tasks' assignees.
+func (u *UI) taskRows(ts []events.Task, types []events.TaskType, names map[string]string) []taskRow {
 	byType := map[string]*events.TaskType{}
 	for i := range types {
 		byType[types[i].ID] = &types[i]
 	}
-	names := workerNames(workers)
 	rows := make([]taskRow, len(ts))
 	for i, t := range ts {
 		rows[i] = taskRow{Task: t, Duration: runDuration(t)}
@@ -250,14 +265,6 @@ func runDuration(t events.Task) string {
 		return d.Round(time.Millisecond).String()
 	}
 	return d.Round(time.Second).String()
-}
-
-func workerNames(ws []store.WorkerRef) map[string]string {
-	m := make(map[string]string, len(ws))
-	for _, w := range ws {
-		m[w.ID] = w.Name
-	}
-	return m
 }
 
 // bulkData is the confirm step and the result of acting on the tasks

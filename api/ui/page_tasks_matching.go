@@ -178,7 +178,7 @@ func (u *UI) matchingData(ctx context.Context, action string, filter url.Values)
 	if err != nil {
 		return nil, err
 	}
-	workers, err := u.db.Workers(ctx)
+	workers, err := u.userNames(ctx, filter.Get("assignee"))
 	if err != nil {
 		return nil, err
 	}
@@ -198,7 +198,7 @@ func (u *UI) matchingData(ctx context.Context, action string, filter url.Values)
 	add("Status", filter.Get("status"))
 	add("Type", or(typeNames[filter.Get("type")], filter.Get("type")))
 	add("Priority", filter.Get("priority"))
-	add("Assignee", or(workerNames(workers)[filter.Get("assignee")], filter.Get("assignee")))
+	add("Assignee", or(workers[filter.Get("assignee")], filter.Get("assignee")))
 	for _, flag := range []struct{ key, label string }{{"queue", "Queue only"}, {"retries", "Retries only"}, {"stuck", "Stuck"}} {
 		if filter.Get(flag.key) != "" {
 			add(flag.label, "yes")

@@ -111,6 +111,7 @@ func (u *UI) routes() []route {
 		{method: http.MethodPost, path: "/types/:id/resume", handler: u.resumeType},
 		{method: http.MethodGet, path: "/workers", handler: u.workers},
 		{method: http.MethodPost, path: "/workers", handler: u.createWorker},
+		{method: http.MethodGet, path: "/workers/suggestions", handler: u.workerSuggestions},
 		{method: http.MethodGet, path: "/workers/:id/metadata.json", handler: u.workerMetadata},
 		{method: http.MethodGet, path: "/workers/:id", handler: u.worker},
 		{method: http.MethodPost, path: "/workers/:id/update", handler: u.workerAction("updated", u.updateWorker)},

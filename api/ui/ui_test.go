@@ -355,7 +355,7 @@ func TestFormsShowTheCommandsErrorsAtTheirFields(t *testing.T) {
 	require.Regexp(t, `id="w-password"[^>]*aria-invalid="true"`, body)
 	resp, _ = s.post("/workers", url.Values{"_csrf": {token}, "email": {"bot@example.com"}, "full_name": {"Bot"}, "password": {"bot-password-1"}, "max_concurrent_tasks": {"2"}})
 	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
-	ws, err := s.db.Workers(s.ctx)
+	ws, err := s.db.Workers(s.ctx, 10)
 	require.NoError(t, err)
 	require.Len(t, ws, 1)
 	resp, _ = s.post("/tasks/"+task.ID+"/assign", url.Values{"_csrf": {token}, "assigned_to": {ws[0].ID}, "reason": {"knows the repo"}})

@@ -1,0 +1,2 @@
+DROP INDEX IF EXISTS users_workers_by_email_prefix;
+DROP INDEX IF EXISTS users_workers_by_name_prefix;
