@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 
@@ -101,8 +102,8 @@ func (u *UI) resolveWorker(ctx context.Context, field, v string) (string, error)
 	if i := strings.LastIndex(v, "<"); i >= 0 && strings.HasSuffix(v, ">") {
 		key = strings.TrimSpace(v[i+1 : len(v)-1])
 	}
-	if len(key) > 320 {
-		return "", events.Invalid(field, "is too long to be a worker's name or email")
+	if !searchable(key) {
+		return "", events.Invalid(field, "is not a worker's name or email: type the start of one and pick a suggestion")
 	}
 	// An exact name or email sorts first among those it starts.
 	ms, err := u.db.MatchWorkers(ctx, key, workerSuggestionsMax)
@@ -146,7 +147,7 @@ func (u *UI) resolveFilter(ctx context.Context, q url.Values, field string) (url
 func (u *UI) workerSuggestions(c echo.Context) error {
 	text := strings.TrimSpace(c.QueryParam(c.QueryParam("field")))
 	var b strings.Builder
-	if text != "" && len(text) <= 320 {
+	if text != "" && searchable(text) {
 		ms, err := u.db.MatchWorkers(c.Request().Context(), text, workerSuggestionsMax)
 		if err != nil {
 			return u.fail(c, err)
@@ -157,6 +158,12 @@ func (u *UI) workerSuggestions(c echo.Context) error {
 	}
 	c.Response().Header().Set("Cache-Control", "no-store")
 	return c.HTML(http.StatusOK, b.String())
+}
+
+// searchable says text can be a worker's name or email, as SQL reads it:
+// not too long (an email is at most 320 bytes), valid UTF-8, no NUL.
+func searchable(text string) bool {
+	return len(text) <= 320 && utf8.ValidString(text) && !strings.ContainsRune(text, 0)
 }
 
 // userNames names the users among ids (repeats and "" ignored) for the
