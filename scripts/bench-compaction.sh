@@ -20,6 +20,9 @@
 #                  taskservice_scale_1m* and taskservice_bench databases are written
 #   BIN            where task-service and taskbench are (default bin/, built by make)
 #   RUNS           taskbench scale runs during compaction (default 4)
+#   LANE_WORKERS   the store lane's workers (default 16, which keeps both cores of a
+#                  2-core machine busy; 1 is make bench's lightest lane)
+#   LANE_TASKS     tasks per lane run (default 20000), pre-filled, then drained
 #   ARCHIVE_DIR    the archive's directory (default .data/compaction-archive, emptied)
 #   OUT            where the logs and tables go (default .data/bench-compaction)
 # Progress goes to stderr; the tables to OUT/scale*.txt and the summary to stdout.
@@ -28,6 +31,13 @@ set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 BIN="${BIN:-$REPO/bin}"
 RUNS="${RUNS:-4}"
+LANE_WORKERS="${LANE_WORKERS:-16}"
+LANE_TASKS="${LANE_TASKS:-20000}"
+case "$LANE_WORKERS" in ''|*[!0-9]*|0) echo "bench-compaction: LANE_WORKERS must be a number of workers, 1 or more (got '$LANE_WORKERS')" >&2; exit 2;; esac
+case "$LANE_TASKS" in ''|*[!0-9]*|0) echo "bench-compaction: LANE_TASKS must be a number of tasks, 1 or more (got '$LANE_TASKS')" >&2; exit 2;; esac
+# taskbench lanes runs tasks x workers / 16 tasks below 16 workers: ask for LANE_TASKS.
+lane_tasks=$LANE_TASKS
+[ "$LANE_WORKERS" -ge 16 ] || lane_tasks=$((LANE_TASKS * 16 / LANE_WORKERS))
 ARCHIVE_DIR="${ARCHIVE_DIR:-$REPO/.data/compaction-archive}"
 OUT="${OUT:-$REPO/.data/bench-compaction}"
 URL="${DATABASE_URL:-$("$REPO/scripts/devdb.sh")}"
@@ -82,9 +92,9 @@ log_size() { sql taskservice_scale_1m "SELECT count(*) || ' rows, ' || pg_size_p
 	FROM pg_inherits WHERE inhparent = 'task_events'::regclass)) FROM task_events"; }
 before_size=$(log_size)
 
-log "a store lane all along (taskbench lanes --modes store --workers 16, in a loop)"
+log "a store lane all along (taskbench lanes --modes store --workers $LANE_WORKERS, $LANE_TASKS tasks a run, in a loop)"
 touch "$OUT/lane.on"
-(while [ -f "$OUT/lane.on" ]; do DATABASE_URL="$(db taskservice)" "$BIN/taskbench" lanes --modes store --workers 16 >>"$OUT/lanes.log" 2>&1 || sleep 1; done) &
+(while [ -f "$OUT/lane.on" ]; do DATABASE_URL="$(db taskservice)" "$BIN/taskbench" lanes --modes store --workers "$LANE_WORKERS" --tasks "$lane_tasks" >>"$OUT/lanes.log" 2>&1 || sleep 1; done) &
 pids+=($!)
 sleep 20 # the lane's pre-fill
 scale() { DATABASE_URL="$(db taskservice)" "$BIN/taskbench" scale --sizes 1m --calls 60 >"$OUT/scale$1.txt" 2>>"$OUT/scale.log"; echo "$1 $(uptime)" >>"$OUT/load.log"; }
@@ -102,6 +112,7 @@ cleanup; pids=()
 
 echo "task_events before: $before_size; after: $(log_size) (dead rows not yet vacuumed)"
 echo "compacted: $(sql taskservice_scale_1m "SELECT tasks || ' tasks, ' || events || ' events deleted' FROM event_compaction")"
+echo "the lane's runs ($LANE_WORKERS workers):"; grep '^bench: store ' "$OUT/lanes.log" | sed 's/^bench: /  /' || true
 echo "load average at each run:"; cat "$OUT/load.log"
 echo "reads over 20 ms at p99 (run 0: before compaction):"
 for f in "$OUT"/scale*.txt; do

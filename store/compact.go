@@ -419,13 +419,11 @@ SELECT c.root::text, c.id::text, l.version,
 		var txID int64
 		var object string
 		var latePeriod *time.Time
-		if err := erows.Scan(&e.Seq, &txID, &e.StreamType, &e.StreamID, &e.Version, &e.Type, &e.SchemaVersion,
-			&e.Data, &e.Meta, &e.OccurredAt, &object, &latePeriod); err != nil {
+		if err := erows.Scan(append(eventDest(&e, &txID), &object, &latePeriod)...); err != nil {
 			erows.Close()
 			return nil, fmt.Errorf("read events: %w", err)
 		}
-		e.TxID, e.OccurredAt = uint64(txID), e.OccurredAt.UTC()
-		if err := e.Decode(); err != nil {
+		if err := finishEvent(&e, txID); err != nil {
 			erows.Close()
 			return nil, err
 		}

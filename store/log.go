@@ -17,18 +17,36 @@ import (
 // column would shadow the table's, and ORDER BY tx_id would sort by the
 // expression instead of walking task_events_position (a sort of the whole
 // log on every page; ADR 010).
-const eventColumns = `seq, tx_id::text::bigint AS tx_num, stream_type, stream_id, version, type, schema_version, data, meta, occurred_at`
+//
+// The meta's fields come as columns: PostgreSQL reads them from the jsonb
+// for less than a tenth of what decoding each meta's JSON here cost (ADR 036).
+const eventColumns = `seq, tx_id::text::bigint AS tx_num, stream_type, stream_id, version, type, schema_version, data,
+	coalesce(meta->'actor'->>'kind', ''), coalesce(meta->'actor'->>'id', ''), coalesce(meta->'actor'->>'name', ''),
+	coalesce(meta->>'request_id', ''), coalesce((meta->>'causation_seq')::bigint, 0), coalesce(meta->>'correlation_id', ''),
+	occurred_at`
 
 func scanEvent(r pgx.CollectableRow) (events.Envelope, error) {
 	var e events.Envelope
 	var txID int64
-	if err := r.Scan(&e.Seq, &txID, &e.StreamType, &e.StreamID, &e.Version, &e.Type, &e.SchemaVersion,
-		&e.Data, &e.Meta, &e.OccurredAt); err != nil {
+	if err := r.Scan(eventDest(&e, &txID)...); err != nil {
 		return e, err
 	}
+	return e, finishEvent(&e, txID)
+}
+
+// eventDest is where eventColumns scan to. Data scans as bytes: into a
+// json.RawMessage pgx would validate it with encoding/json first.
+func eventDest(e *events.Envelope, txID *int64) []any {
+	return []any{&e.Seq, txID, &e.StreamType, &e.StreamID, &e.Version, &e.Type, &e.SchemaVersion,
+		(*[]byte)(&e.Data), &e.Meta.Actor.Kind, &e.Meta.Actor.ID, &e.Meta.Actor.Name, &e.Meta.RequestID,
+		&e.Meta.CausationSeq, &e.Meta.CorrelationID, &e.OccurredAt}
+}
+
+// finishEvent completes an event scanned to eventDest.
+func finishEvent(e *events.Envelope, txID int64) error {
 	e.TxID = uint64(txID)
 	e.OccurredAt = e.OccurredAt.UTC()
-	return e, e.Decode()
+	return e.Decode()
 }
 
 // Stream reads one stream's events in version order.
