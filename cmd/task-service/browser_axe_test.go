@@ -70,9 +70,7 @@ func TestBrowserAccessibility(t *testing.T) {
 	axeJS := axeScript(t)
 	ctx := context.Background()
 	s := startServer(t, storetest.NewDB(t))
-	admin := client.New(s.base, checkedHTTP(t, s.base, nil))
-	_, err := admin.Login(ctx, "root@example.com", "root-password")
-	require.NoError(t, err)
+	admin := s.rootAdmin(t)
 	seed := seedFleet(t, ctx, admin, s.base)
 	plain, err := admin.CreateTaskType(ctx, client.NewTaskType{Name: "watch", Label: "Watch",
 		ParamSchema: json.RawMessage(`{"type":"object","properties":{"ticker":{"type":"string"}},"required":["ticker"]}`)})

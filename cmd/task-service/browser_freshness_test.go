@@ -21,10 +21,8 @@ func TestBrowserFreshness(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := startServer(t, storetest.NewDB(t), "FRESHNESS_CATCH_UP=1s")
-	admin := client.New(s.base, checkedHTTP(t, s.base, nil))
-	_, err := admin.Login(ctx, "root@example.com", "root-password")
-	require.NoError(t, err)
-	_, err = admin.CreateTaskType(ctx, client.NewTaskType{Name: "reddit_crawl", Label: "Reddit crawl",
+	admin := s.rootAdmin(t)
+	_, err := admin.CreateTaskType(ctx, client.NewTaskType{Name: "reddit_crawl", Label: "Reddit crawl",
 		ParamSchema: json.RawMessage(`{"type":"object","properties":{"ticker":{"type":"string"}},"required":["ticker"]}`)})
 	require.NoError(t, err)
 	b := newBrowser(t)

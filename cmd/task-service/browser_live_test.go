@@ -32,9 +32,7 @@ func TestBrowserLivePages(t *testing.T) {
 	dbURL := storetest.NewDB(t)
 	env := []string{"TASK_SERVICE_TEST_MIN_SCHEDULE_INTERVAL=1s", "SCHEDULER_CATCH_UP=1s"}
 	s := startServer(t, dbURL, env...)
-	admin := client.New(s.base, checkedHTTP(t, s.base, nil))
-	_, err := admin.Login(ctx, "root@example.com", "root-password")
-	require.NoError(t, err)
+	admin := s.rootAdmin(t)
 	tt, err := admin.CreateTaskType(ctx, client.NewTaskType{Name: "tick", Label: "Tick"})
 	require.NoError(t, err)
 	sc, err := admin.CreateSchedule(ctx, client.NewSchedule{Name: "tick", Task: events.ScheduleTemplate{TaskTypeID: tt.ID, Title: "Tick"},
@@ -128,9 +126,7 @@ func TestBrowserClickSurvivesALiveRefresh(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := startServer(t, storetest.NewDB(t))
-	admin := client.New(s.base, checkedHTTP(t, s.base, nil))
-	_, err := admin.Login(ctx, "root@example.com", "root-password")
-	require.NoError(t, err)
+	admin := s.rootAdmin(t)
 	tt, err := admin.CreateTaskType(ctx, client.NewTaskType{Name: "digest", Label: "Digest"})
 	require.NoError(t, err)
 	sc, err := admin.CreateSchedule(ctx, client.NewSchedule{Name: "Morning digest", Task: events.ScheduleTemplate{TaskTypeID: tt.ID, Title: "Digest"},

@@ -24,9 +24,7 @@ func TestBrowserFirstAdminPages(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := startServer(t, storetest.NewDB(t))
-	admin := client.New(s.base, checkedHTTP(t, s.base, nil))
-	_, err := admin.Login(ctx, "root@example.com", "root-password")
-	require.NoError(t, err)
+	admin := s.rootAdmin(t)
 	none := 0
 	tt, err := admin.CreateTaskType(ctx, client.NewTaskType{Name: "crawl", Label: "Crawl", MaxRetries: &none,
 		ParamSchema: json.RawMessage(`{"type":"object","properties":{"ticker":{"type":"string"},"days":{"type":"integer","minimum":1}},"required":["ticker","days"]}`)})

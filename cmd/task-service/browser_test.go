@@ -221,9 +221,7 @@ func TestBrowserAdminUI(t *testing.T) {
 	dbURL := storetest.NewDB(t)
 	s := startServer(t, dbURL)
 	b := newBrowser(t)
-	admin := client.New(s.base, checkedHTTP(t, s.base, nil))
-	_, err := admin.Login(ctx, "root@example.com", "root-password")
-	require.NoError(t, err)
+	admin := s.rootAdmin(t)
 
 	// Logged out: to the login page and back where we were going.
 	b.login(s.base, "/types/new")

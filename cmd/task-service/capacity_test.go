@@ -20,9 +20,7 @@ func TestCapacityPagesThroughTheBinary(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := startServer(t, storetest.NewDB(t))
-	admin := client.New(s.base, checkedHTTP(t, s.base, nil))
-	_, err := admin.Login(ctx, "root@example.com", "root-password")
-	require.NoError(t, err)
+	admin := s.rootAdmin(t)
 	for _, email := range []string{"a@example.com", "b@example.com", "c@example.com"} {
 		_, err := admin.CreateWorker(ctx, client.NewWorker{Email: email, Password: "worker-password", FullName: email, MaxConcurrentTasks: 2})
 		require.NoError(t, err)

@@ -115,9 +115,7 @@ func testCompactionThroughTheBinaries(t *testing.T, backend string) {
 	require.NoError(t, bs.Delete(ctx, bad.Key()))
 	require.NoError(t, bs.Delete(ctx, bad.ManifestKey()))
 
-	admin := client.New(s.base, checkedHTTP(t, s.base, nil))
-	_, err = admin.Login(ctx, "root@example.com", "root-password")
-	require.NoError(t, err)
+	admin := s.rootAdmin(t)
 	var timeline []client.Event
 	for deadline := time.Now().Add(time.Minute); ; {
 		timeline, err = admin.TaskEvents(ctx, done)

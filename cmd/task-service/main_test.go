@@ -562,3 +562,13 @@ func TestHelpAndConfigErrors(t *testing.T) {
 		require.Contains(t, out, c.want, c.env)
 	}
 }
+
+// rootAdmin is a client of the bootstrap admin (startServer's), logged in,
+// its traffic checked against the API contract.
+func (s *server) rootAdmin(t *testing.T) *client.Client {
+	t.Helper()
+	admin := client.New(s.base, checkedHTTP(t, s.base, nil))
+	_, err := admin.Login(context.Background(), "root@example.com", "root-password")
+	require.NoError(t, err)
+	return admin
+}

@@ -224,9 +224,7 @@ func TestBrowserLeavesWhenLoginEnds(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := startServer(t, storetest.NewDB(t))
-	root := client.New(s.base, checkedHTTP(t, s.base, nil))
-	_, err := root.Login(ctx, "root@example.com", "root-password")
-	require.NoError(t, err)
+	root := s.rootAdmin(t)
 	u, err := root.CreateWorker(ctx, client.NewWorker{Email: "watcher@example.com", Password: "watcher-password", FullName: "Watcher"})
 	require.NoError(t, err)
 	yes := true

@@ -27,9 +27,7 @@ func TestWhatIfThroughTheBinaries(t *testing.T) {
 	ctx := context.Background()
 	dbURL := storetest.NewDB(t)
 	s := startServer(t, dbURL)
-	admin := client.New(s.base, checkedHTTP(t, s.base, nil))
-	_, err := admin.Login(ctx, "root@example.com", "root-password")
-	require.NoError(t, err)
+	admin := s.rootAdmin(t)
 	zero := 0
 	tt, err := admin.CreateTaskType(ctx, client.NewTaskType{Name: "flaky", Label: "Flaky", SOP: "Try.", MaxRetries: &zero})
 	require.NoError(t, err)
