@@ -211,9 +211,10 @@ bench-scale:
 	echo "bin/taskbench scale --sizes $(SCALE_SIZES) --calls $(SCALE_CALLS) --profile $(SCALE_PROFILE)" >&2; \
 	bin/taskbench scale --sizes $(SCALE_SIZES) --calls $(SCALE_CALLS) --profile $(SCALE_PROFILE)
 
-# Reads while the event log is compacted (issue 28, ADR 035): the 1M database of
-# bench-scale, archived, then compacted by task-service beside a store lane, with
-# taskbench scale before and during (scripts/bench-compaction.sh; 15 minutes or so).
+# Reads while the event log is compacted (issue 28, ADRs 035 and 036): the 1M database
+# of bench-scale, archived, then compacted by task-service beside a store lane of
+# LANE_WORKERS workers (default 16), with taskbench scale before and during
+# (scripts/bench-compaction.sh; about five minutes once the database exists).
 bench-compaction:
 	@set -e; \
 	if [ -z "$${DATABASE_URL:-}" ]; then DATABASE_URL="$$(scripts/devdb.sh)"; fi; \
