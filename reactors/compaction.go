@@ -68,7 +68,7 @@ func NewCompaction(cfg CompactionConfig) (*Compaction, error) {
 		cfg.Now = cfg.DB.Now
 	}
 	if cfg.Share <= 0 || cfg.Share > 1 {
-		cfg.Share = 0.5
+		cfg.Share = store.DefaultCompactionShare // the archive's rest too
 	}
 	c := &Compaction{cfg: cfg, log: cfg.Logger.With().Str("worker", "compaction").Logger(),
 		tasks: prometheus.NewCounter(prometheus.CounterOpts{Name: "taskservice_compaction_tasks_total",

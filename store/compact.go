@@ -27,11 +27,16 @@ type CompactConfig struct {
 	// Pause is the least rest after each transaction.
 	Pause time.Duration
 	// Share is the most of its time a pass spends in transactions (0 <
-	// Share <= 1; 0 is 0.5): after each it rests (1/Share - 1) times as
-	// long as the transaction took, leaving the database to the readers
-	// whatever the machine's speed and load.
+	// Share <= 1; 0 is DefaultCompactionShare): after each it rests
+	// (1/Share - 1) times as long as the transaction took, leaving the
+	// database to the readers whatever the machine's speed and load.
 	Share float64
 }
+
+// DefaultCompactionShare is CompactConfig.Share's default, and
+// EVENT_COMPACTION_SHARE's: compaction and the archive rest three times as
+// long as they work (ADR 035).
+const DefaultCompactionShare = 0.25
 
 // CompactReport says what one pass did.
 type CompactReport struct {
@@ -90,7 +95,7 @@ func (db *DB) Compact(ctx context.Context, cfg CompactConfig) (CompactReport, er
 	defer release()
 	cutoff := db.Now().Add(-cfg.Retention)
 	if cfg.Share <= 0 || cfg.Share > 1 {
-		cfg.Share = 0.5
+		cfg.Share = DefaultCompactionShare
 	}
 	pause := func(began time.Time) error {
 		// A transaction holds a connection and about a core of the

@@ -101,7 +101,7 @@ func (c *backgroundConfig) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.compactionEvery, "event-compaction-interval", 10*time.Minute, "how often an instance archives ended periods and compacts, when EVENT_RETENTION is set (env EVENT_COMPACTION_INTERVAL)")
 	fs.IntVar(&c.compactionBatch, "event-compaction-batch", 100, "retry chains one compaction transaction looks at (env EVENT_COMPACTION_BATCH)")
 	fs.DurationVar(&c.compactionPause, "event-compaction-pause", 20*time.Millisecond, "least pause after each compaction transaction (env EVENT_COMPACTION_PAUSE)")
-	fs.Float64Var(&c.compactionShare, "event-compaction-share", 0.25, "most of its time compaction spends in transactions, and the archive writing periods, from 0.01 to 1: after each it rests long enough, leaving the database to the readers (env EVENT_COMPACTION_SHARE)")
+	fs.Float64Var(&c.compactionShare, "event-compaction-share", store.DefaultCompactionShare, "most of its time compaction spends in transactions, and the archive writing periods, from 0.01 to 1: after each it rests long enough, leaving the database to the readers (env EVENT_COMPACTION_SHARE)")
 }
 
 // checkCompaction reads EVENT_RETENTION (days, or a Go duration) and
