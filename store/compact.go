@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/clawdbot/task-service/events"
+	"github.com/clawdbot/task-service/store/advisory"
 )
 
 // CompactConfig configures one compaction pass (ADR 035).
@@ -84,9 +85,9 @@ func (db *DB) Compact(ctx context.Context, cfg CompactConfig) (CompactReport, er
 	if cfg.MaxChains <= 0 {
 		cfg.MaxChains = 10_000
 	}
-	conn, release, locked, err := db.lockedConn(ctx, compactLockKey)
+	conn, release, locked, err := advisory.TryLock(ctx, db.pool.Pool, compactLockKey)
 	if err != nil {
-		return rep, fmt.Errorf("compact: lock: %w", err)
+		return rep, mapErr(fmt.Errorf("compact: lock: %w", err))
 	}
 	if !locked {
 		rep.Skipped = true

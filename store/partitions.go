@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/clawdbot/task-service/store/advisory"
 	"github.com/clawdbot/task-service/store/archive"
 )
 
@@ -94,9 +95,9 @@ func (db *DB) MaintainPartitions(ctx context.Context, pol PartitionPolicy) (Part
 	if _, err := archive.ParseKind(pol.Kind); err != nil {
 		return rep, fmt.Errorf("maintain partitions: %w", err)
 	}
-	conn, release, locked, err := db.lockedConn(ctx, partitionLockKey)
+	conn, release, locked, err := advisory.TryLock(ctx, db.pool.Pool, partitionLockKey)
 	if err != nil {
-		return rep, fmt.Errorf("maintain partitions: lock: %w", err)
+		return rep, mapErr(fmt.Errorf("maintain partitions: lock: %w", err))
 	}
 	if !locked {
 		rep.Skipped = true

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/clawdbot/task-service/projections"
+	"github.com/clawdbot/task-service/store/advisory"
 )
 
 // HistoryLimits bound what is kept of each schedule's history: executions
@@ -51,9 +52,9 @@ func (db *DB) PruneScheduleHistory(ctx context.Context, lim HistoryLimits) (Prun
 	if lim.Days < 1 || lim.Runs < 1 {
 		return rep, fmt.Errorf("prune schedule history: days and runs must be at least 1, not %d and %d", lim.Days, lim.Runs)
 	}
-	conn, release, locked, err := db.lockedConn(ctx, pruneLockKey)
+	conn, release, locked, err := advisory.TryLock(ctx, db.pool.Pool, pruneLockKey)
 	if err != nil {
-		return rep, fmt.Errorf("prune schedule history: lock: %w", err)
+		return rep, mapErr(fmt.Errorf("prune schedule history: lock: %w", err))
 	}
 	if !locked {
 		rep.Skipped = true

@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/clawdbot/task-service/store/advisory"
 	"github.com/clawdbot/task-service/store/blob"
 )
 
@@ -232,24 +233,15 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if cfg.Before.After(limit) || cfg.Before.IsZero() {
 		cfg.Before = limit
 	}
-	conn, err := cfg.Pool.Acquire(ctx)
+	_, release, locked, err := advisory.TryLock(ctx, cfg.Pool, LockKey)
 	if err != nil {
-		return rep, fmt.Errorf("archive: %w", err)
-	}
-	defer conn.Release()
-	var locked bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, LockKey).Scan(&locked); err != nil {
 		return rep, fmt.Errorf("archive: lock: %w", err)
 	}
 	if !locked {
 		rep.Skipped = true
 		return rep, nil
 	}
-	defer func() {
-		if _, err := conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, LockKey); err != nil {
-			_ = conn.Conn().Close(context.WithoutCancel(ctx))
-		}
-	}()
+	defer release()
 	if err := supplements(ctx, cfg, &rep); err != nil {
 		return rep, err
 	}
