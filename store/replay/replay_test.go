@@ -139,6 +139,9 @@ func indexNames(t *testing.T, pool *pgxpool.Pool) []string {
 	sort.Strings(out)
 	require.Contains(t, out, "worker_tasks.worker_tasks_one_retry")
 	require.Contains(t, out, "task_titles.task_titles_title_trgm")
+	// Migration 055's, which the UI's worker pickers read.
+	require.Contains(t, out, "users.users_workers_by_name_prefix")
+	require.Contains(t, out, "users.users_workers_by_email_prefix")
 	return out
 }
 
