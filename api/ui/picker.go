@@ -6,6 +6,7 @@ import (
 	"html/template"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -125,7 +126,11 @@ func (u *UI) resolveWorker(ctx context.Context, field, v string) (string, error)
 	case 0:
 		return "", events.Invalid(field, "no worker is named %q or has that email: type the start of a name or email and pick a suggestion", v)
 	}
-	return "", events.Invalid(field, "%d workers are named %q: pick one of the suggestions, which show each one's email", len(named), v)
+	many := strconv.Itoa(len(named))
+	if len(ms) == workerSuggestionsMax {
+		many += " or more" // the read stopped at its bound
+	}
+	return "", events.Invalid(field, "%s workers are named %q: pick one of the suggestions, which show each one's email", many, v)
 }
 
 // resolveFilter is q with the worker its field names (a list's filter)

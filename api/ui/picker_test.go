@@ -38,6 +38,10 @@ func TestWorkerPickersAboveTheBound(t *testing.T) {
 		SELECT gen_random_uuid(), 'bulk' || g || '@example.com', 'Bulk ' || lpad(g::text, 3, '0'), true, now(), 1
 		  FROM generate_series(1, 240) g`)
 	require.NoError(t, err)
+	// More workers sharing a name than one read of suggestions holds.
+	_, err = s.db.Pool().Exec(s.ctx, `INSERT INTO users (id, email, full_name, is_worker, created_at, version)
+		SELECT gen_random_uuid(), 'many' || g || '@example.com', 'Many Same', true, now(), 1 FROM generate_series(1, 21) g`)
+	require.NoError(t, err)
 	zoeTask, _, err := s.srv.CreateTask(s.ctx, api.CreateTaskRequest{Title: "Zoe's task", TaskTypeID: tt.ID, AssignedTo: &zoe,
 		Params: json.RawMessage(`{"days":1}`)}, s.admin)
 	require.NoError(t, err)
@@ -108,6 +112,7 @@ func TestWorkerPickersAboveTheBound(t *testing.T) {
 	for _, c := range []struct{ typed, says string }{
 		{"Nobody Here", `no worker is named &#34;Nobody Here&#34;`},
 		{"Sam Same", `2 workers are named &#34;Sam Same&#34;`},
+		{"Many Same", `20 or more workers are named &#34;Many Same&#34;`},
 	} {
 		resp, body = s.post("/tasks/new", url.Values{"_csrf": {token}, "task_type_id": {tt.ID}, "title": {"X"}, "p.days": {"2"}, "assigned_to": {c.typed}})
 		require.Equal(t, http.StatusBadRequest, resp.StatusCode, c.typed)
