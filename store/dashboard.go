@@ -209,7 +209,8 @@ type WorkerMatch struct {
 }
 
 // MatchWorkers returns at most limit workers whose name or email starts
-// with prefix, ignoring case, by name: the picker's suggestions. Each is a
+// with prefix, ignoring case, by name after the one whose email it is: the
+// picker's suggestions. Each is a
 // range of one of migration 055's indexes, read from its start.
 func (db *DB) MatchWorkers(ctx context.Context, prefix string, limit int) ([]WorkerMatch, error) {
 	from := strings.ToLower(prefix)
@@ -231,4 +232,4 @@ const matchWorkersSQL = `SELECT id, full_name, email FROM (
 	(SELECT id, full_name, email FROM users WHERE is_worker
 	   AND email COLLATE "C" >= $1 AND email COLLATE "C" < $2
 	 ORDER BY email COLLATE "C" LIMIT $3)) m
-	ORDER BY lower(full_name) COLLATE "C", email COLLATE "C" LIMIT $3`
+	ORDER BY email COLLATE "C" = $1 DESC, lower(full_name) COLLATE "C", email COLLATE "C" LIMIT $3`

@@ -106,7 +106,8 @@ func (u *UI) resolveWorker(ctx context.Context, field, v string) (string, error)
 	if !searchable(key) {
 		return "", events.Invalid(field, "is not a worker's name or email: type the start of one and pick a suggestion")
 	}
-	// An exact name or email sorts first among those it starts.
+	// An exact email comes first, and an exact name first among the names
+	// it starts (MatchWorkers).
 	ms, err := u.db.MatchWorkers(ctx, key, workerSuggestionsMax)
 	if err != nil {
 		return "", err

@@ -42,6 +42,12 @@ func TestWorkerPickersAboveTheBound(t *testing.T) {
 	_, err = s.db.Pool().Exec(s.ctx, `INSERT INTO users (id, email, full_name, is_worker, created_at, version)
 		SELECT gen_random_uuid(), 'many' || g || '@example.com', 'Many Same', true, now(), 1 FROM generate_series(1, 21) g`)
 	require.NoError(t, err)
+	// More names that start with an email than one read of suggestions
+	// holds: the worker with that email still comes first.
+	pat := worker("Patricia Zed", "pat@example.com")
+	_, err = s.db.Pool().Exec(s.ctx, `INSERT INTO users (id, email, full_name, is_worker, created_at, version)
+		SELECT gen_random_uuid(), 'pat' || g || '@example.org', 'pat@example.com ' || g, true, now(), 1 FROM generate_series(1, 21) g`)
+	require.NoError(t, err)
 	zoeTask, _, err := s.srv.CreateTask(s.ctx, api.CreateTaskRequest{Title: "Zoe's task", TaskTypeID: tt.ID, AssignedTo: &zoe,
 		Params: json.RawMessage(`{"days":1}`)}, s.admin)
 	require.NoError(t, err)
@@ -87,6 +93,9 @@ func TestWorkerPickersAboveTheBound(t *testing.T) {
 	require.Equal(t, `<option value="Zoe Zimmer &lt;zoe@example.com&gt;"></option>`, suggest("task.assigned_to", "zO"))
 	require.Contains(t, suggest("worker", "yann@"), "Yann Young")
 	require.Empty(t, suggest("worker", ""))
+	patSuggests := suggest("worker", "pat@example.com")
+	require.Len(t, options.FindAllString(patSuggests, -1), 20)
+	require.Contains(t, patSuggests, `<option value="Patricia Zed &lt;pat@example.com&gt;"></option>`, "the exact email first")
 
 	// Typed: a suggestion, an email, a name; the filter carries the id on.
 	_, body = s.get("/tasks?" + url.Values{"assignee": {"Zoe Zimmer <zoe@example.com>"}}.Encode())
@@ -106,6 +115,11 @@ func TestWorkerPickersAboveTheBound(t *testing.T) {
 	got, err = s.db.GetTask(s.ctx, s.db.Pool(), strings.TrimPrefix(resp.Header.Get("Location"), "/tasks/"))
 	require.NoError(t, err)
 	require.Equal(t, yann, *got.AssignedTo)
+	resp, _ = s.post("/tasks/"+free.ID+"/assign", url.Values{"_csrf": {token}, "assigned_to": {"pat@example.com"}, "reason": {"typed"}})
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	got, err = s.db.GetTask(s.ctx, s.db.Pool(), free.ID)
+	require.NoError(t, err)
+	require.Equal(t, pat, *got.AssignedTo, "an exact email beside more names that start with it than one read holds")
 
 	// Refused at the field, with what was typed kept: no such worker, a
 	// name two workers share.
