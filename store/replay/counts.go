@@ -128,25 +128,22 @@ func verifyPending(ctx context.Context, tx pgx.Tx, want projections.PendingCount
 	for k := range want {
 		keys[k] = true
 	}
-	td := TableDiff{Rows: int64(len(keys))}
 	var diffs []Difference
 	for k := range keys {
 		l, w := live[k], want[k]
 		if l == w {
 			continue
 		}
-		td.LiveRows++
-		td.FoldRows++
 		ls, ws := fmt.Sprint(l), fmt.Sprint(w)
-		diffs = append(diffs, Difference{Table: pendingTable,
+		diffs = append(diffs, Difference{
 			Key:  fmt.Sprintf("task_type_id=%s priority=%s state=%s assigned=%t (sum over its rows)", k.TaskTypeID, k.Priority, k.State, k.Assigned),
-			Side: Changed, Columns: []string{"tasks"}, Live: []*string{&ls}, Events: []*string{&ws}, Changed: []string{"tasks"}})
+			Side: Changed, Columns: []string{"tasks"}, Live: []*string{&ls}, Events: []*string{&ws}})
 	}
 	slices.SortFunc(diffs, func(a, b Difference) int { return strings.Compare(a.Key, b.Key) })
-	if len(diffs) > max {
-		diffs, rep.Truncated = diffs[:max], true
+	rep.Tables[pendingTable] = TableDiff{Rows: int64(len(keys))}
+	c := rep.collect(pendingTable, max)
+	for _, d := range diffs {
+		c.add(d)
 	}
-	rep.Differences = append(rep.Differences, diffs...)
-	rep.Tables[pendingTable] = td
 	return nil
 }

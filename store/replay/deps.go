@@ -3,7 +3,6 @@ package replay
 import (
 	"context"
 	"fmt"
-	"strconv"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -54,24 +53,14 @@ func verifyDepsLeft(ctx context.Context, tx pgx.Tx, rep *Report, max int) error 
 		return fmt.Errorf("check deps_left of worker_tasks: %w", err)
 	}
 	defer rows.Close()
-	td := rep.Tables[gatesTable]
-	kept := 0
+	c := rep.collect(gatesTable, max)
 	for rows.Next() {
 		var id string
 		var live, want int
 		if err := rows.Scan(&id, &live, &want); err != nil {
 			return err
 		}
-		td.LiveRows++
-		td.FoldRows++
-		if kept++; kept > max {
-			rep.Truncated = true
-			continue
-		}
-		l, w := strconv.Itoa(live), strconv.Itoa(want)
-		rep.Differences = append(rep.Differences, Difference{Table: gatesTable, Key: "id=" + id, Side: Changed,
-			Columns: []string{"deps_left"}, Live: []*string{&l}, Events: []*string{&w}, Changed: []string{"deps_left"}})
+		c.add(Difference{Key: "id=" + id, Side: Changed, Columns: []string{"deps_left"}, Live: []*string{itoa(&live)}, Events: []*string{itoa(&want)}})
 	}
-	rep.Tables[gatesTable] = td
 	return rows.Err()
 }

@@ -74,8 +74,6 @@ func deriveDeltaFreshKeys(ctx context.Context, tx pgx.Tx, f *fold) error {
 // verifyFreshKeys compares the live state of every key with what the live
 // tasks say, adding what differs to freshness_keys' counts.
 func verifyFreshKeys(ctx context.Context, tx pgx.Tx, rep *Report, max int) error {
-	td := rep.Tables[freshKeysTable]
-	kept := 0
 	due := projections.DueAt("s.last", "s.failed", "s.cur")
 	rows, err := tx.Query(ctx, `SELECT k.rule_id::text, k.key,
 		k.last_completed_at::text, k.last_failed_at::text, k.current_task_id::text, k.due_at::text,
@@ -89,28 +87,15 @@ func verifyFreshKeys(ctx context.Context, tx pgx.Tx, rep *Report, max int) error
 		return fmt.Errorf("check the state of freshness_keys: %w", err)
 	}
 	defer rows.Close()
-	cols := projections.FreshnessKeyDerived
+	c := rep.collect(freshKeysTable, max)
 	for rows.Next() {
 		var rule, name string
 		live, want := make([]*string, 4), make([]*string, 4)
 		if err := rows.Scan(&rule, &name, &live[0], &live[1], &live[2], &live[3], &want[0], &want[1], &want[2], &want[3]); err != nil {
 			return err
 		}
-		td.LiveRows++
-		td.FoldRows++
-		if kept++; kept > max {
-			rep.Truncated = true
-			continue
-		}
-		d := Difference{Table: freshKeysTable, Key: fmt.Sprintf("rule_id=%s, key=%q", rule, name), Side: Changed,
-			Columns: cols, Live: live, Events: want}
-		for i, c := range cols {
-			if !sameValue(live[i], want[i]) {
-				d.Changed = append(d.Changed, c)
-			}
-		}
-		rep.Differences = append(rep.Differences, d)
+		c.add(Difference{Key: fmt.Sprintf("rule_id=%s, key=%q", rule, name), Side: Changed,
+			Columns: projections.FreshnessKeyDerived, Live: live, Events: want})
 	}
-	rep.Tables[freshKeysTable] = td
 	return rows.Err()
 }

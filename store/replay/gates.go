@@ -67,8 +67,6 @@ func streamIDs[T any](m map[key]*T) []string {
 // verifyGates compares the live gate columns of every open task with its
 // live type's, adding what differs to worker_tasks' counts.
 func verifyGates(ctx context.Context, tx pgx.Tx, rep *Report, max int) error {
-	td := rep.Tables[gatesTable]
-	kept := 0
 	rows, err := tx.Query(ctx, `SELECT w.id::text, w.gated::text, w.concurrency_key, g.gated::text, g.key
 		FROM worker_tasks w LEFT JOIN task_types tt ON tt.id = w.task_type_id
 		CROSS JOIN LATERAL (SELECT `+gateOf+`) g(gated, key)
@@ -78,27 +76,14 @@ func verifyGates(ctx context.Context, tx pgx.Tx, rep *Report, max int) error {
 		return fmt.Errorf("check the gates of worker_tasks: %w", err)
 	}
 	defer rows.Close()
-	cols := projections.GateColumns
+	c := rep.collect(gatesTable, max)
 	for rows.Next() {
 		var id string
 		live, want := make([]*string, 2), make([]*string, 2)
 		if err := rows.Scan(&id, &live[0], &live[1], &want[0], &want[1]); err != nil {
 			return err
 		}
-		td.LiveRows++
-		td.FoldRows++
-		if kept++; kept > max {
-			rep.Truncated = true
-			continue
-		}
-		d := Difference{Table: gatesTable, Key: "id=" + id, Side: Changed, Columns: cols, Live: live, Events: want}
-		for i, c := range cols {
-			if !sameValue(live[i], want[i]) {
-				d.Changed = append(d.Changed, c)
-			}
-		}
-		rep.Differences = append(rep.Differences, d)
+		c.add(Difference{Key: "id=" + id, Side: Changed, Columns: projections.GateColumns, Live: live, Events: want})
 	}
-	rep.Tables[gatesTable] = td
 	return rows.Err()
 }

@@ -101,31 +101,24 @@ func verifyScheduleCounts(ctx context.Context, tx pgx.Tx, rep *Report, max int) 
 		return fmt.Errorf("check %s: %w", scheduleCountsTable, err)
 	}
 	defer rows.Close()
-	td := rep.Tables[scheduleCountsTable]
-	cols := []string{"completed", "failed", "cancelled"}
-	kept := 0
+	c := rep.collect(scheduleCountsTable, max)
 	for rows.Next() {
 		var id string
 		var live, want [3]int64
 		if err := rows.Scan(&id, &live[0], &live[1], &live[2], &want[0], &want[1], &want[2]); err != nil {
 			return err
 		}
-		td.LiveRows++
-		td.FoldRows++
-		if kept++; kept > max {
-			rep.Truncated = true
-			continue
-		}
-		d := Difference{Table: scheduleCountsTable, Key: "schedule_id=" + id + " (sum over its rows)", Side: Changed, Columns: cols}
-		for i, c := range cols {
-			l, w := strconv.FormatInt(live[i], 10), strconv.FormatInt(want[i], 10)
-			d.Live, d.Events = append(d.Live, &l), append(d.Events, &w)
-			if l != w {
-				d.Changed = append(d.Changed, c)
-			}
-		}
-		rep.Differences = append(rep.Differences, d)
+		c.add(Difference{Key: "schedule_id=" + id + " (sum over its rows)", Side: Changed,
+			Columns: []string{"completed", "failed", "cancelled"}, Live: texts(live[:]), Events: texts(want[:])})
 	}
-	rep.Tables[scheduleCountsTable] = td
 	return rows.Err()
+}
+
+func texts(vs []int64) []*string {
+	out := make([]*string, len(vs))
+	for i, v := range vs {
+		s := strconv.FormatInt(v, 10)
+		out[i] = &s
+	}
+	return out
 }

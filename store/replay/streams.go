@@ -27,35 +27,24 @@ func verifyEventStreams(ctx context.Context, tx pgx.Tx, rep *Report, max int) er
 		return fmt.Errorf("check event_streams: %w", err)
 	}
 	defer rows.Close()
-	td := rep.Tables[streamsTable]
-	kept := 0
+	c := rep.collect(streamsTable, max)
 	for rows.Next() {
 		var id string
 		var live, want *int
 		if err := rows.Scan(&id, &live, &want); err != nil {
 			return err
 		}
-		d := Difference{Table: streamsTable, Key: "stream_id=" + id, Columns: []string{"version"}}
+		d := Difference{Key: "stream_id=" + id, Side: Changed, Columns: []string{"version"}}
 		switch {
 		case live == nil:
-			td.FoldRows++
-			d.Side = EventsOnly
+			d.Side, d.Events = EventsOnly, []*string{itoa(want)}
 		case want == nil:
-			td.LiveRows++
-			d.Side = LiveOnly
+			d.Side, d.Live = LiveOnly, []*string{itoa(live)}
 		default:
-			td.LiveRows++
-			td.FoldRows++
-			d.Side, d.Changed = Changed, []string{"version"}
+			d.Live, d.Events = []*string{itoa(live)}, []*string{itoa(want)}
 		}
-		if kept++; kept > max {
-			rep.Truncated = true
-			continue
-		}
-		d.Live, d.Events = []*string{itoa(live)}, []*string{itoa(want)}
-		rep.Differences = append(rep.Differences, d)
+		c.add(d)
 	}
-	rep.Tables[streamsTable] = td
 	return rows.Err()
 }
 

@@ -391,3 +391,46 @@ func sameValue(a, b *string) bool {
 	}
 	return *a == *b
 }
+
+// collector adds one check's differing rows of a table to a report: each
+// counts in the table's rows by its side, and at most max are kept (the
+// report says when some were left out).
+type collector struct {
+	rep   *Report
+	table string
+	max   int
+	kept  int
+}
+
+// collect starts the check of table, which the report then lists even when
+// the check finds nothing.
+func (r *Report) collect(table string, max int) *collector {
+	r.Tables[table] = r.Tables[table]
+	return &collector{rep: r, table: table, max: max}
+}
+
+// add records a row of the table that differs. A changed row that names no
+// changed columns gets those whose values differ.
+func (c *collector) add(d Difference) {
+	d.Table = c.table
+	td := c.rep.Tables[c.table]
+	if d.Side != EventsOnly {
+		td.LiveRows++
+	}
+	if d.Side != LiveOnly {
+		td.FoldRows++
+	}
+	c.rep.Tables[c.table] = td
+	if c.kept++; c.kept > c.max {
+		c.rep.Truncated = true
+		return
+	}
+	if d.Side == Changed && d.Changed == nil {
+		for i, col := range d.Columns {
+			if !sameValue(d.Live[i], d.Events[i]) {
+				d.Changed = append(d.Changed, col)
+			}
+		}
+	}
+	c.rep.Differences = append(c.rep.Differences, d)
+}
