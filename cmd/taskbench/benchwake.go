@@ -187,7 +187,7 @@ Flags:
 const benchWakeExample = `
 Example:
   DATABASE_URL=postgres://postgres@127.0.0.1:55432/taskservice?sslmode=disable \
-    taskbench wake --workers 8 --tasks 1000 --every 15ms
+    taskbench wake --workers 8 --tasks 6000 --every 15ms
   taskbench wake --paths notify --notify-interval 5ms --json > wake.json
 `
 
@@ -230,7 +230,9 @@ func parseBenchWakeFlags(args []string, stdout, stderr io.Writer) (wakeConfig, i
 	fs.StringVar(&cfg.databaseURL, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL server to bench on (env DATABASE_URL); only its scratch database --bench-db is written")
 	fs.StringVar(&cfg.benchDB, "bench-db", "taskservice_bench_wake", "scratch database to drop, create and migrate")
 	fs.IntVar(&cfg.workers, "workers", 8, "workers long-polling at once")
-	fs.IntVar(&cfg.tasks, "tasks", 1000, "timed tasks, shared out between the paths")
+	// A p99 needs a few thousand tasks a path to be steady: of 1,000 it is the
+	// tenth slowest task, and runs of main differed by 2x (ADR 037).
+	fs.IntVar(&cfg.tasks, "tasks", 6000, "timed tasks, shared out between the paths (2,000 a path by default, about 2 minutes)")
 	fs.DurationVar(&cfg.every, "every", 15*time.Millisecond, "mean gap between two creates")
 	fs.IntVar(&cfg.max, "max", 10, "max of each worker's claim-many (1 to 100)")
 	fs.StringVar(&paths, "paths", strings.Join(allWakePaths, ","), "comma-separated paths: "+strings.Join(allWakePaths, ", "))
