@@ -209,9 +209,9 @@ type WorkerMatch struct {
 }
 
 // MatchWorkers returns at most limit workers whose name or email starts
-// with prefix, ignoring case, by name after the one whose email it is: the
-// picker's suggestions. Each is a
-// range of one of migration 055's indexes, read from its start.
+// with prefix, ignoring case: the one whose email it is first, then by name.
+// They are the picker's suggestions. Each branch is a range of one of
+// migration 055's indexes, read from its start.
 func (db *DB) MatchWorkers(ctx context.Context, prefix string, limit int) ([]WorkerMatch, error) {
 	from := strings.ToLower(prefix)
 	// Every string that starts with from sorts (bytewise) before from

@@ -49,16 +49,6 @@ func sumCounts(ctx context.Context, q interface {
 	return c, nil
 }
 
-// countsText renders counts as the text values of a Difference.
-func countsText(c counts) []*string {
-	out := make([]*string, len(c))
-	for i, v := range c {
-		s := fmt.Sprint(v)
-		out[i] = &s
-	}
-	return out
-}
-
 // pendingTable is the open backlog per cell (migration 040, ADR 031),
 // kept like task_counts and folded the same way: replay computes it from
 // the folded tasks (projections.PendingCounts), writes it as pid 0 rows

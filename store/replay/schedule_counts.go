@@ -3,7 +3,6 @@ package replay
 import (
 	"context"
 	"fmt"
-	"strconv"
 
 	"github.com/jackc/pgx/v5"
 
@@ -112,13 +111,4 @@ func verifyScheduleCounts(ctx context.Context, tx pgx.Tx, rep *Report, max int) 
 			Columns: []string{"completed", "failed", "cancelled"}, Live: texts(live[:]), Events: texts(want[:])})
 	}
 	return rows.Err()
-}
-
-func texts(vs []int64) []*string {
-	out := make([]*string, len(vs))
-	for i, v := range vs {
-		s := strconv.FormatInt(v, 10)
-		out[i] = &s
-	}
-	return out
 }

@@ -3,6 +3,7 @@ package replay
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -202,19 +203,11 @@ func verifyCounts(ctx context.Context, tx pgx.Tx, want counts, rep *Report) erro
 	if err != nil {
 		return err
 	}
-	td := TableDiff{Rows: 1}
+	rep.Tables[countsTable] = TableDiff{Rows: 1}
 	if live != want {
-		td.LiveRows, td.FoldRows = 1, 1
-		d := Difference{Table: countsTable, Key: "sum over every row", Side: Changed, Columns: countColumns,
-			Live: countsText(live), Events: countsText(want)}
-		for i, c := range countColumns {
-			if live[i] != want[i] {
-				d.Changed = append(d.Changed, c)
-			}
-		}
-		rep.Differences = append(rep.Differences, d)
+		rep.collect(countsTable, 1).add(Difference{Key: "sum over every row", Side: Changed, Columns: countColumns,
+			Live: texts(live[:]), Events: texts(want[:])})
 	}
-	rep.Tables[countsTable] = td
 	return nil
 }
 
@@ -350,11 +343,7 @@ func (d *differ) diff(ctx context.Context, tx pgx.Tx, r streamRange, f *fold, ma
 		switch {
 		case inLive && inFold:
 			d.Side, d.Live, d.Events = Changed, vals[:nc], vals[nc:]
-			for c := range t.columns {
-				if !sameValue(d.Live[c], d.Events[c]) {
-					d.Changed = append(d.Changed, t.columns[c])
-				}
-			}
+			d.Changed = changedColumns(t.columns, d.Live, d.Events)
 		case inLive:
 			d.Side, d.Live = LiveOnly, vals[:nc]
 		default:
@@ -426,11 +415,28 @@ func (c *collector) add(d Difference) {
 		return
 	}
 	if d.Side == Changed && d.Changed == nil {
-		for i, col := range d.Columns {
-			if !sameValue(d.Live[i], d.Events[i]) {
-				d.Changed = append(d.Changed, col)
-			}
-		}
+		d.Changed = changedColumns(d.Columns, d.Live, d.Events)
 	}
 	c.rep.Differences = append(c.rep.Differences, d)
+}
+
+// changedColumns names the columns whose live and folded values differ.
+func changedColumns(cols []string, live, events []*string) []string {
+	var out []string
+	for i, col := range cols {
+		if !sameValue(live[i], events[i]) {
+			out = append(out, col)
+		}
+	}
+	return out
+}
+
+// texts are numbers as the text values of a Difference.
+func texts(vs []int64) []*string {
+	out := make([]*string, len(vs))
+	for i, v := range vs {
+		s := strconv.FormatInt(v, 10)
+		out[i] = &s
+	}
+	return out
 }
