@@ -212,9 +212,9 @@ bench-scale:
 	bin/taskbench scale --sizes $(SCALE_SIZES) --calls $(SCALE_CALLS) --profile $(SCALE_PROFILE)
 
 # Reads while the event log is compacted (issue 28, ADRs 035 and 036): the 1M database
-# of bench-scale, archived, then compacted by task-service beside a store lane of
+# of bench-scale, archived, then compacted by task-service beside a store+create lane of
 # LANE_WORKERS workers (default 16), with taskbench scale before and during
-# (scripts/bench-compaction.sh; about five minutes once the database exists).
+# (scripts/bench-compaction.sh; about eight minutes once the database exists).
 bench-compaction:
 	@set -e; \
 	if [ -z "$${DATABASE_URL:-}" ]; then DATABASE_URL="$$(scripts/devdb.sh)"; fi; \

@@ -4,7 +4,9 @@
 #   scripts/bench-compaction.sh            (make bench-compaction)
 #
 # On the 1M-task database of `make bench-scale` (taskservice_scale_1m, built first if
-# missing), with a store lane of `taskbench lanes` running all along:
+# missing), with a lane of `taskbench lanes` creating, claiming and completing tasks all
+# along (one run, mode store+create: no pre-fill, and no scratch database made again or
+# checkpoint forced between runs while the reads are timed):
 #   1. a fresh copy of the uncompacted log: the first run keeps the built database as
 #      taskservice_scale_1m_uncompacted, every run starts again from it;
 #   2. the archive: task-service with EVENT_RETENTION=31d (the older half of the tasks)
@@ -20,9 +22,10 @@
 #                  taskservice_scale_1m* and taskservice_bench databases are written
 #   BIN            where task-service and taskbench are (default bin/, built by make)
 #   RUNS           taskbench scale runs during compaction (default 4)
-#   LANE_WORKERS   the store lane's workers (default 16, which keeps both cores of a
-#                  2-core machine busy; 1 is make bench's lightest lane)
-#   LANE_TASKS     tasks per lane run (default 20000), pre-filled, then drained
+#   CALLS          timed calls per read and run (default 200: the p99 is then the third
+#                  slowest call, where 60 calls make it the second slowest, a p98)
+#   LANE_WORKERS   the lane's workers (default 16, which keeps both cores of a 2-core
+#                  machine busy; 1 is make bench's lightest lane)
 #   ARCHIVE_DIR    the archive's directory (default .data/compaction-archive, emptied)
 #   OUT            where the logs and tables go (default .data/bench-compaction)
 # Progress goes to stderr; the tables to OUT/scale*.txt and the summary to stdout.
@@ -31,13 +34,14 @@ set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 BIN="${BIN:-$REPO/bin}"
 RUNS="${RUNS:-4}"
+CALLS="${CALLS:-200}"
 LANE_WORKERS="${LANE_WORKERS:-16}"
-LANE_TASKS="${LANE_TASKS:-20000}"
 case "$LANE_WORKERS" in ''|*[!0-9]*|0) echo "bench-compaction: LANE_WORKERS must be a number of workers, 1 or more (got '$LANE_WORKERS')" >&2; exit 2;; esac
-case "$LANE_TASKS" in ''|*[!0-9]*|0) echo "bench-compaction: LANE_TASKS must be a number of tasks, 1 or more (got '$LANE_TASKS')" >&2; exit 2;; esac
-# taskbench lanes runs tasks x workers / 16 tasks below 16 workers: ask for LANE_TASKS.
-lane_tasks=$LANE_TASKS
-[ "$LANE_WORKERS" -ge 16 ] || lane_tasks=$((LANE_TASKS * 16 / LANE_WORKERS))
+case "$CALLS" in ''|*[!0-9]*|0|1) echo "bench-compaction: CALLS must be a number of calls, 2 or more (got '$CALLS')" >&2; exit 2;; esac
+# One lane run outlasts the reads (it is stopped after them): 4M tasks, which taskbench
+# lanes asks for as tasks x workers / 16 below 16 workers.
+lane_tasks=4000000
+[ "$LANE_WORKERS" -ge 16 ] || lane_tasks=$((lane_tasks * 16 / LANE_WORKERS))
 ARCHIVE_DIR="${ARCHIVE_DIR:-$REPO/.data/compaction-archive}"
 OUT="${OUT:-$REPO/.data/bench-compaction}"
 URL="${DATABASE_URL:-$("$REPO/scripts/devdb.sh")}"
@@ -92,12 +96,16 @@ log_size() { sql taskservice_scale_1m "SELECT count(*) || ' rows, ' || pg_size_p
 	FROM pg_inherits WHERE inhparent = 'task_events'::regclass)) FROM task_events"; }
 before_size=$(log_size)
 
-log "a store lane all along (taskbench lanes --modes store --workers $LANE_WORKERS, $LANE_TASKS tasks a run, in a loop)"
-touch "$OUT/lane.on"
-(while [ -f "$OUT/lane.on" ]; do DATABASE_URL="$(db taskservice)" "$BIN/taskbench" lanes --modes store --workers "$LANE_WORKERS" --tasks "$lane_tasks" >>"$OUT/lanes.log" 2>&1 || sleep 1; done) &
+log "a lane all along (taskbench lanes --modes store+create --workers $LANE_WORKERS)"
+: >"$OUT/lanes.log"
+DATABASE_URL="$(db taskservice)" "$BIN/taskbench" lanes --modes store+create --workers "$LANE_WORKERS" --tasks "$lane_tasks" >>"$OUT/lanes.log" 2>&1 &
 pids+=($!)
-sleep 20 # the lane's pre-fill
-scale() { DATABASE_URL="$(db taskservice)" "$BIN/taskbench" scale --sizes 1m --calls 60 >"$OUT/scale$1.txt" 2>>"$OUT/scale.log"; echo "$1 $(uptime)" >>"$OUT/load.log"; }
+until grep -q 'timing' "$OUT/lanes.log"; do
+	kill -0 "${pids[-1]}" 2>/dev/null || die "the lane stopped: $(tail -3 "$OUT/lanes.log")"
+	sleep 1
+done
+sleep 5 # the lane at its pace
+scale() { DATABASE_URL="$(db taskservice)" "$BIN/taskbench" scale --sizes 1m --calls "$CALLS" >"$OUT/scale$1.txt" 2>>"$OUT/scale.log"; echo "$1 $(uptime)" >>"$OUT/load.log"; }
 log "reads before compaction"
 scale 0
 log "compacting: task-service with its defaults"
@@ -107,12 +115,11 @@ for r in $(seq 1 "$RUNS"); do
 	log "reads during compaction, run $r of $RUNS"
 	scale "$r"
 done
-rm -f "$OUT/lane.on"
 cleanup; pids=()
 
 echo "task_events before: $before_size; after: $(log_size) (dead rows not yet vacuumed)"
 echo "compacted: $(sql taskservice_scale_1m "SELECT tasks || ' tasks, ' || events || ' events deleted' FROM event_compaction")"
-echo "the lane's runs ($LANE_WORKERS workers):"; grep '^bench: store ' "$OUT/lanes.log" | sed 's/^bench: /  /' || true
+echo "the lane ($LANE_WORKERS workers, store+create) at the end: $(grep -o '[0-9]* tasks/s so far' "$OUT/lanes.log" | tail -1)"
 echo "load average at each run:"; cat "$OUT/load.log"
 echo "reads over 20 ms at p99 (run 0: before compaction):"
 for f in "$OUT"/scale*.txt; do

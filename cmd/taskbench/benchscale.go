@@ -49,7 +49,11 @@ tasks after the history, and --workers sizes the fleet (issue 24's busy day:
 taskservice_scale_busy_1m_backlog_1m_w1000).
 
 The reads run through the real HTTP API (an in-process server on the
-database), one call at a time, after a warm-up call each.
+database), one call at a time, after a warm-up call each: --calls rounds, each
+of which calls every operation once, so a moment when the machine stalls
+lands on several operations once each rather than on one operation's calls
+in a row. The p99 of 60 calls is the second slowest (a p98); ask for 200 or
+more for a p99 that is not the run's outliers alone.
 
 Flags:
 `

@@ -187,24 +187,35 @@ func timeScaleReads(ctx context.Context, cfg benchScaleConfig, db *scaleDB, prog
 		_, err := sdb.SampleOps(ctx)
 		return err
 	}})
-	for _, op := range ops {
-		call := op.call
-		if call == nil {
-			call = get(admin, op.path)
+	calls := make([]func(context.Context) error, len(ops))
+	for i, op := range ops {
+		calls[i] = op.call
+		if calls[i] == nil {
+			calls[i] = get(admin, op.path)
 		}
-		times := make([]time.Duration, 0, cfg.calls)
-		if err := call(ctx); err != nil { // warm-up, untimed
+		if err := calls[i](ctx); err != nil { // warm-up, untimed
 			return nil, fmt.Errorf("%s: %w", op.name, err)
 		}
-		for range cfg.calls {
+	}
+	// Round by round, each operation once a round: a stall of the machine
+	// (a checkpoint, another process) lands on several operations once each,
+	// not on one operation's calls in a row.
+	times := make([][]time.Duration, len(ops))
+	for round := range cfg.calls {
+		for i, op := range ops {
 			t0 := time.Now()
-			if err := call(ctx); err != nil {
+			if err := calls[i](ctx); err != nil {
 				return nil, fmt.Errorf("%s: %w", op.name, err)
 			}
-			times = append(times, time.Since(t0))
+			times[i] = append(times[i], time.Since(t0))
 		}
-		slices.Sort(times)
-		r := benchScaleOp{Name: op.name, Calls: len(times), P50Ms: percentileMs(times, 0.50), P99Ms: percentileMs(times, 0.99)}
+		if (round+1)%max(1, cfg.calls/4) == 0 && round+1 < cfg.calls {
+			fmt.Fprintf(progress, "bench-scale: %s: %d of %d rounds\n", size.Label, round+1, cfg.calls)
+		}
+	}
+	for i, op := range ops {
+		slices.Sort(times[i])
+		r := benchScaleOp{Name: op.name, Calls: len(times[i]), P50Ms: percentileMs(times[i], 0.50), P99Ms: percentileMs(times[i], 0.99)}
 		size.Ops = append(size.Ops, r)
 		fmt.Fprintf(progress, "bench-scale: %s: %-44s p50 %8.2f ms  p99 %8.2f ms\n", size.Label, op.name, r.P50Ms, r.P99Ms)
 	}
