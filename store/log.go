@@ -163,34 +163,40 @@ func (b timeBounds) render(col string, args *[]any) string {
 // one up to today.
 const logWindow = 24 * time.Hour
 
+// logWindows are the windows a read looks in, in turn, before it reads to
+// the log's end: a page that its first day leaves short (a filter that
+// matches few events, a log thinned by compaction) reads a week of
+// partitions next, rather than every one up to today (ADR 038).
+var logWindows = []time.Duration{logWindow, 7 * logWindow}
+
 // readLogBounded reads up to limit events after pos through read, with the
 // times they can have: from the log mark at or before pos on (logFloor),
-// and first only up to a window past it. An event of the window is the
-// next one in consumer order when it occurred ClockSkew before the
+// and first only up to each of logWindows past it. An event of a window is
+// the next one in consumer order when it occurred ClockSkew before the
 // window's end: every event before it in the log occurred at most
-// ClockSkew after it. So the window's page is kept up to its last such
-// event. A page left short reads on in windows twice as long each time
-// (a filter that matches few events, or a log thinned by compaction),
-// each planning only its own partitions, where one read to the log's end
-// planned every partition, about 0.5 ms each (ADR 038); the window that
-// reaches the clock reads with no end.
+// ClockSkew after it. So a window's page is kept up to its last such
+// event; when that leaves the page short, the next window reads on, and
+// after the last one the rest is read with no end. Every read starts at
+// the floor of its position, never later: an event that an older
+// transaction hid from one statement may be visible to the next.
 func (db *DB) readLogBounded(ctx context.Context, pos events.Position, limit int,
 	read func(after events.Position, limit int, b timeBounds) ([]events.Envelope, error),
 ) ([]events.Envelope, error) {
 	from, ok := db.logFloor(pos)
-	until := from.Add(logWindow)
+	base := from
 	if !ok {
-		// Before every mark (the log's start): no floor, but the first
-		// window still ends a day after the first mark, so the oldest
-		// partitions only are planned.
+		// Before every mark (the log's start): no floor, but the windows
+		// still end after the first mark, so the oldest partitions only
+		// are planned.
 		first, ok := db.firstMark()
 		if !ok {
 			return read(pos, limit, timeBounds{})
 		}
-		until = first.Add(logWindow)
+		base = first
 	}
 	var out []events.Envelope
-	for window := logWindow; ; window *= 2 {
+	for _, window := range logWindows {
+		until := base.Add(window)
 		// A window ending inside a partition prunes nothing there: the
 		// read would only filter that partition's entries by time, every
 		// one of them when the window holds fewer than limit events
@@ -198,15 +204,10 @@ func (db *DB) readLogBounded(ctx context.Context, pos events.Position, limit int
 		if end, ok := db.partitionEnd(until.Add(-time.Nanosecond)); ok && end.After(until) {
 			until = end
 		}
-		want := limit - len(out)
 		if until.After(db.Now().Add(-ClockSkew)) {
-			rest, err := read(pos, want, timeBounds{from: from})
-			if err != nil {
-				return nil, err
-			}
-			return append(out, rest...), nil
+			break
 		}
-		evs, err := read(pos, want, timeBounds{from: from, until: until})
+		evs, err := read(pos, limit-len(out), timeBounds{from: from, until: until})
 		if err != nil {
 			return nil, err
 		}
@@ -226,13 +227,12 @@ func (db *DB) readLogBounded(ctx context.Context, pos events.Position, limit int
 				from = f
 			}
 		}
-		if len(evs) < want && until.Add(-ClockSkew).After(from) {
-			// The window held every event after pos it could: those
-			// left occurred ClockSkew before its end at the earliest.
-			from = until.Add(-ClockSkew)
-		}
-		until = until.Add(2 * window)
 	}
+	rest, err := read(pos, limit-len(out), timeBounds{from: from})
+	if err != nil || len(out) == 0 {
+		return rest, err
+	}
+	return append(out, rest...), nil
 }
 
 const visibleAfter = `(tx_id, seq) > ($1::text::xid8, $2) AND tx_id < pg_snapshot_xmin(pg_current_snapshot())`

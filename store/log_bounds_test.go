@@ -225,15 +225,12 @@ func TestReadWindowEndsWithItsPartition(t *testing.T) {
 	_, err := db.readLogBounded(context.Background(), events.Position{TxID: 822, Seq: 150}, 100, read)
 	require.NoError(t, err)
 	require.Equal(t, timeBounds{from: day(-60), until: day(-59)}, windows[0])
-	// A page left short reads on in windows twice as long, each from
-	// ClockSkew before the last one's end, and the one that reaches the
-	// clock with no end: 6 windows for 61 days, not one read of them all.
+	// A page left short reads on to a week past the floor, then to the
+	// log's end, every read from the floor: 3 reads for 61 days, the last
+	// one of 59 days, as before.
 	require.Equal(t, []timeBounds{
 		{from: day(-60), until: day(-59)},
-		{from: day(-59).Add(-ClockSkew), until: day(-57)},
-		{from: day(-57).Add(-ClockSkew), until: day(-53)},
-		{from: day(-53).Add(-ClockSkew), until: day(-45)},
-		{from: day(-45).Add(-ClockSkew), until: day(-29)},
-		{from: day(-29).Add(-ClockSkew)},
+		{from: day(-60), until: day(-53)},
+		{from: day(-60)},
 	}, windows)
 }
