@@ -129,7 +129,20 @@ func (f LogFilter) where(args *[]any) string {
 // late. Its statements name the times they need (logBounds), so a log
 // partitioned by time is read only from the position's period on.
 func (db *DB) ReadLog(ctx context.Context, q Querier, after events.Position, limit int, f LogFilter) ([]events.Envelope, error) {
-	return db.readLogBounded(ctx, after, limit, func(after events.Position, limit int, b timeBounds) ([]events.Envelope, error) {
+	var notBefore time.Time
+	if f.WorkerID != "" {
+		// Every event about a user occurred after it registered, less the
+		// clocks' skew: a page filtered by a new user plans no partition
+		// from before it. No row (a projection being rebuilt): no bound.
+		err := q.QueryRow(ctx, `SELECT created_at FROM users WHERE id = $1::uuid`, f.WorkerID).Scan(&notBefore)
+		switch {
+		case err == nil:
+			notBefore = notBefore.Add(-ClockSkew)
+		case !errors.Is(err, pgx.ErrNoRows):
+			return nil, mapErr(fmt.Errorf("read log: the user's registration: %w", err))
+		}
+	}
+	return db.readLogBounded(ctx, after, limit, notBefore, func(after events.Position, limit int, b timeBounds) ([]events.Envelope, error) {
 		sql, args := readLogSQL(after, limit, f, b)
 		rows, err := q.Query(ctx, sql, args...)
 		if err != nil {
@@ -178,8 +191,10 @@ var logWindows = []time.Duration{logWindow, 7 * logWindow}
 // event; when that leaves the page short, the next window reads on, and
 // after the last one the rest is read with no end. Every read starts at
 // the floor of its position, never later: an event that an older
-// transaction hid from one statement may be visible to the next.
-func (db *DB) readLogBounded(ctx context.Context, pos events.Position, limit int,
+// transaction hid from one statement may be visible to the next. A
+// notBefore the caller knows every event it wants to have occurred at or
+// after (zero: none) raises the floor.
+func (db *DB) readLogBounded(ctx context.Context, pos events.Position, limit int, notBefore time.Time,
 	read func(after events.Position, limit int, b timeBounds) ([]events.Envelope, error),
 ) ([]events.Envelope, error) {
 	from, ok := db.logFloor(pos)
@@ -190,9 +205,15 @@ func (db *DB) readLogBounded(ctx context.Context, pos events.Position, limit int
 		// are planned.
 		first, ok := db.firstMark()
 		if !ok {
-			return read(pos, limit, timeBounds{})
+			return read(pos, limit, timeBounds{from: notBefore})
 		}
 		base = first
+	}
+	if notBefore.After(from) {
+		from = notBefore
+	}
+	if notBefore.After(base) {
+		base = notBefore
 	}
 	var out []events.Envelope
 	for _, window := range logWindows {

@@ -33,12 +33,23 @@ func TestLogReadsBoundedByTimeMissNothing(t *testing.T) {
 	require.NoError(t, err)
 
 	var tasks []string
+	var userID string // an admin registered on the sixth day, who creates a task every 6 hours after
 	for step := range 40 { // every 6 hours for 10 days
 		now.Store(start.Add(time.Duration(step) * 6 * time.Hour).UnixNano())
 		require.NoError(t, db.LoadLogMarks(ctx))
+		if step == 20 {
+			u, err := db.CreateUser(ctx, events.UserRegistered{Email: "late@test.invalid", FullName: "Late", IsAdmin: true},
+				"password", "not-a-real-hash", admin)
+			require.NoError(t, err)
+			userID = u.ID
+		}
 		for i := range 5 {
+			meta := admin
+			if userID != "" && i == 0 {
+				meta = events.Meta{Actor: events.Actor{Kind: events.ActorAdmin, ID: userID}}
+			}
 			tk, err := db.CreateTask(ctx, db.pool, NewTaskParams{TaskTypeID: tt.ID, NewTaskParams: events.NewTaskParams{
-				Title: fmt.Sprintf("t%d-%d", step, i), Priority: events.PriorityMedium, Params: []byte(`{}`)}}, admin)
+				Title: fmt.Sprintf("t%d-%d", step, i), Priority: events.PriorityMedium, Params: []byte(`{}`)}}, meta)
 			require.NoError(t, err)
 			tasks = append(tasks, tk.ID)
 		}
@@ -83,7 +94,8 @@ func TestLogReadsBoundedByTimeMissNothing(t *testing.T) {
 			if f, ok := db.logFloor(pos); ok && f.After(start) {
 				bounded++
 			}
-			for _, f := range []LogFilter{{}, {Types: []string{"task.update_posted"}}, {Types: []string{"task.created", "task.update_posted"}}} {
+			for _, f := range []LogFilter{{}, {Types: []string{"task.update_posted"}}, {Types: []string{"task.created", "task.update_posted"}},
+				{WorkerID: userID}, {WorkerID: uuid.NewString()}} {
 				for _, limit := range []int{1, 10, 500} {
 					got, err := db.ReadLog(ctx, db.pool, pos, limit, f)
 					require.NoError(t, err)
@@ -210,7 +222,7 @@ func TestReadWindowEndsWithItsPartition(t *testing.T) {
 	db.marks.parts = []EventPartition{{Name: "old", From: day(-61), To: day(1)}, {Name: "d1", From: day(1), To: day(2)}, {Name: "default", Default: true}}
 	for _, pos := range []events.Position{{}, {TxID: 822, Seq: 150}, {TxID: 822, Seq: 3000}} {
 		windows = nil
-		_, err := db.readLogBounded(context.Background(), pos, 100, read)
+		_, err := db.readLogBounded(context.Background(), pos, 100, time.Time{}, read)
 		require.NoError(t, err)
 		require.Len(t, windows, 1, "from %v: one read, with no end", pos)
 		require.True(t, windows[0].until.IsZero(), "from %v", pos)
@@ -222,7 +234,7 @@ func TestReadWindowEndsWithItsPartition(t *testing.T) {
 		db.marks.parts = append(db.marks.parts, EventPartition{Name: fmt.Sprint(d), From: day(d), To: day(d + 1)})
 	}
 	windows = nil
-	_, err := db.readLogBounded(context.Background(), events.Position{TxID: 822, Seq: 150}, 100, read)
+	_, err := db.readLogBounded(context.Background(), events.Position{TxID: 822, Seq: 150}, 100, time.Time{}, read)
 	require.NoError(t, err)
 	require.Equal(t, timeBounds{from: day(-60), until: day(-59)}, windows[0])
 	// A page left short reads on to a week past the floor, then to the
@@ -232,5 +244,16 @@ func TestReadWindowEndsWithItsPartition(t *testing.T) {
 		{from: day(-60), until: day(-59)},
 		{from: day(-60), until: day(-53)},
 		{from: day(-60)},
+	}, windows)
+
+	// A user registered ten days ago, read from the log's start: the
+	// windows start at its registration less ClockSkew.
+	windows = nil
+	_, err = db.readLogBounded(context.Background(), events.Position{}, 100, day(-10).Add(-ClockSkew), read)
+	require.NoError(t, err)
+	require.Equal(t, []timeBounds{
+		{from: day(-10).Add(-ClockSkew), until: day(-9)},
+		{from: day(-10).Add(-ClockSkew), until: day(-3)},
+		{from: day(-10).Add(-ClockSkew)},
 	}, windows)
 }
