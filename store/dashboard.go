@@ -130,9 +130,16 @@ func (db *DB) InProgress(ctx context.Context) ([]events.Task, error) {
 // the type index or the stream's events, first over the last day only
 // (headBounds): the events found there that headSure vouches for are the
 // newest of the whole log; when they are fewer than limit, the read is made
-// again with no bound.
+// again with no bound but a filtered user's registration (registeredSince).
 func (db *DB) RecentEvents(ctx context.Context, limit int, f LogFilter) ([]events.Envelope, error) {
-	b := db.headBounds()
+	since, err := registeredSince(ctx, db.pool, f.WorkerID)
+	if err != nil {
+		return nil, fmt.Errorf("recent events: %w", err)
+	}
+	b, complete := db.headBounds(), false
+	if !since.IsZero() && !since.Before(b.from) {
+		b, complete = timeBounds{from: since}, true // every event about the user
+	}
 	for {
 		sql, args := recentEventsSQL(limit, f, b)
 		rows, err := db.pool.Query(ctx, sql, args...)
@@ -140,7 +147,7 @@ func (db *DB) RecentEvents(ctx context.Context, limit int, f LogFilter) ([]event
 			return nil, mapErr(fmt.Errorf("recent events: %w", err))
 		}
 		out, err := pgx.CollectRows(rows, scanEvent)
-		if err != nil || b.from.IsZero() {
+		if err != nil || complete {
 			return out, mapErr(err)
 		}
 		sure := 0
@@ -152,7 +159,7 @@ func (db *DB) RecentEvents(ctx context.Context, limit int, f LogFilter) ([]event
 		if sure == limit {
 			return out, nil
 		}
-		b = timeBounds{}
+		b, complete = timeBounds{from: since}, true
 	}
 }
 

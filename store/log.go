@@ -129,18 +129,9 @@ func (f LogFilter) where(args *[]any) string {
 // late. Its statements name the times they need (logBounds), so a log
 // partitioned by time is read only from the position's period on.
 func (db *DB) ReadLog(ctx context.Context, q Querier, after events.Position, limit int, f LogFilter) ([]events.Envelope, error) {
-	var notBefore time.Time
-	if f.WorkerID != "" {
-		// Every event about a user occurred after it registered, less the
-		// clocks' skew: a page filtered by a new user plans no partition
-		// from before it. No row (a projection being rebuilt): no bound.
-		err := q.QueryRow(ctx, `SELECT created_at FROM users WHERE id = $1::uuid`, f.WorkerID).Scan(&notBefore)
-		switch {
-		case err == nil:
-			notBefore = notBefore.Add(-ClockSkew)
-		case !errors.Is(err, pgx.ErrNoRows):
-			return nil, mapErr(fmt.Errorf("read log: the user's registration: %w", err))
-		}
+	notBefore, err := registeredSince(ctx, q, f.WorkerID)
+	if err != nil {
+		return nil, fmt.Errorf("read log: %w", err)
 	}
 	return db.readLogBounded(ctx, after, limit, notBefore, func(after events.Position, limit int, b timeBounds) ([]events.Envelope, error) {
 		sql, args := readLogSQL(after, limit, f, b)
@@ -151,6 +142,26 @@ func (db *DB) ReadLog(ctx context.Context, q Querier, after events.Position, lim
 		out, err := pgx.CollectRows(rows, scanEvent)
 		return out, mapErr(err)
 	})
+}
+
+// registeredSince is the earliest time an event about user id can have
+// occurred: its registration, less the clocks' skew (every event about a
+// user comes after it exists), so a read filtered by a new user plans no
+// partition from before it. Zero for no id, or no row (a projection being
+// rebuilt): no bound.
+func registeredSince(ctx context.Context, q Querier, id string) (time.Time, error) {
+	if id == "" {
+		return time.Time{}, nil
+	}
+	var at time.Time
+	err := q.QueryRow(ctx, `SELECT created_at FROM users WHERE id = $1::uuid`, id).Scan(&at)
+	switch {
+	case err == nil:
+		return at.Add(-ClockSkew), nil
+	case errors.Is(err, pgx.ErrNoRows):
+		return time.Time{}, nil
+	}
+	return time.Time{}, mapErr(fmt.Errorf("the user's registration: %w", err))
 }
 
 // timeBounds narrow a read of the log to occurred_at in [from, until); a

@@ -111,7 +111,7 @@ func TestLogReadsBoundedByTimeMissNothing(t *testing.T) {
 		end, err := db.ReadLogEnd(ctx, db.pool)
 		require.NoError(t, err)
 		require.Equal(t, head, end.Head)
-		for _, f := range []LogFilter{{}, {Types: []string{"task.update_posted"}}} {
+		for _, f := range []LogFilter{{}, {Types: []string{"task.update_posted"}}, {WorkerID: userID}, {WorkerID: uuid.NewString()}} {
 			for _, limit := range []int{1, 50, 1000} {
 				got, err := db.RecentEvents(ctx, limit, f)
 				require.NoError(t, err)
