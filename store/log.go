@@ -227,6 +227,7 @@ func (db *DB) readLogBounded(ctx context.Context, pos events.Position, limit int
 		base = notBefore
 	}
 	var out []events.Envelope
+	var lastUntil time.Time // the last window's end
 	for _, window := range logWindows {
 		until := base.Add(window)
 		// A window ending inside a partition prunes nothing there: the
@@ -239,6 +240,10 @@ func (db *DB) readLogBounded(ctx context.Context, pos events.Position, limit int
 		if until.After(db.Now().Add(-ClockSkew)) {
 			break
 		}
+		if !until.After(lastUntil) {
+			continue // the week ends in the partition the day did: read already
+		}
+		lastUntil = until
 		evs, err := read(pos, limit-len(out), timeBounds{from: from, until: until})
 		if err != nil {
 			return nil, err

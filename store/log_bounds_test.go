@@ -33,7 +33,8 @@ func TestLogReadsBoundedByTimeMissNothing(t *testing.T) {
 	require.NoError(t, err)
 
 	var tasks []string
-	var userID string // an admin registered on the sixth day, who creates a task every 6 hours after
+	// An admin registered on the sixth day, who creates a task every 6 hours after.
+	var userID string
 	for step := range 40 { // every 6 hours for 10 days
 		now.Store(start.Add(time.Duration(step) * 6 * time.Hour).UnixNano())
 		require.NoError(t, db.LoadLogMarks(ctx))
@@ -245,6 +246,14 @@ func TestReadWindowEndsWithItsPartition(t *testing.T) {
 		{from: day(-60), until: day(-53)},
 		{from: day(-60)},
 	}, windows)
+
+	// A partition of ten days where the floor is: the week's window would
+	// end where the day's did, and is not read again.
+	db.marks.parts = append([]EventPartition{{Name: "ten", From: day(-61), To: day(-50)}}, db.marks.parts[11:]...)
+	windows = nil
+	_, err = db.readLogBounded(context.Background(), events.Position{TxID: 822, Seq: 150}, 100, time.Time{}, read)
+	require.NoError(t, err)
+	require.Equal(t, []timeBounds{{from: day(-60), until: day(-50)}, {from: day(-60)}}, windows)
 
 	// A user registered ten days ago, read from the log's start: the
 	// windows start at its registration less ClockSkew.
