@@ -87,15 +87,44 @@ const silentSince = `coalesce(u.last_activity_at, u.offline_since)`
 // never from the backlog. The stuck detector fails the first kind after its
 // stuck threshold and gives the second back to the pool on its next tick.
 func stuckInProgress(before string) string {
-	return `SELECT t.id FROM worker_tasks t JOIN users u ON u.id = t.assigned_to
-		WHERE t.status = 'in_progress' AND (NOT u.online OR coalesce(u.last_activity_at, t.started_at) < ` + before + `)`
+	return `SELECT t.id FROM worker_tasks t JOIN users u ON u.id = t.assigned_to WHERE ` + stuckHeld(before)
+}
+
+// stuckHeld is the condition on t, joined to its holder u, of a stuck task
+// in progress.
+func stuckHeld(before string) string {
+	return `t.status = 'in_progress' AND (NOT u.online OR coalesce(u.last_activity_at, t.started_at) < ` + before + `)`
+}
+
+// silentWorkers is the array of the workers silent since before.
+func silentWorkers(before string) string {
+	return `ARRAY(SELECT u.id FROM users u WHERE u.is_worker AND ` + silentSince + ` < ` + before + `)`
+}
+
+// stuckPage is the first limit tasks matching where that are stuck, in
+// order (by created_at, which checkFilter ensures). The candidates' ids and
+// keys come first, each set in its index's order: the tasks in progress,
+// and each silent worker's pending tasks from worker_tasks_waiting_for
+// (migration 056; index only when where names just the keyset); then only
+// the page's rows are read. Joined by id, the whole stuck set's rows were
+// read: 67 ms for 5,059 pending tasks of 49 silent workers, against 2 ms.
+func stuckPage(cols, where, order, limit, before string) string {
+	return `SELECT ` + cols + ` FROM worker_tasks t WHERE t.id IN (SELECT t.id FROM (
+		(SELECT t.id, t.created_at FROM worker_tasks t JOIN users u ON u.id = t.assigned_to
+		  WHERE ` + where + ` AND ` + stuckHeld(before) + `
+		  ORDER BY ` + order + ` LIMIT ` + limit + `)
+		UNION ALL
+		(SELECT t.id, t.created_at FROM unnest(` + silentWorkers(before) + `) w(id)
+		  CROSS JOIN LATERAL (SELECT t.id, t.created_at FROM worker_tasks t
+		    WHERE t.assigned_to = w.id AND t.status = 'pending' AND ` + where + ` ORDER BY ` + order + ` LIMIT ` + limit + `) t)
+	) t ORDER BY ` + order + ` LIMIT ` + limit + `) ORDER BY ` + order + ` LIMIT ` + limit
 }
 
 func stuckPending(before string) string {
 	// = ANY(ARRAY(...)): the silent workers are read first, then an index
 	// probe each; a join here was planned as a walk of every pre-assigned task.
 	return `SELECT t.id FROM worker_tasks t WHERE t.status = 'pending'
-		AND t.assigned_to = ANY(ARRAY(SELECT u.id FROM users u WHERE u.is_worker AND ` + silentSince + ` < ` + before + `))`
+		AND t.assigned_to = ANY(` + silentWorkers(before) + `)`
 }
 
 // OfflineHolders lists workers offline and not heard from since before that

@@ -91,6 +91,8 @@ func (db *DB) pageSQL(f TaskFilter, cols string, limit int) (string, []any, erro
 		return "", nil, err
 	}
 	var args sqlArgs
+	stuck := f.Stuck
+	f.Stuck = false // stuckPage applies it
 	where, err := db.taskWhere(f, &args)
 	if err != nil {
 		return "", nil, err
@@ -101,6 +103,9 @@ func (db *DB) pageSQL(f TaskFilter, cols string, limit int) (string, []any, erro
 		where += " AND " + sp.cond
 	}
 	switch {
+	case stuck:
+		// checkFilter keeps the stuck filter to the created orders.
+		return stuckPage(cols, where, sp.order(), lim, args.add(db.Now().Add(-db.offlineAfter))), args, nil
 	case sp.statuses != nil && f.Status == "":
 		// The index leads with the status: one scan of each, merged.
 		conds := make([]string, len(sp.statuses))

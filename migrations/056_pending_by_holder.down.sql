@@ -1,0 +1,1 @@
+DROP INDEX IF EXISTS worker_tasks_waiting_for;
