@@ -510,11 +510,17 @@ func (db *DB) LogHead(ctx context.Context, q Querier) (events.Position, error) {
 // returns where the next page starts. When the page is not full that is the
 // log's head, read before the page, so a filter that matches little does
 // not make the next call scan the same rows again. (Every event up to that
-// head was visible to the page's read, which came after.)
+// head was visible to the page's read, which came after.) An unfiltered
+// page that is not full ends with the head's event, so the head is not read
+// for it: that read was planned over the partitions on each call, a
+// quarter of PostgreSQL's time for a page of 500 events.
 func (db *DB) ReadLogPage(ctx context.Context, q Querier, after events.Position, limit int, f LogFilter) ([]events.Envelope, events.Position, error) {
-	head, err := db.LogHead(ctx, q)
-	if err != nil {
-		return nil, after, fmt.Errorf("read log page: %w", err)
+	var head events.Position
+	if !f.matchesAll() {
+		var err error
+		if head, err = db.LogHead(ctx, q); err != nil {
+			return nil, after, fmt.Errorf("read log page: %w", err)
+		}
 	}
 	evs, err := db.ReadLog(ctx, q, after, limit, f)
 	if err != nil {

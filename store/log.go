@@ -105,6 +105,11 @@ type LogFilter struct {
 	WorkerID string
 }
 
+// matchesAll says whether the filter keeps every event.
+func (f LogFilter) matchesAll() bool {
+	return len(f.Types) == 0 && f.StreamID == "" && f.WorkerID == ""
+}
+
 // where renders the filter's type and stream conditions, appending their
 // arguments. Only the conditions in use are rendered, so each combination
 // gets its own plan.
