@@ -141,7 +141,7 @@ func TestLogReadsBoundedByTimeMissNothing(t *testing.T) {
 	// the days after it one partition each.
 	conn, err := db.pool.Acquire(ctx)
 	require.NoError(t, err)
-	_, err = createPartition(ctx, conn.Conn(), "task_events_old", start.Truncate(24*time.Hour), start.Truncate(24*time.Hour).AddDate(0, 0, 6), nil)
+	_, err = createPartition(ctx, conn.Conn(), "task_events_old", start.Truncate(24*time.Hour), start.Truncate(24*time.Hour).AddDate(0, 0, 6), nil, true)
 	conn.Release()
 	require.NoError(t, err)
 	_, err = db.MaintainPartitions(ctx, PartitionPolicy{Kind: "day", Ahead: 1})

@@ -156,7 +156,7 @@ func (db *DB) coverPeriod(ctx context.Context, conn *pgx.Conn, kind string, star
 	end := PeriodEnd(kind, start)
 	for _, gap := range gaps(parts, start, end) {
 		name := partitionName(kind, gap[0], gap[1])
-		moved, err := createPartition(ctx, conn, name, gap[0], gap[1], nil)
+		moved, err := createPartition(ctx, conn, name, gap[0], gap[1], nil, gap[0].Before(db.Now().Add(ClockSkew)))
 		if err != nil {
 			return err
 		}
@@ -195,8 +195,10 @@ func gaps(parts []EventPartition, from, to time.Time) [][2]time.Time {
 // transaction: a table like task_events, the default partition's events of
 // the range moved into it (with those of the partitions in absorb, which it
 // replaces: a merge), then attached, its indexes named after the
-// partitioned table's (task_events_position: NAME_position).
-func createPartition(ctx context.Context, conn *pgx.Conn, name string, from, to time.Time, absorb []string) (int64, error) {
+// partitioned table's (task_events_position: NAME_position). begun says
+// writers may be writing events of the range now (it starts before the
+// clock plus ClockSkew).
+func createPartition(ctx context.Context, conn *pgx.Conn, name string, from, to time.Time, absorb []string, begun bool) (int64, error) {
 	var moved int64
 	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		ident := pgx.Identifier{name}.Sanitize()
@@ -208,15 +210,20 @@ func createPartition(ctx context.Context, conn *pgx.Conn, name string, from, to 
 		// planned without the new partition and took its snapshot after
 		// the move's commit would find them in neither table (ADR 034).
 		// Readers wait for the lock, then plan with the new partition.
-		// The default partition is nearly empty, so the wait is short; a
-		// pass that finds nothing to move takes no such lock (attaching an
-		// empty table hides nothing).
-		var moving bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM task_events_default WHERE occurred_at >= $1 AND occurred_at < $2)`,
-			from, to).Scan(&moving); err != nil {
-			return err
+		// The default partition is nearly empty, so the wait is short. A
+		// range that has begun takes it before looking: a writer could
+		// route an event of it to the default partition between the look
+		// and the attach, which then fails, or fails that writer's insert
+		// (23514). A range ahead with nothing to move takes no such lock
+		// (attaching an empty table hides nothing).
+		moving := begun || len(absorb) > 0
+		if !moving {
+			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM task_events_default WHERE occurred_at >= $1 AND occurred_at < $2)`,
+				from, to).Scan(&moving); err != nil {
+				return err
+			}
 		}
-		if moving || len(absorb) > 0 {
+		if moving {
 			if _, err := tx.Exec(ctx, `LOCK TABLE task_events IN ACCESS EXCLUSIVE MODE`); err != nil {
 				return err
 			}
@@ -439,7 +446,7 @@ func (db *DB) mergeSparse(ctx context.Context, conn *pgx.Conn, pol PartitionPoli
 				absorb = append(absorb, p.Name)
 			}
 			name := partitionName(pol.Kind, from, to)
-			if _, err := createPartition(ctx, conn, name, from, to, absorb); err != nil {
+			if _, err := createPartition(ctx, conn, name, from, to, absorb, true); err != nil {
 				return err
 			}
 			rep.Merged = append(rep.Merged, name)

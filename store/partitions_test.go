@@ -205,6 +205,68 @@ func TestPartitionsAcrossBoundaries(t *testing.T) {
 	require.Positive(t, across, "some task's events span partitions")
 }
 
+// A pass that creates the partition of a period already begun (the
+// service was down past the partitions ahead, or none are kept ahead) runs
+// while writers insert that period's events: each waits and lands in the
+// new partition, or in the default one before it, never fails. Attached
+// without the log's lock, an insert routed to the default partition before
+// the attach committed failed its partition check (23514): the CI run of
+// 28 Nov 2026 00:24 UTC lost three instances' start-ups to it.
+func TestPartitionOfTheCurrentPeriodUnderWriters(t *testing.T) {
+	day0 := time.Now().UTC().Truncate(24*time.Hour).AddDate(0, 4, 0)
+	e := newPartitionEnv(t, day0.Add(12*time.Hour))
+	pol := PartitionPolicy{Kind: archive.Day} // nothing ahead: each day's partition comes after its start
+	var (
+		stop    = make(chan struct{})
+		wg      sync.WaitGroup
+		writes  atomic.Int64
+		writerE = make(chan error, 4)
+	)
+	for w := range 4 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := e.create(fmt.Sprintf("w%d-%d", w, i)); err != nil {
+					writerE <- err
+					return
+				}
+				writes.Add(1)
+			}
+		})
+	}
+	for day := range 12 {
+		before := writes.Load()
+		require.Eventually(t, func() bool { return writes.Load() >= before+8 }, time.Minute, time.Millisecond)
+		// The next day begins, and its pass starts at once, as a start-up does.
+		e.now.Add((24 * time.Hour).Microseconds())
+		rep, err := e.db.MaintainPartitions(e.ctx, pol)
+		require.NoError(t, err)
+		require.Contains(t, rep.Created, partitionName(archive.Day, day0.AddDate(0, 0, day+1), day0.AddDate(0, 0, day+2)))
+		select {
+		case err := <-writerE:
+			require.NoError(t, err, "a writer, on day %d", day+1)
+		default:
+		}
+	}
+	close(stop)
+	wg.Wait()
+	close(writerE)
+	for err := range writerE {
+		require.NoError(t, err)
+	}
+	_, err := e.db.MaintainPartitions(e.ctx, pol)
+	require.NoError(t, err)
+	var left, written int64
+	require.NoError(t, e.db.pool.QueryRow(e.ctx, `SELECT (SELECT count(*) FROM task_events_default),
+		(SELECT count(*) FROM task_events WHERE type = 'task.created' AND occurred_at >= $1)`, day0).Scan(&left, &written))
+	require.Zero(t, left, "the default partition is drained")
+	require.Equal(t, writes.Load(), written, "every create's event is in the log")
+}
+
 // A lost race is an error across partitions too: two writers that both
 // read version 1 append version 2, one before midnight and one after, so
 // their events go to different partitions (no unique key spans them); the
