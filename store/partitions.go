@@ -216,14 +216,14 @@ func createPartition(ctx context.Context, conn *pgx.Conn, name string, from, to 
 		// and the attach, which then fails, or fails that writer's insert
 		// (23514). A range ahead with nothing to move takes no such lock
 		// (attaching an empty table hides nothing).
-		moving := begun || len(absorb) > 0
-		if !moving {
+		lock := begun || len(absorb) > 0
+		if !lock { // lock when there are events to move
 			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM task_events_default WHERE occurred_at >= $1 AND occurred_at < $2)`,
-				from, to).Scan(&moving); err != nil {
+				from, to).Scan(&lock); err != nil {
 				return err
 			}
 		}
-		if moving {
+		if lock {
 			if _, err := tx.Exec(ctx, `LOCK TABLE task_events IN ACCESS EXCLUSIVE MODE`); err != nil {
 				return err
 			}

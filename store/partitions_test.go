@@ -54,6 +54,29 @@ func (e *partitionEnv) retitle(id, title string) error {
 	return err
 }
 
+// writeUntil starts n writers on wg, each calling write(w, i) for i = 0, 1,
+// ... until stop closes or write fails; a failure goes to the channel, which
+// holds one of each writer's.
+func writeUntil(n int, stop <-chan struct{}, wg *sync.WaitGroup, write func(w, i int) error) chan error {
+	errs := make(chan error, n)
+	for w := range n {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if err := write(w, i); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	return errs
+}
+
 // The clock crosses six day boundaries while writers create and edit tasks
 // and the maintenance runs beside them: no event is lost, each lies in the
 // partition whose range holds its occurred_at (none is left in the
@@ -74,44 +97,33 @@ func TestPartitionsAcrossBoundaries(t *testing.T) {
 		versions int
 	}
 	var (
-		mu      sync.Mutex
-		tasks   []written
-		ops     atomic.Int64
-		stop    = make(chan struct{})
-		wg      sync.WaitGroup
-		writerE = make(chan error, 4)
+		mu    sync.Mutex
+		tasks []written
+		ops   atomic.Int64
+		stop  = make(chan struct{})
+		wg    sync.WaitGroup
 	)
-	for w := range 4 {
-		wg.Go(func() {
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				tk, err := e.create(fmt.Sprintf("w%d-%d", w, i))
-				if err != nil {
-					writerE <- err
-					return
-				}
-				n := 1
-				// Two edits, likely in a later hour than the create: a
-				// stream's versions across partitions.
-				for j := range 2 {
-					if err := e.retitle(tk.ID, fmt.Sprintf("w%d-%d-%d", w, i, j)); err != nil {
-						writerE <- err
-						return
-					}
-					n++
-					ops.Add(1)
-				}
-				mu.Lock()
-				tasks = append(tasks, written{tk.ID, n})
-				mu.Unlock()
-				ops.Add(1)
+	writerE := writeUntil(4, stop, &wg, func(w, i int) error {
+		tk, err := e.create(fmt.Sprintf("w%d-%d", w, i))
+		if err != nil {
+			return err
+		}
+		n := 1
+		// Two edits, likely in a later hour than the create: a stream's
+		// versions across partitions.
+		for j := range 2 {
+			if err := e.retitle(tk.ID, fmt.Sprintf("w%d-%d-%d", w, i, j)); err != nil {
+				return err
 			}
-		})
-	}
+			n++
+			ops.Add(1)
+		}
+		mu.Lock()
+		tasks = append(tasks, written{tk.ID, n})
+		mu.Unlock()
+		ops.Add(1)
+		return nil
+	})
 	// Six hours a step, 24 steps: six midnights. Each step waits for the
 	// writers to write in the new hour, and runs a maintenance pass.
 	var maintained []string
@@ -217,27 +229,17 @@ func TestPartitionOfTheCurrentPeriodUnderWriters(t *testing.T) {
 	e := newPartitionEnv(t, day0.Add(12*time.Hour))
 	pol := PartitionPolicy{Kind: archive.Day} // nothing ahead: each day's partition comes after its start
 	var (
-		stop    = make(chan struct{})
-		wg      sync.WaitGroup
-		writes  atomic.Int64
-		writerE = make(chan error, 4)
+		stop   = make(chan struct{})
+		wg     sync.WaitGroup
+		writes atomic.Int64
 	)
-	for w := range 4 {
-		wg.Go(func() {
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				if _, err := e.create(fmt.Sprintf("w%d-%d", w, i)); err != nil {
-					writerE <- err
-					return
-				}
-				writes.Add(1)
-			}
-		})
-	}
+	writerE := writeUntil(4, stop, &wg, func(w, i int) error {
+		if _, err := e.create(fmt.Sprintf("w%d-%d", w, i)); err != nil {
+			return err
+		}
+		writes.Add(1)
+		return nil
+	})
 	for day := range 12 {
 		before := writes.Load()
 		require.Eventually(t, func() bool { return writes.Load() >= before+8 }, time.Minute, time.Millisecond)
