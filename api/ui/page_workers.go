@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -13,10 +14,25 @@ import (
 	"github.com/clawdbot/task-service/store"
 )
 
+// workerRow is a line of the workers table. Its fields are its own, not an
+// embedded view's: html/template looks a field up by name on every use, and
+// through two embedded structs (WorkerView, events.User) that lookup was
+// most of the table's rendering.
 type workerRow struct {
-	store.WorkerView
-	Current  []events.Task
-	Metadata shownJSON
+	ID, FullName, Email                                               string
+	Active, Online                                                    bool
+	HeartbeatStatus                                                   *string
+	InProgressCount, MaxConcurrentTasks, PendingCount, CompletedToday int
+	LastActivityAt                                                    *time.Time
+	Current                                                           []events.Task
+	Metadata                                                          shownJSON
+}
+
+func newWorkerRow(w store.WorkerView, current []events.Task) workerRow {
+	return workerRow{ID: w.ID, FullName: w.FullName, Email: w.Email, Active: w.Active, Online: w.Online,
+		HeartbeatStatus: w.HeartbeatStatus, InProgressCount: w.InProgressCount, MaxConcurrentTasks: w.MaxConcurrentTasks,
+		PendingCount: w.PendingCount, CompletedToday: w.CompletedToday, LastActivityAt: w.LastActivityAt, Current: current,
+		Metadata: showJSON(w.Metadata, maxShownRowJSON, "/workers/"+w.ID+"/metadata.json")}
 }
 
 type workersData struct {
@@ -78,8 +94,7 @@ func (u *UI) renderWorkers(c echo.Context, status int, form url.Values, errs for
 		}
 	}
 	for _, w := range page.Workers {
-		d.Workers = append(d.Workers, workerRow{WorkerView: w, Current: byWorker[w.ID],
-			Metadata: showJSON(w.Metadata, maxShownRowJSON, "/workers/"+w.ID+"/metadata.json")})
+		d.Workers = append(d.Workers, newWorkerRow(w, byWorker[w.ID]))
 	}
 	return u.render(c, status, "workers", d)
 }
