@@ -7,6 +7,9 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"io/fs"
+	"strconv"
+	"strings"
 
 	"github.com/golang-migrate/migrate/v4"
 	// The pgx/v5 driver registers the "pgx5" scheme.
@@ -19,9 +22,48 @@ import (
 //go:embed *.sql
 var FS embed.FS
 
-// Up applies every migration not yet applied.
+// Up applies every migration not yet applied. A database already past this
+// binary's last migration (a newer release migrated it, and this one is the
+// rollback) is left as it is, and Up answers NewerSchemaError.
 func Up(ctx context.Context, databaseURL string) error {
-	return run(ctx, databaseURL, func(m *migrate.Migrate) error { return m.Up() })
+	latest, err := Latest()
+	if err != nil {
+		return err
+	}
+	return run(ctx, databaseURL, func(m *migrate.Migrate) error {
+		if v, dirty, err := m.Version(); err == nil && !dirty && v > latest {
+			return NewerSchemaError{Database: v, Binary: latest}
+		}
+		return m.Up()
+	})
+}
+
+// NewerSchemaError says the database holds migrations this binary does
+// not know. Each release's schema runs the release before it (docs/deploy.md,
+// "To go back").
+type NewerSchemaError struct{ Database, Binary uint }
+
+func (e NewerSchemaError) Error() string {
+	return fmt.Sprintf("the database schema is at migration %d, newer than this binary's last (%d): a newer release migrated it; "+
+		"nothing to apply (to go back a migration, run `task-service migrate down` with the newer binary)", e.Database, e.Binary)
+}
+
+// Latest is the number of the last migration this binary holds.
+func Latest() (uint, error) {
+	names, err := fs.Glob(FS, "*.up.sql")
+	if err != nil {
+		return 0, err
+	}
+	var latest uint
+	for _, name := range names {
+		num, _, _ := strings.Cut(name, "_")
+		n, err := strconv.ParseUint(num, 10, 32)
+		if err != nil {
+			return 0, fmt.Errorf("migration %s: its name must start with its number: %w", name, err)
+		}
+		latest = max(latest, uint(n))
+	}
+	return latest, nil
 }
 
 // Down reverts the last `steps` migrations (all when steps <= 0).

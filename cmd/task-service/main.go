@@ -252,7 +252,13 @@ func serve(ctx context.Context, cfg config, log zerolog.Logger) error {
 		return err
 	}
 	if err := migrations.Up(ctx, cfg.databaseURL); err != nil {
-		return err
+		var newer migrations.NewerSchemaError
+		if !errors.As(err, &newer) {
+			return err
+		}
+		// A rollback to this release: it runs on the next release's schema.
+		log.Warn().Uint("schema", newer.Database).Uint("binary_schema", newer.Binary).
+			Msg("the database schema is newer than this binary's; running on it without migrating (a rollback)")
 	}
 	pool, err := store.Connect(ctx, cfg.databaseURL, int32(cfg.maxConns))
 	if err != nil {
