@@ -8,8 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"strconv"
-	"strings"
 
 	"github.com/golang-migrate/migrate/v4"
 	// The pgx/v5 driver registers the "pgx5" scheme.
@@ -48,22 +46,25 @@ func (e NewerSchemaError) Error() string {
 		"nothing to apply (to go back a migration, run `task-service migrate down` with the newer binary)", e.Database, e.Binary)
 }
 
-// Latest is the number of the last migration this binary holds.
+// Latest is the number of the last migration this binary holds, as
+// golang-migrate's source reads the embedded names.
 func Latest() (uint, error) {
-	names, err := fs.Glob(FS, "*.up.sql")
+	src, err := iofs.New(FS, ".")
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("read embedded migrations: %w", err)
 	}
-	var latest uint
-	for _, name := range names {
-		num, _, _ := strings.Cut(name, "_")
-		n, err := strconv.ParseUint(num, 10, 32)
-		if err != nil {
-			return 0, fmt.Errorf("migration %s: its name must start with its number: %w", name, err)
+	defer src.Close()
+	v, err := src.First()
+	for err == nil {
+		var next uint
+		if next, err = src.Next(v); err == nil {
+			v = next
 		}
-		latest = max(latest, uint(n))
 	}
-	return latest, nil
+	if !errors.Is(err, fs.ErrNotExist) {
+		return 0, fmt.Errorf("read embedded migrations: %w", err)
+	}
+	return v, nil
 }
 
 // Down reverts the last `steps` migrations (all when steps <= 0).

@@ -262,6 +262,7 @@ func TestFlatReadPlans(t *testing.T) {
 	require.NoError(t, err)
 	p = plan(sql, args...)
 	require.NotContains(t, p, "Seq Scan on worker_tasks", p)
+	require.Contains(t, p, "worker_tasks_waiting_for", p) // each silent worker's pending tasks (migration 056)
 	s, err := e.db.Stats(e.ctx)
 	require.NoError(t, err)
 	require.Equal(t, 150_000, s.ByStatus["completed"])

@@ -142,6 +142,8 @@ func indexNames(t *testing.T, pool *pgxpool.Pool) []string {
 	// Migration 055's, which the UI's worker pickers read.
 	require.Contains(t, out, "users.users_workers_by_name_prefix")
 	require.Contains(t, out, "users.users_workers_by_email_prefix")
+	// Migration 056's, which the stuck list reads.
+	require.Contains(t, out, "worker_tasks.worker_tasks_waiting_for")
 	return out
 }
 
